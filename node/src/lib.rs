@@ -1,0 +1,1 @@
+//! Node enforcer (see ARCHITECTURE.md).

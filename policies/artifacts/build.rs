@@ -1,0 +1,121 @@
+//! Builds every policy crate under `policies/` (all but `sdk` and `artifacts`)
+//! for `wasm32-wasip2` with the `policy` profile, and embeds the components.
+//!
+//! The nested cargo uses its own target directory so it never waits on the
+//! lock of the build that runs this script.
+
+use std::env;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const TARGET: &str = "wasm32-wasip2";
+const PROFILE: &str = "policy";
+
+fn main() {
+    if let Err(e) = run() {
+        // A build script reports failure by panicking; say what to do about it.
+        panic!("building the policy components failed: {e}");
+    }
+}
+
+fn run() -> Result<(), String> {
+    let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").map_err(|e| e.to_string())?);
+    let policies_dir = manifest_dir
+        .parent()
+        .ok_or("no policies/ directory")?
+        .to_path_buf();
+    let workspace = policies_dir
+        .parent()
+        .ok_or("no workspace root")?
+        .to_path_buf();
+    let out_dir = PathBuf::from(env::var("OUT_DIR").map_err(|e| e.to_string())?);
+
+    println!("cargo:rerun-if-changed={}", workspace.join("wit").display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        workspace.join("Cargo.lock").display()
+    );
+    let mut crates = Vec::new();
+    let entries =
+        std::fs::read_dir(&policies_dir).map_err(|e| format!("{}: {e}", policies_dir.display()))?;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        println!("cargo:rerun-if-changed={}", path.display());
+        if name == "artifacts" || !path.join("Cargo.toml").is_file() {
+            continue;
+        }
+        if name != "sdk" {
+            crates.push(name);
+        }
+    }
+    crates.sort();
+
+    let target_dir = env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace.join("target"))
+        .join("wasm-policies");
+    let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(&workspace)
+        .args([
+            "build",
+            "--target",
+            TARGET,
+            "--profile",
+            PROFILE,
+            "--target-dir",
+        ])
+        .arg(&target_dir);
+    for name in &crates {
+        cmd.args(["-p", &format!("policy-{name}")]);
+    }
+    // Flags meant for the host build must not leak into the Wasm build.
+    for var in [
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "CARGO_BUILD_TARGET",
+        "CARGO_TARGET_DIR",
+        "RUSTC_WORKSPACE_WRAPPER",
+    ] {
+        cmd.env_remove(var);
+    }
+    let status = cmd.status().map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !status.success() {
+        return Err(format!(
+            "`cargo build --target {TARGET}` failed ({status}); is the target installed? \
+             run `rustup target add {TARGET}`"
+        ));
+    }
+
+    let mut generated = String::from(
+        "/// Built-in policies: (name, component bytes).\npub const BUILTIN: &[(&str, &[u8])] = &[\n",
+    );
+    for name in &crates {
+        let file = target_dir
+            .join(TARGET)
+            .join(PROFILE)
+            .join(format!("policy_{}.wasm", name.replace('-', "_")));
+        if !file.is_file() {
+            return Err(format!(
+                "expected component {} was not produced",
+                file.display()
+            ));
+        }
+        writeln!(
+            generated,
+            "    ({name:?}, include_bytes!({:?})),",
+            path_str(&file)?
+        )
+        .map_err(|e| e.to_string())?;
+    }
+    generated.push_str("];\n");
+    std::fs::write(out_dir.join("builtin.rs"), generated).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+fn path_str(p: &Path) -> Result<&str, String> {
+    p.to_str()
+        .ok_or_else(|| format!("non-UTF-8 path {}", p.display()))
+}

@@ -1,0 +1,23 @@
+//! The built-in policies as Wasm components, compiled from the crates under
+//! `policies/` by this crate's build script (one command builds them all:
+//! building this crate).
+//!
+//! ```
+//! let fifo = arbiter_policies::get("fifo").expect("fifo is built in");
+//! assert_eq!(&fifo[..4], b"\0asm");
+//! ```
+
+include!(concat!(env!("OUT_DIR"), "/builtin.rs"));
+
+/// The component bytes of a built-in policy.
+pub fn get(name: &str) -> Option<&'static [u8]> {
+    BUILTIN
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, bytes)| *bytes)
+}
+
+/// Names of the built-in policies.
+pub fn names() -> impl Iterator<Item = &'static str> {
+    BUILTIN.iter().map(|(n, _)| *n)
+}

@@ -1,0 +1,802 @@
+//! The cluster mirror: snapshot + deltas → a queryable view.
+//!
+//! The host keeps its own truth in exactly this structure and feeds every
+//! change through [`Cluster::apply_event`], the same state machine a guest
+//! runs on the deltas it receives. That is what keeps a policy's mirror and
+//! the host's state in step: there is one implementation of the index rules
+//! and of the resource accounting.
+
+use crate::model::*;
+use std::ops::Range;
+
+/// Why a snapshot or delta could not be applied to the mirror.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MirrorError {
+    /// The delta starts from another epoch than the mirror is at.
+    EpochMismatch { mirror: u64, delta_base: u64 },
+    /// Column lengths of a snapshot disagree.
+    Ragged(&'static str),
+    /// An event or snapshot names an index that does not exist.
+    OutOfRange {
+        what: &'static str,
+        index: u64,
+        len: u64,
+    },
+    /// An event is inconsistent with the state (e.g. a GPU used twice).
+    Inconsistent(String),
+}
+
+impl core::fmt::Display for MirrorError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            MirrorError::EpochMismatch { mirror, delta_base } => {
+                write!(
+                    f,
+                    "delta for epoch {delta_base} but the mirror is at epoch {mirror}"
+                )
+            }
+            MirrorError::Ragged(table) => write!(f, "columns of `{table}` have different lengths"),
+            MirrorError::OutOfRange { what, index, len } => {
+                write!(f, "{what} index {index} out of range (len {len})")
+            }
+            MirrorError::Inconsistent(msg) => write!(f, "inconsistent state: {msg}"),
+        }
+    }
+}
+
+impl std::error::Error for MirrorError {}
+
+/// Slot marker for GPU models that are not in the snapshot's model table.
+const NO_MODEL_SLOT: u8 = u8::MAX;
+
+/// The cluster state, as a set of dense columnar tables.
+#[derive(Clone, Debug, Default)]
+pub struct Cluster {
+    epoch: u64,
+    now_ms: u64,
+    strings: Vec<String>,
+    gpu_models: Vec<u32>,
+    pub(crate) nodes: NodeColumns,
+    pub(crate) gpus: GpuColumns,
+    /// Per GPU: its model's slot in `gpu_models` (for model masks).
+    gpu_model_slot: Vec<u8>,
+    gpu_utilization: Vec<u8>,
+    gpu_sm_activity: Vec<u8>,
+    pub(crate) jobs: JobColumns,
+    /// Per job: its running workers.
+    pub(crate) job_workers: Vec<Vec<WorkerPlacement>>,
+    /// Per job: the nodes it holds a reservation on.
+    pub(crate) job_reserved: Vec<Vec<u32>>,
+    /// Per node: the job that reserved it, as `job index + 1` (0 = none).
+    pub(crate) node_reserved_by: Vec<u32>,
+}
+
+fn check_len(table: &'static str, expected: usize, lens: &[usize]) -> Result<(), MirrorError> {
+    if lens.iter().all(|&l| l == expected) {
+        Ok(())
+    } else {
+        Err(MirrorError::Ragged(table))
+    }
+}
+
+fn in_range(what: &'static str, index: u32, len: usize) -> Result<usize, MirrorError> {
+    let i = index as usize;
+    if i < len {
+        Ok(i)
+    } else {
+        Err(MirrorError::OutOfRange {
+            what,
+            index: u64::from(index),
+            len: len as u64,
+        })
+    }
+}
+
+impl Cluster {
+    /// An empty cluster at epoch 0.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Builds the mirror from a full snapshot, checking its consistency.
+    pub fn from_snapshot(s: Snapshot) -> Result<Self, MirrorError> {
+        let n = s.nodes.name.len();
+        let nc = &s.nodes;
+        check_len(
+            "nodes",
+            n,
+            &[
+                nc.pool.len(),
+                nc.state.len(),
+                nc.cpu_milli.len(),
+                nc.memory_mib.len(),
+                nc.cpu_used_milli.len(),
+                nc.memory_used_mib.len(),
+                nc.first_gpu.len(),
+                nc.gpu_count.len(),
+                nc.on_loan.len(),
+            ],
+        )?;
+        let g = s.gpus.node.len();
+        let gc = &s.gpus;
+        check_len(
+            "gpus",
+            g,
+            &[
+                gc.model.len(),
+                gc.memory_mib.len(),
+                gc.milli_used.len(),
+                gc.memory_used_mib.len(),
+            ],
+        )?;
+        let j = s.jobs.name.len();
+        let jc = &s.jobs;
+        check_len(
+            "jobs",
+            j,
+            &[
+                jc.tenant.len(),
+                jc.phase.len(),
+                jc.kind.len(),
+                jc.qos.len(),
+                jc.priority.len(),
+                jc.workers.len(),
+                jc.min_workers.len(),
+                jc.max_workers.len(),
+                jc.cpu_milli.len(),
+                jc.memory_mib.len(),
+                jc.gpus_per_worker.len(),
+                jc.gpu_milli.len(),
+                jc.gpu_memory_mib.len(),
+                jc.gpu_model_mask.len(),
+                jc.submit_ms.len(),
+                jc.estimate_ms.len(),
+                jc.deadline_ms.len(),
+                jc.checkpointed.len(),
+            ],
+        )?;
+        let pc = &s.placements;
+        check_len(
+            "placements",
+            pc.job.len(),
+            &[pc.node.len(), pc.gpu_start.len(), pc.gpu_len.len()],
+        )?;
+        for node in 0..n {
+            let first = nc.first_gpu[node] as usize;
+            let end = first + nc.gpu_count[node] as usize;
+            if end > g {
+                return Err(MirrorError::OutOfRange {
+                    what: "node gpu range",
+                    index: end as u64,
+                    len: g as u64,
+                });
+            }
+            if gc.node[first..end]
+                .iter()
+                .any(|&owner| owner as usize != node)
+            {
+                return Err(MirrorError::Inconsistent(format!(
+                    "GPUs of node {node} are not contiguous"
+                )));
+            }
+        }
+        let mut job_workers = vec![Vec::new(); j];
+        for w in 0..pc.job.len() {
+            let job = in_range("placement job", pc.job[w], j)?;
+            let node = in_range("placement node", pc.node[w], n)?;
+            let start = pc.gpu_start[w] as usize;
+            let end = start + pc.gpu_len[w] as usize;
+            if end > pc.gpus.len() {
+                return Err(MirrorError::OutOfRange {
+                    what: "placement gpus",
+                    index: end as u64,
+                    len: pc.gpus.len() as u64,
+                });
+            }
+            let gpus = pc.gpus[start..end].to_vec();
+            for &gpu in &gpus {
+                in_range("placement gpu", gpu, g)?;
+            }
+            job_workers[job].push(WorkerPlacement {
+                node: node as u32,
+                gpus,
+            });
+        }
+        let mut cluster = Cluster {
+            epoch: s.epoch,
+            now_ms: s.now_ms,
+            strings: s.strings,
+            gpu_models: s.gpu_models,
+            nodes: s.nodes,
+            gpus: s.gpus,
+            gpu_model_slot: Vec::new(),
+            gpu_utilization: vec![0; g],
+            gpu_sm_activity: vec![0; g],
+            jobs: s.jobs,
+            job_workers,
+            job_reserved: vec![Vec::new(); j],
+            node_reserved_by: vec![0; n],
+        };
+        cluster.gpu_model_slot = cluster
+            .gpus
+            .model
+            .iter()
+            .map(|&m| cluster.slot_of_model(m))
+            .collect();
+        Ok(cluster)
+    }
+
+    /// The full snapshot of this state (what the host sends on resync).
+    pub fn to_snapshot(&self) -> Snapshot {
+        let mut placements = PlacementColumns::default();
+        for (job, workers) in self.job_workers.iter().enumerate() {
+            for w in workers {
+                placements.job.push(job as u32);
+                placements.node.push(w.node);
+                placements.gpu_start.push(placements.gpus.len() as u32);
+                placements.gpu_len.push(w.gpus.len() as u8);
+                placements.gpus.extend_from_slice(&w.gpus);
+            }
+        }
+        Snapshot {
+            epoch: self.epoch,
+            now_ms: self.now_ms,
+            strings: self.strings.clone(),
+            gpu_models: self.gpu_models.clone(),
+            nodes: self.nodes.clone(),
+            gpus: self.gpus.clone(),
+            jobs: self.jobs.clone(),
+            placements,
+        }
+    }
+
+    fn slot_of_model(&self, model: u32) -> u8 {
+        self.gpu_models
+            .iter()
+            .position(|&m| m == model)
+            .filter(|&slot| slot < 64)
+            .map_or(NO_MODEL_SLOT, |slot| slot as u8)
+    }
+
+    /// Applies a delta; its base epoch must be the mirror's epoch.
+    pub fn apply(&mut self, delta: &Delta) -> Result<(), MirrorError> {
+        if delta.base_epoch != self.epoch {
+            return Err(MirrorError::EpochMismatch {
+                mirror: self.epoch,
+                delta_base: delta.base_epoch,
+            });
+        }
+        for event in &delta.events {
+            self.apply_event(event)?;
+        }
+        self.epoch = delta.epoch;
+        self.now_ms = delta.now_ms;
+        Ok(())
+    }
+
+    /// Moves the mirror to a new epoch (the host does this after a round's events).
+    pub fn set_epoch(&mut self, epoch: u64, now_ms: u64) {
+        self.epoch = epoch;
+        self.now_ms = now_ms;
+    }
+
+    /// Applies one event. On error the mirror is unchanged.
+    pub fn apply_event(&mut self, event: &Event) -> Result<(), MirrorError> {
+        match event {
+            Event::StringsAdded(strings) => self.strings.extend(strings.iter().cloned()),
+            Event::GpuModelsAdded(models) => {
+                self.gpu_models.extend_from_slice(models);
+                let slots: Vec<u8> = self
+                    .gpus
+                    .model
+                    .iter()
+                    .map(|&m| self.slot_of_model(m))
+                    .collect();
+                self.gpu_model_slot = slots;
+            }
+            Event::NodeAdded(spec) => self.add_node(spec),
+            Event::NodeStateChanged(node, state) => {
+                let n = in_range("node", *node, self.node_count())?;
+                self.nodes.state[n] = *state;
+            }
+            Event::NodeLoanChanged(node, on_loan) => {
+                let n = in_range("node", *node, self.node_count())?;
+                self.nodes.on_loan[n] = *on_loan;
+            }
+            Event::JobAdded(spec) => self.add_job(spec),
+            Event::JobRemoved(job) => {
+                let j = in_range("job", *job, self.job_count())?;
+                self.release_job(j);
+                self.clear_reservation(j);
+                self.swap_remove_job(j);
+            }
+            Event::JobPlaced(job, workers) => {
+                let j = in_range("job", *job, self.job_count())?;
+                self.check_workers(workers)?;
+                self.release_job(j);
+                self.clear_reservation(j);
+                for w in workers {
+                    self.charge_worker(j, w, true);
+                }
+                self.job_workers[j] = workers.clone();
+                self.jobs.phase[j] = job_phase::RUNNING;
+                self.jobs.workers[j] = workers.len() as u32;
+            }
+            Event::JobEvicted(job) => {
+                let j = in_range("job", *job, self.job_count())?;
+                self.release_job(j);
+                self.jobs.phase[j] = job_phase::PENDING;
+            }
+            Event::JobQosChanged(job, qos) => {
+                let j = in_range("job", *job, self.job_count())?;
+                self.jobs.qos[j] = *qos;
+            }
+            Event::JobReserved(job, nodes) => {
+                let j = in_range("job", *job, self.job_count())?;
+                for &node in nodes {
+                    in_range("node", node, self.node_count())?;
+                }
+                self.clear_reservation(j);
+                for &node in nodes {
+                    self.node_reserved_by[node as usize] = j as u32 + 1;
+                }
+                self.job_reserved[j] = nodes.clone();
+                if !nodes.is_empty() && self.jobs.phase[j] == job_phase::PENDING {
+                    self.jobs.phase[j] = job_phase::RESERVED;
+                } else if nodes.is_empty() && self.jobs.phase[j] == job_phase::RESERVED {
+                    self.jobs.phase[j] = job_phase::PENDING;
+                }
+            }
+            Event::GpuMetrics(metrics) => {
+                for m in metrics {
+                    in_range("gpu", m.gpu, self.gpu_count())?;
+                }
+                for m in metrics {
+                    let g = m.gpu as usize;
+                    self.gpu_utilization[g] = m.utilization_pct;
+                    self.gpu_sm_activity[g] = m.sm_activity_pct;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn add_node(&mut self, spec: &NodeSpec) {
+        let node = self.node_count() as u32;
+        let first_gpu = self.gpu_count() as u32;
+        let n = &mut self.nodes;
+        n.name.push(spec.name);
+        n.pool.push(spec.pool);
+        n.state.push(node_state::READY);
+        n.cpu_milli.push(spec.cpu_milli);
+        n.memory_mib.push(spec.memory_mib);
+        n.cpu_used_milli.push(0);
+        n.memory_used_mib.push(0);
+        n.first_gpu.push(first_gpu);
+        n.gpu_count.push(spec.gpu_count);
+        n.on_loan.push(spec.on_loan);
+        let slot = self.slot_of_model(spec.gpu_model);
+        for _ in 0..spec.gpu_count {
+            self.gpus.node.push(node);
+            self.gpus.model.push(spec.gpu_model);
+            self.gpus.memory_mib.push(spec.gpu_memory_mib);
+            self.gpus.milli_used.push(0);
+            self.gpus.memory_used_mib.push(0);
+            self.gpu_model_slot.push(slot);
+            self.gpu_utilization.push(0);
+            self.gpu_sm_activity.push(0);
+        }
+        self.node_reserved_by.push(0);
+    }
+
+    fn add_job(&mut self, s: &JobSpec) {
+        let j = &mut self.jobs;
+        j.name.push(s.name);
+        j.tenant.push(s.tenant);
+        j.phase.push(job_phase::PENDING);
+        j.kind.push(s.kind);
+        j.qos.push(s.qos);
+        j.priority.push(s.priority);
+        j.workers.push(s.workers);
+        j.min_workers.push(s.min_workers);
+        j.max_workers.push(s.max_workers);
+        j.cpu_milli.push(s.cpu_milli);
+        j.memory_mib.push(s.memory_mib);
+        j.gpus_per_worker.push(s.gpus_per_worker);
+        j.gpu_milli.push(s.gpu_milli);
+        j.gpu_memory_mib.push(s.gpu_memory_mib);
+        j.gpu_model_mask.push(s.gpu_model_mask);
+        j.submit_ms.push(s.submit_ms);
+        j.estimate_ms.push(s.estimate_ms);
+        j.deadline_ms.push(s.deadline_ms);
+        j.checkpointed.push(s.checkpointed);
+        self.job_workers.push(Vec::new());
+        self.job_reserved.push(Vec::new());
+    }
+
+    fn swap_remove_job(&mut self, j: usize) {
+        let last = self.job_count() - 1;
+        let jc = &mut self.jobs;
+        jc.name.swap_remove(j);
+        jc.tenant.swap_remove(j);
+        jc.phase.swap_remove(j);
+        jc.kind.swap_remove(j);
+        jc.qos.swap_remove(j);
+        jc.priority.swap_remove(j);
+        jc.workers.swap_remove(j);
+        jc.min_workers.swap_remove(j);
+        jc.max_workers.swap_remove(j);
+        jc.cpu_milli.swap_remove(j);
+        jc.memory_mib.swap_remove(j);
+        jc.gpus_per_worker.swap_remove(j);
+        jc.gpu_milli.swap_remove(j);
+        jc.gpu_memory_mib.swap_remove(j);
+        jc.gpu_model_mask.swap_remove(j);
+        jc.submit_ms.swap_remove(j);
+        jc.estimate_ms.swap_remove(j);
+        jc.deadline_ms.swap_remove(j);
+        jc.checkpointed.swap_remove(j);
+        self.job_workers.swap_remove(j);
+        self.job_reserved.swap_remove(j);
+        if j != last {
+            for &node in &self.job_reserved[j] {
+                self.node_reserved_by[node as usize] = j as u32 + 1;
+            }
+        }
+    }
+
+    fn check_workers(&self, workers: &[WorkerPlacement]) -> Result<(), MirrorError> {
+        for w in workers {
+            in_range("node", w.node, self.node_count())?;
+            for &gpu in &w.gpus {
+                in_range("gpu", gpu, self.gpu_count())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds (`charge`) or removes one worker's resources from the books.
+    fn charge_worker(&mut self, j: usize, w: &WorkerPlacement, charge: bool) {
+        let n = w.node as usize;
+        let cpu = self.jobs.cpu_milli[j];
+        let mem = self.jobs.memory_mib[j];
+        let update = |v: &mut u32, amount: u32| {
+            *v = if charge {
+                v.saturating_add(amount)
+            } else {
+                v.saturating_sub(amount)
+            };
+        };
+        update(&mut self.nodes.cpu_used_milli[n], cpu);
+        update(&mut self.nodes.memory_used_mib[n], mem);
+        for &gpu in &w.gpus {
+            let g = gpu as usize;
+            let (milli, gmem) = self.worker_gpu_share(j, g);
+            update(&mut self.gpus.milli_used[g], milli);
+            update(&mut self.gpus.memory_used_mib[g], gmem);
+        }
+    }
+
+    fn release_job(&mut self, j: usize) {
+        let workers = std::mem::take(&mut self.job_workers[j]);
+        for w in &workers {
+            self.charge_worker(j, w, false);
+        }
+    }
+
+    fn clear_reservation(&mut self, j: usize) {
+        for node in std::mem::take(&mut self.job_reserved[j]) {
+            if self.node_reserved_by[node as usize] == j as u32 + 1 {
+                self.node_reserved_by[node as usize] = 0;
+            }
+        }
+        if self.jobs.phase[j] == job_phase::RESERVED {
+            self.jobs.phase[j] = job_phase::PENDING;
+        }
+    }
+
+    /// What one worker of job `j` takes from GPU `g`.
+    pub(crate) fn worker_gpu_share(&self, j: usize, g: usize) -> (u32, u32) {
+        gpu_share(
+            self.jobs.gpus_per_worker[j],
+            self.jobs.gpu_milli[j],
+            self.jobs.gpu_memory_mib[j],
+            self.gpus.memory_mib[g],
+        )
+    }
+
+    // ---- queries ----
+
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+    pub fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+    pub fn node_count(&self) -> usize {
+        self.nodes.name.len()
+    }
+    pub fn gpu_count(&self) -> usize {
+        self.gpus.node.len()
+    }
+    pub fn job_count(&self) -> usize {
+        self.jobs.name.len()
+    }
+    /// An interned string; unknown ids give `""`.
+    pub fn string(&self, id: u32) -> &str {
+        self.strings.get(id as usize).map_or("", String::as_str)
+    }
+    pub fn strings(&self) -> &[String] {
+        &self.strings
+    }
+    pub fn gpu_models(&self) -> &[u32] {
+        &self.gpu_models
+    }
+    pub fn node(&self, index: u32) -> Node<'_> {
+        Node {
+            cluster: self,
+            index,
+        }
+    }
+    pub fn gpu(&self, index: u32) -> Gpu<'_> {
+        Gpu {
+            cluster: self,
+            index,
+        }
+    }
+    pub fn job(&self, index: u32) -> Job<'_> {
+        Job {
+            cluster: self,
+            index,
+        }
+    }
+    pub fn nodes(&self) -> impl Iterator<Item = Node<'_>> + '_ {
+        (0..self.node_count() as u32).map(|i| self.node(i))
+    }
+    pub fn jobs(&self) -> impl Iterator<Item = Job<'_>> + '_ {
+        (0..self.job_count() as u32).map(|i| self.job(i))
+    }
+    /// Jobs waiting to start (pending or holding a reservation).
+    pub fn pending_jobs(&self) -> impl Iterator<Item = Job<'_>> + '_ {
+        self.jobs().filter(|j| j.is_pending())
+    }
+    pub fn running_jobs(&self) -> impl Iterator<Item = Job<'_>> + '_ {
+        self.jobs().filter(|j| j.phase() == job_phase::RUNNING)
+    }
+    /// Raw columns, for policies that want to vectorise.
+    pub fn node_columns(&self) -> &NodeColumns {
+        &self.nodes
+    }
+    pub fn gpu_columns(&self) -> &GpuColumns {
+        &self.gpus
+    }
+    pub fn job_columns(&self) -> &JobColumns {
+        &self.jobs
+    }
+    /// The job that holds a reservation on `node`, if any.
+    pub fn reserved_by(&self, node: u32) -> Option<u32> {
+        match self.node_reserved_by.get(node as usize) {
+            Some(&r) if r > 0 => Some(r - 1),
+            _ => None,
+        }
+    }
+    /// Whether `model` (its GPU's slot) is allowed for job `j`.
+    pub(crate) fn gpu_allowed_for(&self, j: usize, g: usize) -> bool {
+        let slot = self.gpu_model_slot[g];
+        model_allowed(
+            self.jobs.gpu_model_mask[j],
+            (slot != NO_MODEL_SLOT).then_some(slot as usize),
+        )
+    }
+}
+
+/// A node of the mirror.
+#[derive(Clone, Copy)]
+pub struct Node<'a> {
+    cluster: &'a Cluster,
+    index: u32,
+}
+
+impl<'a> Node<'a> {
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+    fn i(&self) -> usize {
+        self.index as usize
+    }
+    pub fn name(&self) -> &'a str {
+        self.cluster.string(self.cluster.nodes.name[self.i()])
+    }
+    pub fn pool(&self) -> &'a str {
+        self.cluster.string(self.cluster.nodes.pool[self.i()])
+    }
+    pub fn state(&self) -> u8 {
+        self.cluster.nodes.state[self.i()]
+    }
+    pub fn is_ready(&self) -> bool {
+        self.state() == node_state::READY
+    }
+    pub fn on_loan(&self) -> bool {
+        self.cluster.nodes.on_loan[self.i()]
+    }
+    pub fn cpu_milli(&self) -> u32 {
+        self.cluster.nodes.cpu_milli[self.i()]
+    }
+    pub fn memory_mib(&self) -> u32 {
+        self.cluster.nodes.memory_mib[self.i()]
+    }
+    pub fn cpu_free_milli(&self) -> u32 {
+        self.cpu_milli()
+            .saturating_sub(self.cluster.nodes.cpu_used_milli[self.i()])
+    }
+    pub fn memory_free_mib(&self) -> u32 {
+        self.memory_mib()
+            .saturating_sub(self.cluster.nodes.memory_used_mib[self.i()])
+    }
+    /// Dense indices of the node's GPUs.
+    pub fn gpu_range(&self) -> Range<u32> {
+        let first = self.cluster.nodes.first_gpu[self.i()];
+        first..first + self.cluster.nodes.gpu_count[self.i()]
+    }
+    pub fn gpus(&self) -> impl Iterator<Item = Gpu<'a>> + 'a {
+        let cluster = self.cluster;
+        self.gpu_range().map(move |g| cluster.gpu(g))
+    }
+    /// Unallocated milli-GPU summed over the node's GPUs.
+    pub fn gpu_free_milli(&self) -> u32 {
+        self.gpus().map(|g| g.free_milli()).sum()
+    }
+}
+
+/// A GPU of the mirror.
+#[derive(Clone, Copy)]
+pub struct Gpu<'a> {
+    cluster: &'a Cluster,
+    index: u32,
+}
+
+impl<'a> Gpu<'a> {
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+    fn i(&self) -> usize {
+        self.index as usize
+    }
+    pub fn node(&self) -> u32 {
+        self.cluster.gpus.node[self.i()]
+    }
+    pub fn model(&self) -> &'a str {
+        self.cluster.string(self.cluster.gpus.model[self.i()])
+    }
+    pub fn memory_mib(&self) -> u32 {
+        self.cluster.gpus.memory_mib[self.i()]
+    }
+    pub fn milli_used(&self) -> u32 {
+        self.cluster.gpus.milli_used[self.i()]
+    }
+    pub fn free_milli(&self) -> u32 {
+        FULL_GPU_MILLI.saturating_sub(self.milli_used())
+    }
+    pub fn memory_free_mib(&self) -> u32 {
+        self.memory_mib()
+            .saturating_sub(self.cluster.gpus.memory_used_mib[self.i()])
+    }
+    pub fn utilization_pct(&self) -> u8 {
+        self.cluster.gpu_utilization[self.i()]
+    }
+    pub fn sm_activity_pct(&self) -> u8 {
+        self.cluster.gpu_sm_activity[self.i()]
+    }
+}
+
+/// A job of the mirror.
+#[derive(Clone, Copy)]
+pub struct Job<'a> {
+    cluster: &'a Cluster,
+    index: u32,
+}
+
+impl<'a> Job<'a> {
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+    fn i(&self) -> usize {
+        self.index as usize
+    }
+    fn cols(&self) -> &'a JobColumns {
+        &self.cluster.jobs
+    }
+    pub fn name(&self) -> &'a str {
+        self.cluster.string(self.cols().name[self.i()])
+    }
+    pub fn tenant(&self) -> &'a str {
+        self.cluster.string(self.cols().tenant[self.i()])
+    }
+    pub fn tenant_id(&self) -> u32 {
+        self.cols().tenant[self.i()]
+    }
+    pub fn phase(&self) -> u8 {
+        self.cols().phase[self.i()]
+    }
+    pub fn is_pending(&self) -> bool {
+        matches!(self.phase(), job_phase::PENDING | job_phase::RESERVED)
+    }
+    pub fn is_running(&self) -> bool {
+        self.phase() == job_phase::RUNNING
+    }
+    pub fn kind(&self) -> u8 {
+        self.cols().kind[self.i()]
+    }
+    pub fn qos(&self) -> u8 {
+        self.cols().qos[self.i()]
+    }
+    pub fn priority(&self) -> i32 {
+        self.cols().priority[self.i()]
+    }
+    /// Workers the job asks for (or runs with, once running).
+    pub fn workers(&self) -> u32 {
+        self.cols().workers[self.i()]
+    }
+    pub fn min_workers(&self) -> u32 {
+        self.cols().min_workers[self.i()]
+    }
+    pub fn max_workers(&self) -> u32 {
+        self.cols().max_workers[self.i()]
+    }
+    pub fn is_elastic(&self) -> bool {
+        self.min_workers() < self.max_workers()
+    }
+    pub fn cpu_milli(&self) -> u32 {
+        self.cols().cpu_milli[self.i()]
+    }
+    pub fn memory_mib(&self) -> u32 {
+        self.cols().memory_mib[self.i()]
+    }
+    pub fn gpus_per_worker(&self) -> u32 {
+        self.cols().gpus_per_worker[self.i()]
+    }
+    pub fn gpu_milli(&self) -> u32 {
+        self.cols().gpu_milli[self.i()]
+    }
+    /// Whether each worker wants a fraction of one GPU.
+    pub fn is_fractional(&self) -> bool {
+        self.gpus_per_worker() == 1 && self.gpu_milli() > 0 && self.gpu_milli() < FULL_GPU_MILLI
+    }
+    /// Total GPU demand at `workers` workers, in milli-GPU.
+    pub fn gpu_demand_milli(&self) -> u64 {
+        let per_worker = if self.is_fractional() {
+            u64::from(self.gpu_milli())
+        } else {
+            u64::from(self.gpus_per_worker()) * u64::from(FULL_GPU_MILLI)
+        };
+        per_worker * u64::from(self.workers())
+    }
+    pub fn gpu_model_mask(&self) -> u64 {
+        self.cols().gpu_model_mask[self.i()]
+    }
+    pub fn submit_ms(&self) -> u64 {
+        self.cols().submit_ms[self.i()]
+    }
+    /// Estimated run time, `None` if unknown.
+    pub fn estimate_ms(&self) -> Option<u64> {
+        Some(self.cols().estimate_ms[self.i()]).filter(|&e| e > 0)
+    }
+    pub fn deadline_ms(&self) -> Option<u64> {
+        Some(self.cols().deadline_ms[self.i()]).filter(|&d| d > 0)
+    }
+    pub fn checkpointed(&self) -> bool {
+        self.cols().checkpointed[self.i()]
+    }
+    /// The job's running workers.
+    pub fn placement(&self) -> &'a [WorkerPlacement] {
+        &self.cluster.job_workers[self.i()]
+    }
+    /// Nodes reserved for this job.
+    pub fn reserved_nodes(&self) -> &'a [u32] {
+        &self.cluster.job_reserved[self.i()]
+    }
+    /// Whether GPU `gpu`'s model is allowed for this job.
+    pub fn allows_gpu(&self, gpu: u32) -> bool {
+        self.cluster.gpu_allowed_for(self.i(), gpu as usize)
+    }
+}

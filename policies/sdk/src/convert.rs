@@ -1,0 +1,134 @@
+//! Conversions between [`crate::model`] and generated WIT bindings.
+//!
+//! Both `wit-bindgen` (in guests) and `wasmtime::component::bindgen!` (in the
+//! host) generate types named and shaped exactly like the WIT. The macro
+//! [`wit_conversions!`](crate::wit_conversions) writes the `From` impls in
+//! both directions once, for whichever generated module `wit` names at the
+//! call site, so the guest and the host cannot disagree on a field.
+
+/// Field-level conversion used by [`wit_conversions!`](crate::wit_conversions).
+pub trait Conv<T> {
+    fn conv(self) -> T;
+}
+
+macro_rules! identity_conv {
+    ($($t:ty),*) => { $(impl Conv<$t> for $t { #[inline] fn conv(self) -> $t { self } })* };
+}
+identity_conv!(u8, u16, u32, u64, i32, i64, f32, f64, bool, String);
+
+impl<A: Conv<B>, B> Conv<Vec<B>> for Vec<A> {
+    #[inline]
+    fn conv(self) -> Vec<B> {
+        self.into_iter().map(Conv::conv).collect()
+    }
+}
+
+/// Implements `From` both ways between `$crate::model` and a generated
+/// `types` module that must be in scope as `wit` at the call site.
+#[macro_export]
+macro_rules! wit_conversions {
+    () => {
+        $crate::__wit_records! {
+            NodeColumns { name, pool, state, cpu_milli, memory_mib, cpu_used_milli, memory_used_mib, first_gpu, gpu_count, on_loan }
+            GpuColumns { node, model, memory_mib, milli_used, memory_used_mib }
+            JobColumns { name, tenant, phase, kind, qos, priority, workers, min_workers, max_workers, cpu_milli,
+                memory_mib, gpus_per_worker, gpu_milli, gpu_memory_mib, gpu_model_mask, submit_ms, estimate_ms,
+                deadline_ms, checkpointed }
+            WorkerPlacement { node, gpus }
+            PlacementColumns { job, node, gpu_start, gpu_len, gpus }
+            Snapshot { epoch, now_ms, strings, gpu_models, nodes, gpus, jobs, placements }
+            NodeSpec { name, pool, cpu_milli, memory_mib, gpu_model, gpu_memory_mib, gpu_count, on_loan }
+            JobSpec { name, tenant, kind, qos, priority, workers, min_workers, max_workers, cpu_milli, memory_mib,
+                gpus_per_worker, gpu_milli, gpu_memory_mib, gpu_model_mask, submit_ms, estimate_ms, deadline_ms,
+                checkpointed }
+            GpuMetric { gpu, utilization_pct, sm_activity_pct, memory_used_mib }
+            Delta { base_epoch, epoch, now_ms, events }
+            RoundInfo { epoch, now_ms, max_decisions }
+            ReclaimRequest { epoch, candidates, count }
+            ReclaimPlan { nodes, decisions }
+            WorkloadProfile { job, utilization_pct, sm_activity_pct, memory_mib, throughput }
+            MatchRequest { epoch, online, offline, profiles }
+            Pairing { online, offline, sm_percent }
+            GpuStatus { index, utilization_pct, sm_activity_pct, sm_clock_mhz, max_sm_clock_mhz, memory_used_mib,
+                memory_total_mib, health }
+            WorkloadStatus { id, gpu, role, memory_used_mib, memory_limit_mib, compute_share, launches,
+                pacing_delay_us, iteration_ms, frozen }
+            NodeView { now_ms, gpus, workloads }
+            TenantJob { position, name, gpus, priority, submit_ms, estimate_ms, deadline_ms, running }
+            TenantView { now_ms, tenant, gpu_quota, gpus_in_use, jobs }
+            TenantVerdict { order, hold }
+            Manifest { name, version, roles, description, default_config }
+        }
+        $crate::__wit_variant! { Event {
+            StringsAdded(a), GpuModelsAdded(a), NodeAdded(a), JobAdded(a), JobRemoved(a), JobEvicted(a),
+            GpuMetrics(a);
+            NodeStateChanged(a, b), NodeLoanChanged(a, b), JobPlaced(a, b), JobQosChanged(a, b), JobReserved(a, b)
+        } }
+        $crate::__wit_variant! { Decision {
+            Unreserve(a), Preempt(a);
+            Place(a, b), Reserve(a, b), ScaleOut(a, b), ScaleIn(a, b), SetQos(a, b), Migrate(a, b)
+        } }
+        $crate::__wit_variant! { NodeAction {
+            Freeze(a), Resume(a), Evict(a);
+            SetMemoryLimit(a, b), SetComputeShare(a, b), SetMpsThreadPct(a, b), SetHealth(a, b)
+        } }
+        $crate::__wit_variant! { PolicyError { Stale(a), Unsupported(a), Failed(a); } }
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __wit_records {
+    ($( $name:ident { $($field:ident),* $(,)? } )*) => { $(
+        impl From<$crate::model::$name> for wit::$name {
+            fn from(v: $crate::model::$name) -> Self {
+                wit::$name { $($field: $crate::convert::Conv::conv(v.$field)),* }
+            }
+        }
+        impl From<wit::$name> for $crate::model::$name {
+            fn from(v: wit::$name) -> Self {
+                $crate::model::$name { $($field: $crate::convert::Conv::conv(v.$field)),* }
+            }
+        }
+        impl $crate::convert::Conv<wit::$name> for $crate::model::$name {
+            fn conv(self) -> wit::$name { self.into() }
+        }
+        impl $crate::convert::Conv<$crate::model::$name> for wit::$name {
+            fn conv(self) -> $crate::model::$name { self.into() }
+        }
+    )* };
+}
+
+/// Variants: one-payload cases before `;`, two-payload (tuple) cases after.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __wit_variant {
+    ($name:ident { $($one:ident($a:ident)),* ; $($two:ident($x:ident, $y:ident)),* $(,)? }) => {
+        impl From<$crate::model::$name> for wit::$name {
+            fn from(v: $crate::model::$name) -> Self {
+                match v {
+                    $($crate::model::$name::$one($a) => wit::$name::$one($crate::convert::Conv::conv($a)),)*
+                    $($crate::model::$name::$two($x, $y) => wit::$name::$two((
+                        $crate::convert::Conv::conv($x), $crate::convert::Conv::conv($y)
+                    )),)*
+                }
+            }
+        }
+        impl From<wit::$name> for $crate::model::$name {
+            fn from(v: wit::$name) -> Self {
+                match v {
+                    $(wit::$name::$one($a) => $crate::model::$name::$one($crate::convert::Conv::conv($a)),)*
+                    $(wit::$name::$two(($x, $y)) => $crate::model::$name::$two(
+                        $crate::convert::Conv::conv($x), $crate::convert::Conv::conv($y)
+                    ),)*
+                }
+            }
+        }
+        impl $crate::convert::Conv<wit::$name> for $crate::model::$name {
+            fn conv(self) -> wit::$name { self.into() }
+        }
+        impl $crate::convert::Conv<$crate::model::$name> for wit::$name {
+            fn conv(self) -> $crate::model::$name { self.into() }
+        }
+    };
+}

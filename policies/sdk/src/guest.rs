@@ -1,0 +1,121 @@
+//! The component side: WIT bindings and the exports that forward to a [`Runtime`].
+//!
+//! Compiled only for `wasm32`. A policy crate calls
+//! [`export_policy!`](crate::export_policy); everything here is reached
+//! through that macro.
+
+use crate::model;
+use crate::runtime::{Policy, Runtime};
+use core::any::Any;
+use core::cell::RefCell;
+use core::marker::PhantomData;
+
+#[doc(hidden)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        path: "../../wit",
+        world: "policy",
+        pub_export_macro: true,
+        export_macro_name: "export_policy_world",
+        default_bindings_module: "arbiter_policy_sdk::guest::bindings",
+    });
+}
+
+use bindings::arbiter::policy::types as wit;
+use bindings::exports::arbiter::policy as exports;
+
+crate::wit_conversions!();
+
+thread_local! {
+    // One policy per component; a component instance is single-threaded.
+    static RUNTIME: RefCell<Option<Box<dyn Any>>> = const { RefCell::new(None) };
+}
+
+fn with_runtime<P: Policy, R>(f: impl FnOnce(&mut Runtime<P>) -> R) -> R {
+    RUNTIME.with(|cell| {
+        let taken = cell.borrow_mut().take();
+        let mut runtime = match taken.and_then(|b| b.downcast::<Runtime<P>>().ok()) {
+            Some(runtime) => runtime,
+            None => Box::new(Runtime::<P>::new()),
+        };
+        let out = f(&mut runtime);
+        *cell.borrow_mut() = Some(runtime);
+        out
+    })
+}
+
+/// The type the generated export macro is given: forwards every export to `Runtime<P>`.
+#[doc(hidden)]
+pub struct Export<P>(PhantomData<P>);
+
+fn result<T, U: From<T>>(r: Result<T, model::PolicyError>) -> Result<U, wit::PolicyError> {
+    r.map(Into::into).map_err(Into::into)
+}
+
+impl<P: Policy> exports::meta::Guest for Export<P> {
+    fn describe() -> wit::Manifest {
+        P::manifest().into()
+    }
+    fn configure(config: String) -> Result<(), wit::PolicyError> {
+        with_runtime::<P, _>(|rt| rt.configure(&config)).map_err(Into::into)
+    }
+}
+
+impl<P: Policy> exports::sync::Guest for Export<P> {
+    fn resync(snapshot: wit::Snapshot) -> Result<(), wit::PolicyError> {
+        with_runtime::<P, _>(|rt| rt.resync(snapshot.into())).map_err(Into::into)
+    }
+    fn apply(delta: wit::Delta) -> Result<(), wit::PolicyError> {
+        let delta: model::Delta = delta.into();
+        with_runtime::<P, _>(|rt| rt.apply(&delta)).map_err(Into::into)
+    }
+}
+
+impl<P: Policy> exports::scheduler::Guest for Export<P> {
+    fn schedule(round: wit::RoundInfo) -> Result<Vec<wit::Decision>, wit::PolicyError> {
+        let r = with_runtime::<P, _>(|rt| rt.schedule(round.into()));
+        r.map(|d| d.into_iter().map(Into::into).collect())
+            .map_err(Into::into)
+    }
+}
+
+impl<P: Policy> exports::reclaim::Guest for Export<P> {
+    fn reclaim(request: wit::ReclaimRequest) -> Result<wit::ReclaimPlan, wit::PolicyError> {
+        result(with_runtime::<P, _>(|rt| rt.reclaim(request.into())))
+    }
+}
+
+impl<P: Policy> exports::matcher::Guest for Export<P> {
+    fn match_workloads(request: wit::MatchRequest) -> Result<Vec<wit::Pairing>, wit::PolicyError> {
+        let r = with_runtime::<P, _>(|rt| rt.match_workloads(request.into()));
+        r.map(|d| d.into_iter().map(Into::into).collect())
+            .map_err(Into::into)
+    }
+}
+
+impl<P: Policy> exports::coordinator::Guest for Export<P> {
+    fn tick(view: wit::NodeView) -> Result<Vec<wit::NodeAction>, wit::PolicyError> {
+        let r = with_runtime::<P, _>(|rt| rt.tick(view.into()));
+        r.map(|d| d.into_iter().map(Into::into).collect())
+            .map_err(Into::into)
+    }
+}
+
+impl<P: Policy> exports::tenant::Guest for Export<P> {
+    fn order(view: wit::TenantView) -> Result<wit::TenantVerdict, wit::PolicyError> {
+        result(with_runtime::<P, _>(|rt| rt.order(view.into())))
+    }
+}
+
+/// Log through the host (shows up in the host's `tracing` output).
+pub fn log(level: crate::LogLevel, message: &str) {
+    use bindings::arbiter::policy::host::{self, LogLevel as L};
+    let level = match level {
+        crate::LogLevel::Trace => L::Trace,
+        crate::LogLevel::Debug => L::Debug,
+        crate::LogLevel::Info => L::Info,
+        crate::LogLevel::Warn => L::Warn,
+        crate::LogLevel::Error => L::Error,
+    };
+    host::log(level, message);
+}

@@ -1,0 +1,434 @@
+//! Plain Rust mirror of the types of `wit/policy.wit`.
+//!
+//! Field for field the same as the WIT records, so the guest bindings and the
+//! host's `wasmtime` bindings convert to and from these types by moving
+//! vectors, never by reshaping data. The host uses these types too: a native
+//! policy and a Wasm policy see exactly the same values.
+
+/// `types.node-state` codes.
+pub mod node_state {
+    pub const READY: u8 = 0;
+    pub const CORDONED: u8 = 1;
+    pub const LOST: u8 = 2;
+    pub const RECLAIMING: u8 = 3;
+}
+
+/// `types.job-phase` codes.
+pub mod job_phase {
+    pub const PENDING: u8 = 0;
+    pub const RUNNING: u8 = 1;
+    pub const RESERVED: u8 = 2;
+}
+
+/// `types.qos` codes.
+pub mod qos {
+    pub const GUARANTEED: u8 = 0;
+    pub const OPPORTUNISTIC: u8 = 1;
+    pub const BEST_EFFORT: u8 = 2;
+}
+
+/// `types.job-kind` codes.
+pub mod job_kind {
+    pub const TRAINING: u8 = 0;
+    pub const INFERENCE: u8 = 1;
+}
+
+/// `types.health` codes (MuxFlow SysMonitor states).
+pub mod health {
+    pub const INIT: u8 = 0;
+    pub const HEALTHY: u8 = 1;
+    pub const UNHEALTHY: u8 = 2;
+    pub const OVERLIMIT: u8 = 3;
+    pub const DISABLED: u8 = 4;
+}
+
+/// A whole GPU in milli-GPU.
+pub const FULL_GPU_MILLI: u32 = 1000;
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeColumns {
+    pub name: Vec<u32>,
+    pub pool: Vec<u32>,
+    pub state: Vec<u8>,
+    pub cpu_milli: Vec<u32>,
+    pub memory_mib: Vec<u32>,
+    pub cpu_used_milli: Vec<u32>,
+    pub memory_used_mib: Vec<u32>,
+    pub first_gpu: Vec<u32>,
+    pub gpu_count: Vec<u32>,
+    pub on_loan: Vec<bool>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GpuColumns {
+    pub node: Vec<u32>,
+    pub model: Vec<u32>,
+    pub memory_mib: Vec<u32>,
+    pub milli_used: Vec<u32>,
+    pub memory_used_mib: Vec<u32>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JobColumns {
+    pub name: Vec<u32>,
+    pub tenant: Vec<u32>,
+    pub phase: Vec<u8>,
+    pub kind: Vec<u8>,
+    pub qos: Vec<u8>,
+    pub priority: Vec<i32>,
+    pub workers: Vec<u32>,
+    pub min_workers: Vec<u32>,
+    pub max_workers: Vec<u32>,
+    pub cpu_milli: Vec<u32>,
+    pub memory_mib: Vec<u32>,
+    pub gpus_per_worker: Vec<u32>,
+    pub gpu_milli: Vec<u32>,
+    pub gpu_memory_mib: Vec<u32>,
+    pub gpu_model_mask: Vec<u64>,
+    pub submit_ms: Vec<u64>,
+    pub estimate_ms: Vec<u64>,
+    pub deadline_ms: Vec<u64>,
+    pub checkpointed: Vec<bool>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct WorkerPlacement {
+    pub node: u32,
+    pub gpus: Vec<u32>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PlacementColumns {
+    pub job: Vec<u32>,
+    pub node: Vec<u32>,
+    pub gpu_start: Vec<u32>,
+    pub gpu_len: Vec<u8>,
+    pub gpus: Vec<u32>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    pub epoch: u64,
+    pub now_ms: u64,
+    pub strings: Vec<String>,
+    pub gpu_models: Vec<u32>,
+    pub nodes: NodeColumns,
+    pub gpus: GpuColumns,
+    pub jobs: JobColumns,
+    pub placements: PlacementColumns,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeSpec {
+    pub name: u32,
+    pub pool: u32,
+    pub cpu_milli: u32,
+    pub memory_mib: u32,
+    pub gpu_model: u32,
+    pub gpu_memory_mib: u32,
+    pub gpu_count: u32,
+    pub on_loan: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JobSpec {
+    pub name: u32,
+    pub tenant: u32,
+    pub kind: u8,
+    pub qos: u8,
+    pub priority: i32,
+    pub workers: u32,
+    pub min_workers: u32,
+    pub max_workers: u32,
+    pub cpu_milli: u32,
+    pub memory_mib: u32,
+    pub gpus_per_worker: u32,
+    pub gpu_milli: u32,
+    pub gpu_memory_mib: u32,
+    pub gpu_model_mask: u64,
+    pub submit_ms: u64,
+    pub estimate_ms: u64,
+    pub deadline_ms: u64,
+    pub checkpointed: bool,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpuMetric {
+    pub gpu: u32,
+    pub utilization_pct: u8,
+    pub sm_activity_pct: u8,
+    pub memory_used_mib: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    StringsAdded(Vec<String>),
+    GpuModelsAdded(Vec<u32>),
+    NodeAdded(NodeSpec),
+    NodeStateChanged(u32, u8),
+    NodeLoanChanged(u32, bool),
+    JobAdded(JobSpec),
+    JobRemoved(u32),
+    JobPlaced(u32, Vec<WorkerPlacement>),
+    JobEvicted(u32),
+    JobQosChanged(u32, u8),
+    JobReserved(u32, Vec<u32>),
+    GpuMetrics(Vec<GpuMetric>),
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Delta {
+    pub base_epoch: u64,
+    pub epoch: u64,
+    pub now_ms: u64,
+    pub events: Vec<Event>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Decision {
+    Place(u32, Vec<WorkerPlacement>),
+    Reserve(u32, Vec<u32>),
+    Unreserve(u32),
+    Preempt(u32),
+    ScaleOut(u32, Vec<WorkerPlacement>),
+    ScaleIn(u32, Vec<u32>),
+    SetQos(u32, u8),
+    Migrate(u32, Vec<WorkerPlacement>),
+}
+
+impl Decision {
+    /// The job the decision is about.
+    pub fn job(&self) -> u32 {
+        match self {
+            Decision::Place(j, _)
+            | Decision::Reserve(j, _)
+            | Decision::Unreserve(j)
+            | Decision::Preempt(j)
+            | Decision::ScaleOut(j, _)
+            | Decision::ScaleIn(j, _)
+            | Decision::SetQos(j, _)
+            | Decision::Migrate(j, _) => *j,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RoundInfo {
+    pub epoch: u64,
+    pub now_ms: u64,
+    pub max_decisions: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PolicyError {
+    Stale(u64),
+    Unsupported(String),
+    Failed(String),
+}
+
+impl core::fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            PolicyError::Stale(epoch) => write!(f, "policy mirror is stale (at epoch {epoch})"),
+            PolicyError::Unsupported(role) => write!(f, "role `{role}` is not implemented"),
+            PolicyError::Failed(msg) => write!(f, "policy failed: {msg}"),
+        }
+    }
+}
+
+impl std::error::Error for PolicyError {}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReclaimRequest {
+    pub epoch: u64,
+    pub candidates: Vec<u32>,
+    pub count: u32,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReclaimPlan {
+    pub nodes: Vec<u32>,
+    pub decisions: Vec<Decision>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct WorkloadProfile {
+    pub job: u32,
+    pub utilization_pct: u8,
+    pub sm_activity_pct: u8,
+    pub memory_mib: u32,
+    pub throughput: f32,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MatchRequest {
+    pub epoch: u64,
+    pub online: Vec<u32>,
+    pub offline: Vec<u32>,
+    pub profiles: Vec<WorkloadProfile>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pairing {
+    pub online: u32,
+    pub offline: u32,
+    pub sm_percent: u8,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpuStatus {
+    pub index: u32,
+    pub utilization_pct: u8,
+    pub sm_activity_pct: u8,
+    pub sm_clock_mhz: u32,
+    pub max_sm_clock_mhz: u32,
+    pub memory_used_mib: u32,
+    pub memory_total_mib: u32,
+    pub health: u8,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkloadStatus {
+    pub id: u32,
+    pub gpu: u32,
+    pub role: u8,
+    pub memory_used_mib: u32,
+    pub memory_limit_mib: u32,
+    pub compute_share: u32,
+    pub launches: u64,
+    pub pacing_delay_us: u64,
+    pub iteration_ms: u32,
+    pub frozen: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeView {
+    pub now_ms: u64,
+    pub gpus: Vec<GpuStatus>,
+    pub workloads: Vec<WorkloadStatus>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeAction {
+    SetMemoryLimit(u32, u32),
+    SetComputeShare(u32, u32),
+    SetMpsThreadPct(u32, u8),
+    Freeze(u32),
+    Resume(u32),
+    Evict(u32),
+    SetHealth(u32, u8),
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TenantJob {
+    pub position: u32,
+    pub name: String,
+    pub gpus: u32,
+    pub priority: i32,
+    pub submit_ms: u64,
+    pub estimate_ms: u64,
+    pub deadline_ms: u64,
+    pub running: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TenantView {
+    pub now_ms: u64,
+    pub tenant: String,
+    pub gpu_quota: u32,
+    pub gpus_in_use: u32,
+    pub jobs: Vec<TenantJob>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TenantVerdict {
+    pub order: Vec<u32>,
+    pub hold: Vec<u32>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Manifest {
+    pub name: String,
+    pub version: String,
+    pub roles: Vec<String>,
+    pub description: String,
+    pub default_config: String,
+}
+
+/// The policy roles of the contract.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Role {
+    Scheduler,
+    Reclaim,
+    Matcher,
+    Coordinator,
+    Tenant,
+}
+
+impl Role {
+    pub const ALL: [Role; 5] = [
+        Role::Scheduler,
+        Role::Reclaim,
+        Role::Matcher,
+        Role::Coordinator,
+        Role::Tenant,
+    ];
+
+    /// The role's name in manifests and in the WIT package.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Scheduler => "scheduler",
+            Role::Reclaim => "reclaim",
+            Role::Matcher => "matcher",
+            Role::Coordinator => "coordinator",
+            Role::Tenant => "tenant",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Role> {
+        Role::ALL.into_iter().find(|r| r.as_str() == name)
+    }
+}
+
+impl core::fmt::Display for Role {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What one worker of a job takes from one of its GPUs: (milli-GPU, MiB).
+///
+/// The single definition of GPU accounting: the guest mirror, the round
+/// planner and the host's validator all call this, so they cannot disagree.
+/// A whole-GPU request (`gpus_per_worker > 1` or `gpu_milli >= 1000`) takes
+/// the GPU entirely; a fractional one takes `gpu_milli` and either the
+/// explicit memory or the same fraction of the GPU's memory.
+pub fn gpu_share(
+    gpus_per_worker: u32,
+    gpu_milli: u32,
+    gpu_memory_mib: u32,
+    gpu_total_mib: u32,
+) -> (u32, u32) {
+    if gpus_per_worker != 1 || gpu_milli >= FULL_GPU_MILLI || gpu_milli == 0 {
+        return (FULL_GPU_MILLI, gpu_total_mib);
+    }
+    let memory = if gpu_memory_mib > 0 {
+        gpu_memory_mib
+    } else {
+        ((u64::from(gpu_total_mib) * u64::from(gpu_milli)).div_ceil(u64::from(FULL_GPU_MILLI)))
+            as u32
+    };
+    (gpu_milli, memory)
+}
+
+/// Whether `mask` (a job's `gpu-model-mask`) allows the model at `model_slot`
+/// of the snapshot's `gpu-models` table.
+pub fn model_allowed(mask: u64, model_slot: Option<usize>) -> bool {
+    if mask == 0 {
+        return true;
+    }
+    match model_slot {
+        Some(slot) if slot < 64 => mask & (1u64 << slot) != 0,
+        _ => false,
+    }
+}

@@ -1,0 +1,673 @@
+//! A round's plan: tentative decisions over a [`Cluster`], checked as they are made.
+//!
+//! Policies build their decisions through a `Plan` so two decisions of the
+//! same round cannot claim the same capacity. The host validates whatever a
+//! policy returns by replaying it through a `Plan` too: a decision the plan
+//! refuses here is exactly a decision the host refuses.
+
+use crate::cluster::Cluster;
+use crate::model::*;
+use std::collections::HashMap;
+
+/// Why a decision is impossible.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DecisionError {
+    UnknownJob(u32),
+    UnknownNode(u32),
+    UnknownGpu(u32),
+    /// The job is not in a phase the decision applies to.
+    WrongPhase {
+        job: u32,
+        phase: u8,
+        decision: &'static str,
+    },
+    /// A gang placement with the wrong number of workers.
+    GangSize {
+        job: u32,
+        workers: usize,
+        min: u32,
+        max: u32,
+    },
+    /// A worker got the wrong number of GPUs.
+    GpuCount {
+        job: u32,
+        expected: u32,
+        got: usize,
+    },
+    GpuNotOnNode {
+        gpu: u32,
+        node: u32,
+    },
+    /// The same GPU twice in one worker.
+    DuplicateGpu {
+        job: u32,
+        gpu: u32,
+    },
+    ModelNotAllowed {
+        job: u32,
+        gpu: u32,
+    },
+    NodeNotSchedulable {
+        node: u32,
+        state: u8,
+    },
+    ReservedForOther {
+        node: u32,
+        holder: u32,
+    },
+    /// Not enough of a resource left.
+    Overcommit {
+        resource: &'static str,
+        at: u32,
+        need: u64,
+        free: u64,
+    },
+    QuotaExceeded {
+        job: u32,
+        tenant: u32,
+        need_milli: u64,
+        quota_milli: u64,
+    },
+    BadWorkerIndex {
+        job: u32,
+        worker: u32,
+        workers: usize,
+    },
+    /// Two decisions about the same job in one round.
+    JobAlreadyDecided(u32),
+    TooManyDecisions {
+        limit: u32,
+    },
+    BadQos(u8),
+}
+
+impl core::fmt::Display for DecisionError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        use DecisionError::*;
+        match self {
+            UnknownJob(j) => write!(f, "unknown job index {j}"),
+            UnknownNode(n) => write!(f, "unknown node index {n}"),
+            UnknownGpu(g) => write!(f, "unknown GPU index {g}"),
+            WrongPhase {
+                job,
+                phase,
+                decision,
+            } => {
+                write!(
+                    f,
+                    "`{decision}` is not valid for job {job} in phase {phase}"
+                )
+            }
+            GangSize {
+                job,
+                workers,
+                min,
+                max,
+            } => {
+                write!(
+                    f,
+                    "job {job} is a gang of {min}..={max} workers, got {workers}"
+                )
+            }
+            GpuCount { job, expected, got } => {
+                write!(f, "a worker of job {job} needs {expected} GPUs, got {got}")
+            }
+            GpuNotOnNode { gpu, node } => write!(f, "GPU {gpu} is not on node {node}"),
+            DuplicateGpu { job, gpu } => {
+                write!(f, "GPU {gpu} given twice to a worker of job {job}")
+            }
+            ModelNotAllowed { job, gpu } => {
+                write!(f, "job {job} does not allow the model of GPU {gpu}")
+            }
+            NodeNotSchedulable { node, state } => {
+                write!(f, "node {node} is not schedulable (state {state})")
+            }
+            ReservedForOther { node, holder } => {
+                write!(f, "node {node} is reserved for job {holder}")
+            }
+            Overcommit {
+                resource,
+                at,
+                need,
+                free,
+            } => {
+                write!(
+                    f,
+                    "overcommit of {resource} at {at}: need {need}, free {free}"
+                )
+            }
+            QuotaExceeded {
+                job,
+                tenant,
+                need_milli,
+                quota_milli,
+            } => write!(
+                f,
+                "job {job} would take tenant {tenant} to {need_milli} milli-GPU, quota {quota_milli}"
+            ),
+            BadWorkerIndex {
+                job,
+                worker,
+                workers,
+            } => {
+                write!(f, "job {job} has {workers} workers, no worker {worker}")
+            }
+            JobAlreadyDecided(j) => write!(f, "job {j} already has a decision this round"),
+            TooManyDecisions { limit } => write!(f, "more than {limit} decisions in one round"),
+            BadQos(q) => write!(f, "unknown QoS {q}"),
+        }
+    }
+}
+
+impl std::error::Error for DecisionError {}
+
+/// Tentative state of one round.
+#[derive(Clone)]
+pub struct Plan<'a> {
+    cluster: &'a Cluster,
+    cpu_used: Vec<u32>,
+    memory_used: Vec<u32>,
+    milli_used: Vec<u32>,
+    gpu_memory_used: Vec<u32>,
+    phase: Vec<u8>,
+    /// Workers of jobs whose placement this plan changed.
+    workers: HashMap<u32, Vec<WorkerPlacement>>,
+    decided: Vec<bool>,
+    tenant_quota_milli: HashMap<u32, u64>,
+    tenant_used_milli: HashMap<u32, u64>,
+    max_decisions: u32,
+    decisions: Vec<Decision>,
+}
+
+impl<'a> Plan<'a> {
+    pub fn new(cluster: &'a Cluster) -> Self {
+        Plan {
+            cluster,
+            cpu_used: cluster.nodes.cpu_used_milli.clone(),
+            memory_used: cluster.nodes.memory_used_mib.clone(),
+            milli_used: cluster.gpus.milli_used.clone(),
+            gpu_memory_used: cluster.gpus.memory_used_mib.clone(),
+            phase: cluster.jobs.phase.clone(),
+            workers: HashMap::new(),
+            decided: vec![false; cluster.job_count()],
+            tenant_quota_milli: HashMap::new(),
+            tenant_used_milli: HashMap::new(),
+            max_decisions: u32::MAX,
+            decisions: Vec::new(),
+        }
+    }
+
+    /// Caps the number of decisions (the round's `max-decisions`).
+    pub fn with_max_decisions(mut self, limit: u32) -> Self {
+        self.max_decisions = limit;
+        self
+    }
+
+    /// Enforces GPU quotas (milli-GPU) per tenant string id.
+    pub fn with_tenant_quotas(mut self, quotas: HashMap<u32, u64>) -> Self {
+        let mut used: HashMap<u32, u64> = HashMap::new();
+        for job in self.cluster.running_jobs() {
+            *used.entry(job.tenant_id()).or_default() += job.gpu_demand_milli();
+        }
+        self.tenant_quota_milli = quotas;
+        self.tenant_used_milli = used;
+        self
+    }
+
+    pub fn cluster(&self) -> &'a Cluster {
+        self.cluster
+    }
+    pub fn decisions(&self) -> &[Decision] {
+        &self.decisions
+    }
+    pub fn into_decisions(self) -> Vec<Decision> {
+        self.decisions
+    }
+
+    // ---- tentative capacity ----
+
+    pub fn free_milli(&self, gpu: u32) -> u32 {
+        FULL_GPU_MILLI.saturating_sub(self.milli_used[gpu as usize])
+    }
+    pub fn free_gpu_memory(&self, gpu: u32) -> u32 {
+        self.cluster.gpus.memory_mib[gpu as usize]
+            .saturating_sub(self.gpu_memory_used[gpu as usize])
+    }
+    pub fn free_cpu(&self, node: u32) -> u32 {
+        self.cluster.nodes.cpu_milli[node as usize].saturating_sub(self.cpu_used[node as usize])
+    }
+    pub fn free_memory(&self, node: u32) -> u32 {
+        self.cluster.nodes.memory_mib[node as usize].saturating_sub(self.memory_used[node as usize])
+    }
+    /// Free milli-GPU summed over a node's GPUs.
+    pub fn node_free_milli(&self, node: u32) -> u32 {
+        self.cluster
+            .node(node)
+            .gpu_range()
+            .map(|g| self.free_milli(g))
+            .sum()
+    }
+    pub fn phase(&self, job: u32) -> u8 {
+        self.phase[job as usize]
+    }
+    pub fn is_decided(&self, job: u32) -> bool {
+        self.decided.get(job as usize).copied().unwrap_or(true)
+    }
+
+    /// Whether node `node` can take new work for `job` at all.
+    pub fn node_open_for(&self, job: u32, node: u32) -> bool {
+        let n = self.cluster.node(node);
+        n.is_ready()
+            && self
+                .cluster
+                .reserved_by(node)
+                .is_none_or(|holder| holder == job)
+    }
+
+    /// Whether GPU `gpu` can take one more worker-share of `job`.
+    pub fn gpu_fits(&self, job: u32, gpu: u32) -> bool {
+        let j = job as usize;
+        let g = gpu as usize;
+        if !self.cluster.gpu_allowed_for(j, g) {
+            return false;
+        }
+        let (milli, mem) = self.cluster.worker_gpu_share(j, g);
+        self.free_milli(gpu) >= milli && self.free_gpu_memory(gpu) >= mem
+    }
+
+    /// GPUs of `node` that can take one more worker-share of `job`.
+    pub fn fitting_gpus(&self, job: u32, node: u32) -> impl Iterator<Item = u32> + '_ {
+        self.cluster
+            .node(node)
+            .gpu_range()
+            .filter(move |&g| self.gpu_fits(job, g))
+    }
+
+    /// Whether the node has CPU and memory for one more worker of `job`.
+    pub fn host_resources_fit(&self, job: u32, node: u32) -> bool {
+        let j = self.cluster.job(job);
+        self.free_cpu(node) >= j.cpu_milli() && self.free_memory(node) >= j.memory_mib()
+    }
+
+    /// One worker of `job` on `node` using the first GPUs that fit, if any.
+    pub fn first_fit_worker(&self, job: u32, node: u32) -> Option<WorkerPlacement> {
+        if !self.node_open_for(job, node) || !self.host_resources_fit(job, node) {
+            return None;
+        }
+        let need = self.cluster.job(job).gpus_per_worker() as usize;
+        let gpus: Vec<u32> = self.fitting_gpus(job, node).take(need).collect();
+        (gpus.len() == need).then_some(WorkerPlacement { node, gpus })
+    }
+
+    /// One worker of `job` on the first node (in index order) where it fits.
+    pub fn first_fit_anywhere(&self, job: u32) -> Option<WorkerPlacement> {
+        (0..self.cluster.node_count() as u32).find_map(|node| self.first_fit_worker(job, node))
+    }
+
+    // ---- decisions ----
+
+    /// Places a gang: `choose` is asked for one worker at a time and sees the
+    /// plan with the previous workers already charged. All or nothing.
+    pub fn place_gang(
+        &mut self,
+        job: u32,
+        workers: u32,
+        mut choose: impl FnMut(&Plan<'a>) -> Option<WorkerPlacement>,
+    ) -> Result<(), DecisionError> {
+        let mut chosen = Vec::with_capacity(workers as usize);
+        let mut failure = None;
+        for _ in 0..workers {
+            match choose(self) {
+                Some(w) => {
+                    if let Err(e) = self.check_worker(job, &w) {
+                        failure = Some(e);
+                        break;
+                    }
+                    self.charge(job, &w, true);
+                    chosen.push(w);
+                }
+                None => break,
+            }
+        }
+        for w in &chosen {
+            self.charge(job, w, false);
+        }
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        if chosen.len() as u32 != workers {
+            let j = self.cluster.job(job);
+            return Err(DecisionError::GangSize {
+                job,
+                workers: chosen.len(),
+                min: j.min_workers(),
+                max: j.max_workers(),
+            });
+        }
+        self.apply(Decision::Place(job, chosen))
+    }
+
+    /// Checks a decision against the tentative state and, if possible, takes it.
+    pub fn apply(&mut self, decision: Decision) -> Result<(), DecisionError> {
+        if self.decisions.len() as u64 >= u64::from(self.max_decisions) {
+            return Err(DecisionError::TooManyDecisions {
+                limit: self.max_decisions,
+            });
+        }
+        let job = decision.job();
+        if job as usize >= self.cluster.job_count() {
+            return Err(DecisionError::UnknownJob(job));
+        }
+        if self.decided[job as usize] {
+            return Err(DecisionError::JobAlreadyDecided(job));
+        }
+        match &decision {
+            Decision::Place(_, workers) => {
+                self.expect_phase(job, &[job_phase::PENDING, job_phase::RESERVED], "place")?;
+                self.check_gang(job, workers, false)?;
+                self.check_quota(job, workers.len())?;
+                self.commit_workers(job, workers)?;
+                self.phase[job as usize] = job_phase::RUNNING;
+            }
+            Decision::Migrate(_, workers) => {
+                self.expect_phase(job, &[job_phase::RUNNING], "migrate")?;
+                self.check_gang(job, workers, false)?;
+                let old = self.current_workers(job);
+                for w in &old {
+                    self.charge(job, w, false);
+                }
+                if let Err(e) = self.commit_workers(job, workers) {
+                    for w in &old {
+                        self.charge(job, w, true);
+                    }
+                    return Err(e);
+                }
+            }
+            Decision::ScaleOut(_, added) => {
+                self.expect_phase(job, &[job_phase::RUNNING], "scale-out")?;
+                let mut all = self.current_workers(job);
+                all.extend(added.iter().cloned());
+                self.check_gang(job, &all, true)?;
+                self.check_quota(job, added.len())?;
+                for (i, w) in added.iter().enumerate() {
+                    if let Err(e) = self.check_worker(job, w) {
+                        for done in &added[..i] {
+                            self.charge(job, done, false);
+                        }
+                        return Err(e);
+                    }
+                    self.charge(job, w, true);
+                }
+                self.workers.insert(job, all);
+            }
+            Decision::ScaleIn(_, positions) => {
+                self.expect_phase(job, &[job_phase::RUNNING], "scale-in")?;
+                let current = self.current_workers(job);
+                let mut remove = vec![false; current.len()];
+                for &p in positions {
+                    match remove.get_mut(p as usize) {
+                        Some(slot) if !*slot => *slot = true,
+                        _ => {
+                            return Err(DecisionError::BadWorkerIndex {
+                                job,
+                                worker: p,
+                                workers: current.len(),
+                            });
+                        }
+                    }
+                }
+                let kept: Vec<WorkerPlacement> = current
+                    .iter()
+                    .zip(&remove)
+                    .filter(|(_, r)| !**r)
+                    .map(|(w, _)| w.clone())
+                    .collect();
+                self.check_gang(job, &kept, true)?;
+                for (w, r) in current.iter().zip(&remove) {
+                    if *r {
+                        self.charge(job, w, false);
+                    }
+                }
+                self.workers.insert(job, kept);
+            }
+            Decision::Preempt(_) => {
+                self.expect_phase(job, &[job_phase::RUNNING], "preempt")?;
+                for w in &self.current_workers(job) {
+                    self.charge(job, w, false);
+                }
+                self.workers.insert(job, Vec::new());
+                self.phase[job as usize] = job_phase::PENDING;
+            }
+            Decision::Reserve(_, nodes) => {
+                self.expect_phase(job, &[job_phase::PENDING, job_phase::RESERVED], "reserve")?;
+                for &node in nodes {
+                    if node as usize >= self.cluster.node_count() {
+                        return Err(DecisionError::UnknownNode(node));
+                    }
+                    if !self.node_open_for(job, node) {
+                        let n = self.cluster.node(node);
+                        return match self.cluster.reserved_by(node) {
+                            Some(holder) if holder != job => {
+                                Err(DecisionError::ReservedForOther { node, holder })
+                            }
+                            _ => Err(DecisionError::NodeNotSchedulable {
+                                node,
+                                state: n.state(),
+                            }),
+                        };
+                    }
+                }
+            }
+            Decision::Unreserve(_) => {
+                self.expect_phase(job, &[job_phase::RESERVED], "unreserve")?;
+            }
+            Decision::SetQos(_, q) => {
+                if *q > qos::BEST_EFFORT {
+                    return Err(DecisionError::BadQos(*q));
+                }
+            }
+        }
+        self.decided[job as usize] = true;
+        self.decisions.push(decision);
+        Ok(())
+    }
+
+    fn expect_phase(
+        &self,
+        job: u32,
+        allowed: &[u8],
+        decision: &'static str,
+    ) -> Result<(), DecisionError> {
+        let phase = self.phase[job as usize];
+        if allowed.contains(&phase) {
+            Ok(())
+        } else {
+            Err(DecisionError::WrongPhase {
+                job,
+                phase,
+                decision,
+            })
+        }
+    }
+
+    fn current_workers(&self, job: u32) -> Vec<WorkerPlacement> {
+        match self.workers.get(&job) {
+            Some(w) => w.clone(),
+            None => self.cluster.job(job).placement().to_vec(),
+        }
+    }
+
+    /// Gang rule: an inelastic job gets exactly `workers`; an elastic job
+    /// anything in `min..=max` (a running job being resized keeps ≥ 1).
+    fn check_gang(
+        &self,
+        job: u32,
+        workers: &[WorkerPlacement],
+        resizing: bool,
+    ) -> Result<(), DecisionError> {
+        let j = self.cluster.job(job);
+        let (min, max) = if j.is_elastic() || resizing {
+            (
+                j.min_workers().max(1),
+                j.max_workers().max(j.min_workers()).max(1),
+            )
+        } else {
+            (j.workers(), j.workers())
+        };
+        let n = workers.len() as u32;
+        if n < min || n > max || workers.is_empty() {
+            return Err(DecisionError::GangSize {
+                job,
+                workers: workers.len(),
+                min,
+                max,
+            });
+        }
+        Ok(())
+    }
+
+    fn check_quota(&self, job: u32, new_workers: usize) -> Result<(), DecisionError> {
+        let j = self.cluster.job(job);
+        let Some(&quota) = self.tenant_quota_milli.get(&j.tenant_id()) else {
+            return Ok(());
+        };
+        let per_worker = if j.is_fractional() {
+            u64::from(j.gpu_milli())
+        } else {
+            u64::from(j.gpus_per_worker()) * u64::from(FULL_GPU_MILLI)
+        };
+        let used = self
+            .tenant_used_milli
+            .get(&j.tenant_id())
+            .copied()
+            .unwrap_or(0);
+        let need = used + per_worker * new_workers as u64;
+        if need > quota {
+            return Err(DecisionError::QuotaExceeded {
+                job,
+                tenant: j.tenant_id(),
+                need_milli: need,
+                quota_milli: quota,
+            });
+        }
+        Ok(())
+    }
+
+    /// Charges a full worker set, all or nothing.
+    fn commit_workers(
+        &mut self,
+        job: u32,
+        workers: &[WorkerPlacement],
+    ) -> Result<(), DecisionError> {
+        for (i, w) in workers.iter().enumerate() {
+            if let Err(e) = self.check_worker(job, w) {
+                for done in &workers[..i] {
+                    self.charge(job, done, false);
+                }
+                return Err(e);
+            }
+            self.charge(job, w, true);
+        }
+        let j = self.cluster.job(job);
+        if self.tenant_quota_milli.contains_key(&j.tenant_id()) {
+            *self.tenant_used_milli.entry(j.tenant_id()).or_default() += j.gpu_demand_milli();
+        }
+        self.workers.insert(job, workers.to_vec());
+        Ok(())
+    }
+
+    /// Checks one worker against the tentative state (without charging it).
+    pub fn check_worker(&self, job: u32, w: &WorkerPlacement) -> Result<(), DecisionError> {
+        let node = w.node;
+        if node as usize >= self.cluster.node_count() {
+            return Err(DecisionError::UnknownNode(node));
+        }
+        let n = self.cluster.node(node);
+        if !n.is_ready() {
+            return Err(DecisionError::NodeNotSchedulable {
+                node,
+                state: n.state(),
+            });
+        }
+        if let Some(holder) = self.cluster.reserved_by(node).filter(|&h| h != job) {
+            return Err(DecisionError::ReservedForOther { node, holder });
+        }
+        let j = self.cluster.job(job);
+        if w.gpus.len() != j.gpus_per_worker() as usize {
+            return Err(DecisionError::GpuCount {
+                job,
+                expected: j.gpus_per_worker(),
+                got: w.gpus.len(),
+            });
+        }
+        let (cpu, mem) = (j.cpu_milli(), j.memory_mib());
+        if self.free_cpu(node) < cpu {
+            return Err(DecisionError::Overcommit {
+                resource: "cpu-milli",
+                at: node,
+                need: cpu.into(),
+                free: self.free_cpu(node).into(),
+            });
+        }
+        if self.free_memory(node) < mem {
+            return Err(DecisionError::Overcommit {
+                resource: "memory-mib",
+                at: node,
+                need: mem.into(),
+                free: self.free_memory(node).into(),
+            });
+        }
+        let range = n.gpu_range();
+        for (i, &gpu) in w.gpus.iter().enumerate() {
+            if gpu as usize >= self.cluster.gpu_count() {
+                return Err(DecisionError::UnknownGpu(gpu));
+            }
+            if !range.contains(&gpu) {
+                return Err(DecisionError::GpuNotOnNode { gpu, node });
+            }
+            if w.gpus[..i].contains(&gpu) {
+                return Err(DecisionError::DuplicateGpu { job, gpu });
+            }
+            if !self.cluster.gpu_allowed_for(job as usize, gpu as usize) {
+                return Err(DecisionError::ModelNotAllowed { job, gpu });
+            }
+            let (milli, gmem) = self.cluster.worker_gpu_share(job as usize, gpu as usize);
+            if self.free_milli(gpu) < milli {
+                return Err(DecisionError::Overcommit {
+                    resource: "gpu-milli",
+                    at: gpu,
+                    need: milli.into(),
+                    free: self.free_milli(gpu).into(),
+                });
+            }
+            if self.free_gpu_memory(gpu) < gmem {
+                return Err(DecisionError::Overcommit {
+                    resource: "gpu-memory-mib",
+                    at: gpu,
+                    need: gmem.into(),
+                    free: self.free_gpu_memory(gpu).into(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn charge(&mut self, job: u32, w: &WorkerPlacement, charge: bool) {
+        let j = self.cluster.job(job);
+        let n = w.node as usize;
+        let apply = |v: &mut u32, amount: u32| {
+            *v = if charge {
+                v.saturating_add(amount)
+            } else {
+                v.saturating_sub(amount)
+            };
+        };
+        apply(&mut self.cpu_used[n], j.cpu_milli());
+        apply(&mut self.memory_used[n], j.memory_mib());
+        for &gpu in &w.gpus {
+            let (milli, mem) = self.cluster.worker_gpu_share(job as usize, gpu as usize);
+            apply(&mut self.milli_used[gpu as usize], milli);
+            apply(&mut self.gpu_memory_used[gpu as usize], mem);
+        }
+    }
+}

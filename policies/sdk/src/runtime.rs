@@ -1,0 +1,166 @@
+//! The [`Policy`] trait and the [`Runtime`] that drives one.
+//!
+//! `Runtime` is what runs inside a component (the export macro forwards every
+//! WIT call to it) and what the host runs natively for its built-in fallback
+//! policy: both paths keep the mirror with the same code.
+
+use crate::cluster::Cluster;
+use crate::model::*;
+
+/// A policy. Implement the roles you list in [`Policy::manifest`]; the others
+/// keep their default, which answers `unsupported` (the host never calls a
+/// role a manifest does not declare).
+pub trait Policy: 'static {
+    /// Name, version, roles and default configuration.
+    fn manifest() -> Manifest;
+
+    /// A fresh instance with its default configuration.
+    fn create() -> Self
+    where
+        Self: Sized;
+
+    /// Applies a configuration document (TOML), before any round.
+    fn configure(&mut self, config: &str) -> Result<(), PolicyError> {
+        let _ = config;
+        Ok(())
+    }
+
+    /// Role `scheduler`: the round's decisions.
+    fn schedule(
+        &mut self,
+        cluster: &Cluster,
+        round: &RoundInfo,
+    ) -> Result<Vec<Decision>, PolicyError> {
+        let _ = (cluster, round);
+        Err(PolicyError::Unsupported(Role::Scheduler.as_str().into()))
+    }
+
+    /// Role `reclaim`: which servers to return and what to stop on them.
+    fn reclaim(
+        &mut self,
+        cluster: &Cluster,
+        request: &ReclaimRequest,
+    ) -> Result<ReclaimPlan, PolicyError> {
+        let _ = (cluster, request);
+        Err(PolicyError::Unsupported(Role::Reclaim.as_str().into()))
+    }
+
+    /// Role `matcher`: online/offline pairs with SM shares.
+    fn match_workloads(
+        &mut self,
+        cluster: &Cluster,
+        request: &MatchRequest,
+    ) -> Result<Vec<Pairing>, PolicyError> {
+        let _ = (cluster, request);
+        Err(PolicyError::Unsupported(Role::Matcher.as_str().into()))
+    }
+
+    /// Role `coordinator`: node-local actions for one control period.
+    fn tick(&mut self, view: &NodeView) -> Result<Vec<NodeAction>, PolicyError> {
+        let _ = view;
+        Err(PolicyError::Unsupported(Role::Coordinator.as_str().into()))
+    }
+
+    /// Role `tenant`: order and hold a tenant's pending jobs.
+    fn order(&mut self, view: &TenantView) -> Result<TenantVerdict, PolicyError> {
+        let _ = view;
+        Err(PolicyError::Unsupported(Role::Tenant.as_str().into()))
+    }
+}
+
+/// A policy plus its mirror of the cluster.
+pub struct Runtime<P> {
+    cluster: Option<Cluster>,
+    policy: P,
+}
+
+impl<P: Policy> Default for Runtime<P> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<P: Policy> Runtime<P> {
+    pub fn new() -> Self {
+        Runtime {
+            cluster: None,
+            policy: P::create(),
+        }
+    }
+
+    pub fn manifest(&self) -> Manifest {
+        P::manifest()
+    }
+
+    pub fn configure(&mut self, config: &str) -> Result<(), PolicyError> {
+        self.policy.configure(config)
+    }
+
+    /// Replaces the mirror with a snapshot.
+    pub fn resync(&mut self, snapshot: Snapshot) -> Result<(), PolicyError> {
+        match Cluster::from_snapshot(snapshot) {
+            Ok(cluster) => {
+                self.cluster = Some(cluster);
+                Ok(())
+            }
+            Err(e) => {
+                self.cluster = None;
+                Err(PolicyError::Failed(format!("bad snapshot: {e}")))
+            }
+        }
+    }
+
+    /// Applies a delta; a mirror at another epoch answers `stale`.
+    pub fn apply(&mut self, delta: &Delta) -> Result<(), PolicyError> {
+        let Some(cluster) = self.cluster.as_mut() else {
+            return Err(PolicyError::Stale(0));
+        };
+        if cluster.epoch() != delta.base_epoch {
+            return Err(PolicyError::Stale(cluster.epoch()));
+        }
+        // An event that fails part-way leaves the mirror half-updated: drop
+        // it, so the host's next call gets `stale` and resyncs.
+        if let Err(e) = cluster.apply(delta) {
+            self.cluster = None;
+            return Err(PolicyError::Failed(format!("bad delta: {e}")));
+        }
+        Ok(())
+    }
+
+    pub fn schedule(&mut self, round: RoundInfo) -> Result<Vec<Decision>, PolicyError> {
+        let cluster = mirror_at(&self.cluster, round.epoch)?;
+        self.policy.schedule(cluster, &round)
+    }
+
+    pub fn reclaim(&mut self, request: ReclaimRequest) -> Result<ReclaimPlan, PolicyError> {
+        let cluster = mirror_at(&self.cluster, request.epoch)?;
+        self.policy.reclaim(cluster, &request)
+    }
+
+    pub fn match_workloads(&mut self, request: MatchRequest) -> Result<Vec<Pairing>, PolicyError> {
+        let cluster = mirror_at(&self.cluster, request.epoch)?;
+        self.policy.match_workloads(cluster, &request)
+    }
+
+    pub fn tick(&mut self, view: NodeView) -> Result<Vec<NodeAction>, PolicyError> {
+        self.policy.tick(&view)
+    }
+
+    pub fn order(&mut self, view: TenantView) -> Result<TenantVerdict, PolicyError> {
+        self.policy.order(&view)
+    }
+
+    /// The mirror, if synchronised.
+    pub fn cluster(&self) -> Option<&Cluster> {
+        self.cluster.as_ref()
+    }
+}
+
+/// The mirror if it is at `epoch`; otherwise `stale` with the mirror's epoch.
+fn mirror_at(cluster: &Option<Cluster>, epoch: u64) -> Result<&Cluster, PolicyError> {
+    match cluster {
+        Some(c) if c.epoch() == epoch => Ok(c),
+        Some(c) => Err(PolicyError::Stale(c.epoch())),
+        None => Err(PolicyError::Stale(0)),
+    }
+}

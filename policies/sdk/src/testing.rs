@@ -1,0 +1,137 @@
+//! Building small clusters by hand, for policy unit tests and examples.
+
+use crate::cluster::Cluster;
+use crate::model::*;
+use std::collections::HashMap;
+
+/// A cluster built event by event, exactly as the host builds its own.
+#[derive(Default)]
+pub struct TestCluster {
+    cluster: Cluster,
+    interned: HashMap<String, u32>,
+}
+
+impl TestCluster {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn event(&mut self, event: Event) {
+        // Events built here are well-formed by construction; a failure would be a bug in this builder.
+        if let Err(e) = self.cluster.apply_event(&event) {
+            panic!("TestCluster built an invalid event {event:?}: {e}");
+        }
+    }
+
+    /// Interns a string, returning its id.
+    pub fn intern(&mut self, s: &str) -> u32 {
+        if let Some(&id) = self.interned.get(s) {
+            return id;
+        }
+        let id = self.cluster.strings().len() as u32;
+        self.interned.insert(s.to_string(), id);
+        self.event(Event::StringsAdded(vec![s.to_string()]));
+        id
+    }
+
+    fn model_bit(&mut self, model: &str) -> u64 {
+        let id = self.intern(model);
+        let slot = match self.cluster.gpu_models().iter().position(|&m| m == id) {
+            Some(slot) => slot,
+            None => {
+                self.event(Event::GpuModelsAdded(vec![id]));
+                self.cluster.gpu_models().len() - 1
+            }
+        };
+        1u64 << slot
+    }
+
+    /// Adds a node with `gpus` GPUs of one model; returns its index.
+    #[allow(clippy::too_many_arguments)]
+    pub fn node(
+        &mut self,
+        name: &str,
+        pool: &str,
+        cpu_milli: u32,
+        memory_mib: u32,
+        model: &str,
+        gpu_memory_mib: u32,
+        gpus: u32,
+    ) -> u32 {
+        self.model_bit(model);
+        let spec = NodeSpec {
+            name: self.intern(name),
+            pool: self.intern(pool),
+            cpu_milli,
+            memory_mib,
+            gpu_model: self.intern(model),
+            gpu_memory_mib,
+            gpu_count: gpus,
+            on_loan: false,
+        };
+        let index = self.cluster.node_count() as u32;
+        self.event(Event::NodeAdded(spec));
+        index
+    }
+
+    /// Adds a pending gang job of `workers` × `gpus_per_worker` whole GPUs
+    /// (1 CPU, 1 GiB per worker); returns its index.
+    pub fn job(&mut self, name: &str, tenant: &str, workers: u32, gpus_per_worker: u32) -> u32 {
+        let spec = JobSpec {
+            name: self.intern(name),
+            tenant: self.intern(tenant),
+            workers,
+            min_workers: workers,
+            max_workers: workers,
+            cpu_milli: 1000,
+            memory_mib: 1024,
+            gpus_per_worker,
+            gpu_milli: FULL_GPU_MILLI,
+            submit_ms: self.cluster.job_count() as u64,
+            ..JobSpec::default()
+        };
+        self.job_spec(spec)
+    }
+
+    /// Adds a job from a full spec; returns its index.
+    pub fn job_spec(&mut self, spec: JobSpec) -> u32 {
+        let index = self.cluster.job_count() as u32;
+        self.event(Event::JobAdded(spec));
+        index
+    }
+
+    /// Bit of `model` for a job's `gpu_model_mask`.
+    pub fn model_mask(&mut self, models: &[&str]) -> u64 {
+        models
+            .iter()
+            .map(|m| self.model_bit(m))
+            .fold(0, |a, b| a | b)
+    }
+
+    /// Marks a job as running on these workers.
+    pub fn run(&mut self, job: u32, workers: Vec<WorkerPlacement>) {
+        self.event(Event::JobPlaced(job, workers));
+    }
+
+    /// Applies any event.
+    pub fn apply(&mut self, event: Event) {
+        self.event(event);
+    }
+
+    pub fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        self.cluster.to_snapshot()
+    }
+
+    /// Round info at the cluster's epoch.
+    pub fn round(&self, max_decisions: u32) -> RoundInfo {
+        RoundInfo {
+            epoch: self.cluster.epoch(),
+            now_ms: self.cluster.now_ms(),
+            max_decisions,
+        }
+    }
+}
