@@ -1,0 +1,776 @@
+//! The exported driver entry points.
+//!
+//! Each export is `#[no_mangle] extern "C"` with the driver's exact ABI, runs its body under
+//! [`crate::guard`] (a panic becomes `CUDA_ERROR_UNKNOWN`, never an unwind into C), and calls
+//! the real driver through the pointer table in `real`. The same functions are reached three
+//! ways: plain symbol interposition (programs linked with `-lcuda`), `dlsym` substitution,
+//! and `cuGetProcAddress{,_v2}` substitution (how cudart ≥ 11.3 resolves everything).
+//!
+//! Handles are passed as `u64`/`*mut c_void`, which share the 64-bit integer-register ABI of
+//! the driver's opaque pointer and `unsigned long long` handle types.
+#![allow(non_snake_case, clippy::too_many_arguments)]
+
+use crate::exit;
+use crate::pacer::{self, StreamKind};
+use crate::quota::{self, Kind};
+use crate::real::{self, Sym};
+use crate::state::{self, ENFORCE};
+use crate::{CUDA_ERROR_NOT_FOUND, CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CUresult, guard};
+use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::sync::atomic::Ordering;
+
+type Ptr = *mut c_void;
+type Args = *mut *mut c_void;
+
+macro_rules! real {
+    ($sym:ident : $ty:ty) => {{
+        let p = real::get(Sym::$sym);
+        if p.is_null() {
+            return CUDA_ERROR_NOT_FOUND;
+        }
+        // SAFETY: `p` is the driver's export named like `Sym::$sym`, whose C prototype is `$ty`.
+        unsafe { std::mem::transmute::<*mut c_void, $ty>(p) }
+    }};
+}
+
+/// Our wrapper for a real entry point, if we wrap it.
+pub fn wrapper(sym: Sym) -> Option<*mut c_void> {
+    use Sym::*;
+    let p: *mut c_void = match sym {
+        cuInit => self::cuInit as *mut c_void,
+        cuGetProcAddress => self::cuGetProcAddress as *mut c_void,
+        cuGetProcAddress_v2 => self::cuGetProcAddress_v2 as *mut c_void,
+        cuMemAlloc_v2 => self::cuMemAlloc_v2 as *mut c_void,
+        cuMemAllocPitch_v2 => self::cuMemAllocPitch_v2 as *mut c_void,
+        cuMemAllocManaged => self::cuMemAllocManaged as *mut c_void,
+        cuMemAllocAsync => self::cuMemAllocAsync as *mut c_void,
+        cuMemAllocAsync_ptsa => self::cuMemAllocAsync_ptsa as *mut c_void,
+        cuMemAllocFromPoolAsync => self::cuMemAllocFromPoolAsync as *mut c_void,
+        cuMemAllocFromPoolAsync_ptsa => self::cuMemAllocFromPoolAsync_ptsa as *mut c_void,
+        cuMemFree_v2 => self::cuMemFree_v2 as *mut c_void,
+        cuMemFreeAsync => self::cuMemFreeAsync as *mut c_void,
+        cuMemFreeAsync_ptsa => self::cuMemFreeAsync_ptsa as *mut c_void,
+        cuMemCreate => self::cuMemCreate as *mut c_void,
+        cuMemRelease => self::cuMemRelease as *mut c_void,
+        cuMemGetInfo_v2 => self::cuMemGetInfo_v2 as *mut c_void,
+        cuDeviceTotalMem_v2 => self::cuDeviceTotalMem_v2 as *mut c_void,
+        cuCtxCreate_v2 => self::cuCtxCreate_v2 as *mut c_void,
+        cuCtxDestroy_v2 => self::cuCtxDestroy_v2 as *mut c_void,
+        cuDevicePrimaryCtxRetain => self::cuDevicePrimaryCtxRetain as *mut c_void,
+        cuDevicePrimaryCtxRelease_v2 => self::cuDevicePrimaryCtxRelease_v2 as *mut c_void,
+        cuLaunchKernel => self::cuLaunchKernel as *mut c_void,
+        cuLaunchKernel_ptsz => self::cuLaunchKernel_ptsz as *mut c_void,
+        cuLaunchKernelEx => self::cuLaunchKernelEx as *mut c_void,
+        cuLaunchKernelEx_ptsz => self::cuLaunchKernelEx_ptsz as *mut c_void,
+        cuLaunchCooperativeKernel => self::cuLaunchCooperativeKernel as *mut c_void,
+        cuLaunchCooperativeKernel_ptsz => self::cuLaunchCooperativeKernel_ptsz as *mut c_void,
+        cuLaunchCooperativeKernelMultiDevice => {
+            self::cuLaunchCooperativeKernelMultiDevice as *mut c_void
+        }
+        cuGraphLaunch => self::cuGraphLaunch as *mut c_void,
+        cuGraphLaunch_ptsz => self::cuGraphLaunch_ptsz as *mut c_void,
+        cuStreamIsCapturing
+        | cuStreamIsCapturing_ptsz
+        | cuCtxSynchronize
+        | cuCtxPushCurrent_v2
+        | cuCtxPopCurrent_v2 => return None,
+    };
+    Some(p)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Resolution
+
+/// `cuGetProcAddress` (CUDA 11.3–11.8 ABI).
+///
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGetProcAddress(
+    symbol: *const c_char,
+    pfn: *mut Ptr,
+    version: c_int,
+    flags: u64,
+) -> CUresult {
+    guard(|| {
+        let f = real!(cuGetProcAddress: unsafe extern "C" fn(*const c_char, *mut Ptr, c_int, u64) -> CUresult);
+        // SAFETY: forwarding the caller's arguments to the real resolver.
+        let r = unsafe { f(symbol, pfn, version, flags) };
+        substitute_out(r, pfn);
+        r
+    })
+}
+
+/// `cuGetProcAddress_v2` (CUDA ≥ 12.0 ABI, with `symbolStatus`).
+///
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGetProcAddress_v2(
+    symbol: *const c_char,
+    pfn: *mut Ptr,
+    version: c_int,
+    flags: u64,
+    status: *mut c_int,
+) -> CUresult {
+    guard(|| {
+        let f = real!(cuGetProcAddress_v2: unsafe extern "C" fn(*const c_char, *mut Ptr, c_int, u64, *mut c_int) -> CUresult);
+        // SAFETY: forwarding the caller's arguments (status and all) to the real resolver.
+        let r = unsafe { f(symbol, pfn, version, flags, status) };
+        substitute_out(r, pfn);
+        r
+    })
+}
+
+/// Replace `*pfn` by our wrapper when it is a real entry point we wrap (including the
+/// resolver itself: the self-lookup trap). NULL results are left alone.
+fn substitute_out(r: CUresult, pfn: *mut Ptr) {
+    if r != CUDA_SUCCESS || pfn.is_null() {
+        return;
+    }
+    // SAFETY: the real resolver succeeded and wrote `*pfn`; pfn is non-NULL.
+    unsafe {
+        let p = *pfn;
+        if !p.is_null() {
+            *pfn = real::substitute(p);
+        }
+    }
+}
+
+/// `cuInit`: the driver's own init, then our second-stage init (signals, worker).
+///
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
+    guard(|| {
+        let f = real!(cuInit: unsafe extern "C" fn(c_uint) -> CUresult);
+        // SAFETY: forwarding.
+        let r = unsafe { f(flags) };
+        if r == CUDA_SUCCESS {
+            exit::late_init();
+        }
+        r
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Memory
+
+fn alloc_with(size: usize, kind: Kind, call: impl FnOnce() -> (CUresult, u64)) -> CUresult {
+    exit::late_init();
+    let res = match quota::reserve(size as u64) {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    let (r, key) = call();
+    if r == CUDA_SUCCESS {
+        res.commit(kind, key);
+    } else {
+        res.rollback();
+    }
+    r
+}
+
+fn read_out(p: *const u64) -> u64 {
+    if p.is_null() {
+        return 0;
+    }
+    // SAFETY: only called after the driver returned success and wrote the out-parameter.
+    unsafe { *p }
+}
+
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut u64, size: usize) -> CUresult {
+    guard(|| {
+        let f = real!(cuMemAlloc_v2: unsafe extern "C" fn(*mut u64, usize) -> CUresult);
+        alloc_with(size, Kind::Ptr, || {
+            // SAFETY: forwarding.
+            let r = unsafe { f(dptr, size) };
+            (r, if r == CUDA_SUCCESS { read_out(dptr) } else { 0 })
+        })
+    })
+}
+
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAllocManaged(dptr: *mut u64, size: usize, flags: c_uint) -> CUresult {
+    guard(|| {
+        let f = real!(cuMemAllocManaged: unsafe extern "C" fn(*mut u64, usize, c_uint) -> CUresult);
+        alloc_with(size, Kind::Ptr, || {
+            // SAFETY: forwarding.
+            let r = unsafe { f(dptr, size, flags) };
+            (r, if r == CUDA_SUCCESS { read_out(dptr) } else { 0 })
+        })
+    })
+}
+
+/// Pitched allocations: reserve `round_up(width, 512) * height` first, then settle on the
+/// driver's real `pitch * height`; if that needs more than the quota allows, free it again.
+///
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAllocPitch_v2(
+    dptr: *mut u64,
+    pitch: *mut usize,
+    width: usize,
+    height: usize,
+    elem: c_uint,
+) -> CUresult {
+    guard(|| {
+        let f = real!(cuMemAllocPitch_v2: unsafe extern "C" fn(*mut u64, *mut usize, usize, usize, c_uint) -> CUresult);
+        exit::late_init();
+        let estimate = width
+            .div_ceil(512)
+            .saturating_mul(512)
+            .saturating_mul(height);
+        let mut res = match quota::reserve(estimate as u64) {
+            Ok(r) => r,
+            Err(e) => return e,
+        };
+        // SAFETY: forwarding.
+        let r = unsafe { f(dptr, pitch, width, height, elem) };
+        if r != CUDA_SUCCESS {
+            res.rollback();
+            return r;
+        }
+        let addr = read_out(dptr);
+        let actual = if pitch.is_null() {
+            estimate
+        } else {
+            // SAFETY: the driver succeeded and wrote the pitch.
+            unsafe { *pitch }.saturating_mul(height)
+        };
+        if !res.adjust(actual as u64) {
+            let free = real!(cuMemFree_v2: unsafe extern "C" fn(u64) -> CUresult);
+            // SAFETY: freeing the allocation the driver just made.
+            unsafe { free(addr) };
+            res.rollback();
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        res.commit(Kind::Ptr, addr);
+        r
+    })
+}
+
+type AllocAsyncFn = unsafe extern "C" fn(*mut u64, usize, Ptr) -> CUresult;
+type AllocPoolFn = unsafe extern "C" fn(*mut u64, usize, Ptr, Ptr) -> CUresult;
+
+/// Stream-ordered allocations are charged per allocation when enqueued and returned when the
+/// free is enqueued (pool growth beyond that is the driver's cache, see docs/interposer.md).
+///
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAllocAsync(dptr: *mut u64, size: usize, stream: Ptr) -> CUresult {
+    guard(|| {
+        let f = real!(cuMemAllocAsync: AllocAsyncFn);
+        alloc_with(size, Kind::Ptr, || {
+            // SAFETY: forwarding.
+            let r = unsafe { f(dptr, size, stream) };
+            (r, if r == CUDA_SUCCESS { read_out(dptr) } else { 0 })
+        })
+    })
+}
+
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAllocAsync_ptsa(
+    dptr: *mut u64,
+    size: usize,
+    stream: Ptr,
+) -> CUresult {
+    guard(|| {
+        let f = real!(cuMemAllocAsync_ptsa: AllocAsyncFn);
+        alloc_with(size, Kind::Ptr, || {
+            // SAFETY: forwarding.
+            let r = unsafe { f(dptr, size, stream) };
+            (r, if r == CUDA_SUCCESS { read_out(dptr) } else { 0 })
+        })
+    })
+}
+
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
+    dptr: *mut u64,
+    size: usize,
+    pool: Ptr,
+    stream: Ptr,
+) -> CUresult {
+    guard(|| {
+        let f = real!(cuMemAllocFromPoolAsync: AllocPoolFn);
+        alloc_with(size, Kind::Ptr, || {
+            // SAFETY: forwarding.
+            let r = unsafe { f(dptr, size, pool, stream) };
+            (r, if r == CUDA_SUCCESS { read_out(dptr) } else { 0 })
+        })
+    })
+}
+
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsa(
+    dptr: *mut u64,
+    size: usize,
+    pool: Ptr,
+    stream: Ptr,
+) -> CUresult {
+    guard(|| {
+        let f = real!(cuMemAllocFromPoolAsync_ptsa: AllocPoolFn);
+        alloc_with(size, Kind::Ptr, || {
+            // SAFETY: forwarding.
+            let r = unsafe { f(dptr, size, pool, stream) };
+            (r, if r == CUDA_SUCCESS { read_out(dptr) } else { 0 })
+        })
+    })
+}
+
+fn free_with(kind: Kind, key: u64, call: impl FnOnce() -> CUresult) -> CUresult {
+    let charged = quota::take(kind, key);
+    let r = call();
+    if r == CUDA_SUCCESS {
+        quota::released(charged);
+    } else if let Some(c) = charged {
+        quota::restore(kind, key, c);
+    }
+    r
+}
+
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemFree_v2(dptr: u64) -> CUresult {
+    guard(|| {
+        let f = real!(cuMemFree_v2: unsafe extern "C" fn(u64) -> CUresult);
+        // SAFETY: forwarding.
+        free_with(Kind::Ptr, dptr, || unsafe { f(dptr) })
+    })
+}
+
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemFreeAsync(dptr: u64, stream: Ptr) -> CUresult {
+    guard(|| {
+        let f = real!(cuMemFreeAsync: unsafe extern "C" fn(u64, Ptr) -> CUresult);
+        // SAFETY: forwarding.
+        free_with(Kind::Ptr, dptr, || unsafe { f(dptr, stream) })
+    })
+}
+
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemFreeAsync_ptsa(dptr: u64, stream: Ptr) -> CUresult {
+    guard(|| {
+        let f = real!(cuMemFreeAsync_ptsa: unsafe extern "C" fn(u64, Ptr) -> CUresult);
+        // SAFETY: forwarding.
+        free_with(Kind::Ptr, dptr, || unsafe { f(dptr, stream) })
+    })
+}
+
+/// VMM: physical memory is charged at `cuMemCreate` and returned at `cuMemRelease`;
+/// `cuMemMap`/`cuMemSetAccess` pass through and are not counted twice.
+///
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemCreate(
+    handle: *mut u64,
+    size: usize,
+    prop: *const c_void,
+    flags: u64,
+) -> CUresult {
+    guard(|| {
+        let f = real!(cuMemCreate: unsafe extern "C" fn(*mut u64, usize, *const c_void, u64) -> CUresult);
+        alloc_with(size, Kind::Vmm, || {
+            // SAFETY: forwarding.
+            let r = unsafe { f(handle, size, prop, flags) };
+            (
+                r,
+                if r == CUDA_SUCCESS {
+                    read_out(handle)
+                } else {
+                    0
+                },
+            )
+        })
+    })
+}
+
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemRelease(handle: u64) -> CUresult {
+    guard(|| {
+        let f = real!(cuMemRelease: unsafe extern "C" fn(u64) -> CUresult);
+        // SAFETY: forwarding.
+        free_with(Kind::Vmm, handle, || unsafe { f(handle) })
+    })
+}
+
+/// Quota view: `total = min(physical, quota)`, `free = min(physical free, total - used)`.
+/// NULL-safe: the driver always gets valid pointers, and only non-NULL outputs are written.
+///
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
+    guard(|| {
+        if state::test_panic() {
+            panic!("ARBITER_INTERPOSE_TEST_PANIC: deliberate panic inside cuMemGetInfo_v2");
+        }
+        let f = real!(cuMemGetInfo_v2: unsafe extern "C" fn(*mut usize, *mut usize) -> CUresult);
+        let (mut fr, mut to) = (0usize, 0usize);
+        // SAFETY: valid local out-pointers.
+        let r = unsafe { f(&mut fr, &mut to) };
+        if r != CUDA_SUCCESS {
+            return r;
+        }
+        if state::mode() == ENFORCE
+            && let Some(b) = state::block()
+        {
+            let quota = b.limits.quota_bytes.load(Ordering::Relaxed);
+            let used = b.shared.used_bytes.load(Ordering::Relaxed);
+            let t = (to as u64).min(quota);
+            to = t as usize;
+            fr = (fr as u64).min(t.saturating_sub(used)) as usize;
+        }
+        // SAFETY: each output written only if the caller supplied it.
+        unsafe {
+            if !free.is_null() {
+                *free = fr;
+            }
+            if !total.is_null() {
+                *total = to;
+            }
+        }
+        r
+    })
+}
+
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: c_int) -> CUresult {
+    guard(|| {
+        let f = real!(cuDeviceTotalMem_v2: unsafe extern "C" fn(*mut usize, c_int) -> CUresult);
+        let mut t = 0usize;
+        // SAFETY: valid local out-pointer.
+        let r = unsafe { f(&mut t, dev) };
+        if r != CUDA_SUCCESS {
+            return r;
+        }
+        if state::mode() == ENFORCE
+            && let Some(b) = state::block()
+        {
+            t = (t as u64).min(b.limits.quota_bytes.load(Ordering::Relaxed)) as usize;
+        }
+        if !bytes.is_null() {
+            // SAFETY: non-NULL caller pointer.
+            unsafe { *bytes = t };
+        }
+        r
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Contexts (tracked for the graceful exit)
+
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxCreate_v2(ctx: *mut u64, flags: c_uint, dev: c_int) -> CUresult {
+    guard(|| {
+        let f = real!(cuCtxCreate_v2: unsafe extern "C" fn(*mut u64, c_uint, c_int) -> CUresult);
+        exit::late_init();
+        // SAFETY: forwarding.
+        let r = unsafe { f(ctx, flags, dev) };
+        if r == CUDA_SUCCESS {
+            exit::track_created(read_out(ctx));
+        }
+        r
+    })
+}
+
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: u64) -> CUresult {
+    guard(|| {
+        let f = real!(cuCtxDestroy_v2: unsafe extern "C" fn(u64) -> CUresult);
+        // SAFETY: forwarding.
+        let r = unsafe { f(ctx) };
+        if r == CUDA_SUCCESS {
+            exit::untrack_created(ctx);
+        }
+        r
+    })
+}
+
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(ctx: *mut u64, dev: c_int) -> CUresult {
+    guard(|| {
+        let f = real!(cuDevicePrimaryCtxRetain: unsafe extern "C" fn(*mut u64, c_int) -> CUresult);
+        exit::late_init();
+        // SAFETY: forwarding.
+        let r = unsafe { f(ctx, dev) };
+        if r == CUDA_SUCCESS {
+            exit::track_primary(dev, read_out(ctx));
+        }
+        r
+    })
+}
+
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: c_int) -> CUresult {
+    guard(|| {
+        let f = real!(cuDevicePrimaryCtxRelease_v2: unsafe extern "C" fn(c_int) -> CUresult);
+        // SAFETY: forwarding.
+        let r = unsafe { f(dev) };
+        if r == CUDA_SUCCESS {
+            exit::untrack_primary(dev);
+        }
+        r
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Launches
+
+type LaunchFn = unsafe extern "C" fn(
+    Ptr,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    Ptr,
+    Args,
+    Args,
+) -> CUresult;
+type CoopFn = unsafe extern "C" fn(
+    Ptr,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    Ptr,
+    Args,
+) -> CUresult;
+type LaunchExFn = unsafe extern "C" fn(*const LaunchConfig, Ptr, Args, Args) -> CUresult;
+type GraphFn = unsafe extern "C" fn(Ptr, Ptr) -> CUresult;
+
+/// Prefix of `CUlaunchConfig` up to the stream (the only field we read).
+#[repr(C)]
+pub struct LaunchConfig {
+    pub grid: [c_uint; 3],
+    pub block: [c_uint; 3],
+    pub shared_mem: c_uint,
+    pub stream: Ptr,
+}
+
+macro_rules! admit_or_return {
+    ($stream:expr, $kind:expr, $weight:expr) => {
+        if let Err(e) = pacer::admit($stream, $kind, $weight) {
+            return e;
+        }
+    };
+}
+
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuLaunchKernel(
+    f: Ptr,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shm: c_uint,
+    stream: Ptr,
+    params: Args,
+    extra: Args,
+) -> CUresult {
+    guard(|| {
+        admit_or_return!(stream, StreamKind::Legacy, 1);
+        let real = real!(cuLaunchKernel: LaunchFn);
+        // SAFETY: forwarding.
+        unsafe { real(f, gx, gy, gz, bx, by, bz, shm, stream, params, extra) }
+    })
+}
+
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuLaunchKernel_ptsz(
+    f: Ptr,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shm: c_uint,
+    stream: Ptr,
+    params: Args,
+    extra: Args,
+) -> CUresult {
+    guard(|| {
+        admit_or_return!(stream, StreamKind::PerThread, 1);
+        let real = real!(cuLaunchKernel_ptsz: LaunchFn);
+        // SAFETY: forwarding.
+        unsafe { real(f, gx, gy, gz, bx, by, bz, shm, stream, params, extra) }
+    })
+}
+
+fn config_stream(cfg: *const LaunchConfig) -> Ptr {
+    if cfg.is_null() {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: non-NULL CUlaunchConfig supplied by the caller; we read only the stream.
+    unsafe { (*cfg).stream }
+}
+
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuLaunchKernelEx(
+    cfg: *const LaunchConfig,
+    f: Ptr,
+    params: Args,
+    extra: Args,
+) -> CUresult {
+    guard(|| {
+        admit_or_return!(config_stream(cfg), StreamKind::Legacy, 1);
+        let real = real!(cuLaunchKernelEx: LaunchExFn);
+        // SAFETY: forwarding.
+        unsafe { real(cfg, f, params, extra) }
+    })
+}
+
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuLaunchKernelEx_ptsz(
+    cfg: *const LaunchConfig,
+    f: Ptr,
+    params: Args,
+    extra: Args,
+) -> CUresult {
+    guard(|| {
+        admit_or_return!(config_stream(cfg), StreamKind::PerThread, 1);
+        let real = real!(cuLaunchKernelEx_ptsz: LaunchExFn);
+        // SAFETY: forwarding.
+        unsafe { real(cfg, f, params, extra) }
+    })
+}
+
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuLaunchCooperativeKernel(
+    f: Ptr,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shm: c_uint,
+    stream: Ptr,
+    params: Args,
+) -> CUresult {
+    guard(|| {
+        admit_or_return!(stream, StreamKind::Legacy, 1);
+        let real = real!(cuLaunchCooperativeKernel: CoopFn);
+        // SAFETY: forwarding.
+        unsafe { real(f, gx, gy, gz, bx, by, bz, shm, stream, params) }
+    })
+}
+
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuLaunchCooperativeKernel_ptsz(
+    f: Ptr,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shm: c_uint,
+    stream: Ptr,
+    params: Args,
+) -> CUresult {
+    guard(|| {
+        admit_or_return!(stream, StreamKind::PerThread, 1);
+        let real = real!(cuLaunchCooperativeKernel_ptsz: CoopFn);
+        // SAFETY: forwarding.
+        unsafe { real(f, gx, gy, gz, bx, by, bz, shm, stream, params) }
+    })
+}
+
+/// Charged as one launch per participating device.
+///
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuLaunchCooperativeKernelMultiDevice(
+    list: Ptr,
+    n: c_uint,
+    flags: c_uint,
+) -> CUresult {
+    guard(|| {
+        admit_or_return!(std::ptr::null_mut(), StreamKind::None, u64::from(n.max(1)));
+        let real = real!(cuLaunchCooperativeKernelMultiDevice: unsafe extern "C" fn(Ptr, c_uint, c_uint) -> CUresult);
+        // SAFETY: forwarding.
+        unsafe { real(list, n, flags) }
+    })
+}
+
+/// Graph launches are paced like a launch (work captured into the graph was not paced).
+///
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphLaunch(exec: Ptr, stream: Ptr) -> CUresult {
+    guard(|| {
+        admit_or_return!(stream, StreamKind::Legacy, 1);
+        let real = real!(cuGraphLaunch: GraphFn);
+        // SAFETY: forwarding.
+        unsafe { real(exec, stream) }
+    })
+}
+
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphLaunch_ptsz(exec: Ptr, stream: Ptr) -> CUresult {
+    guard(|| {
+        admit_or_return!(stream, StreamKind::PerThread, 1);
+        let real = real!(cuGraphLaunch_ptsz: GraphFn);
+        // SAFETY: forwarding.
+        unsafe { real(exec, stream) }
+    })
+}

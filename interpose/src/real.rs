@@ -1,0 +1,220 @@
+//! The real driver: our own `dlsym`, the table of entry points we wrap, and the pointer-keyed
+//! substitution shared by `cuGetProcAddress{,_v2}` and `dlsym`.
+//!
+//! Substitution is keyed on the *pointer* the real resolver returned, not on the name: whatever
+//! (name, version, flags) the caller asked for, if the driver handed back the address of an
+//! export we wrap (`cuMemAlloc_v2`, `cuLaunchKernel_ptsz`, `cuGetProcAddress_v2`, ...), the
+//! caller gets our wrapper for exactly that ABI; any other address passes through untouched.
+
+use std::cell::Cell;
+use std::ffi::{CStr, c_char, c_void};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+
+macro_rules! symbols {
+    ($($name:ident),* $(,)?) => {
+        /// Driver entry points whose real address we need.
+        #[allow(non_camel_case_types)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[repr(usize)]
+        pub enum Sym { $($name,)* }
+        /// Names, indexed by `Sym`.
+        pub const NAMES: &[&CStr] = &[$(
+            match CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
+                Ok(c) => c,
+                Err(_) => panic!("symbol name"),
+            },
+        )*];
+    };
+}
+
+symbols!(
+    cuInit,
+    cuGetProcAddress,
+    cuGetProcAddress_v2,
+    cuMemAlloc_v2,
+    cuMemAllocPitch_v2,
+    cuMemAllocManaged,
+    cuMemAllocAsync,
+    cuMemAllocAsync_ptsa,
+    cuMemAllocFromPoolAsync,
+    cuMemAllocFromPoolAsync_ptsa,
+    cuMemFree_v2,
+    cuMemFreeAsync,
+    cuMemFreeAsync_ptsa,
+    cuMemCreate,
+    cuMemRelease,
+    cuMemGetInfo_v2,
+    cuDeviceTotalMem_v2,
+    cuCtxCreate_v2,
+    cuCtxDestroy_v2,
+    cuDevicePrimaryCtxRetain,
+    cuDevicePrimaryCtxRelease_v2,
+    cuLaunchKernel,
+    cuLaunchKernel_ptsz,
+    cuLaunchKernelEx,
+    cuLaunchKernelEx_ptsz,
+    cuLaunchCooperativeKernel,
+    cuLaunchCooperativeKernel_ptsz,
+    cuLaunchCooperativeKernelMultiDevice,
+    cuGraphLaunch,
+    cuGraphLaunch_ptsz,
+    // Needed by the interposer itself, never substituted.
+    cuStreamIsCapturing,
+    cuStreamIsCapturing_ptsz,
+    cuCtxSynchronize,
+    cuCtxPushCurrent_v2,
+    cuCtxPopCurrent_v2,
+);
+
+const N: usize = NAMES.len();
+static REAL: [AtomicPtr<c_void>; N] = [const { AtomicPtr::new(std::ptr::null_mut()) }; N];
+static RESOLVED: AtomicBool = AtomicBool::new(false);
+
+type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+static REAL_DLSYM: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+
+/// glibc's `RTLD_NEXT`.
+const RTLD_NEXT: *mut c_void = -1isize as *mut c_void;
+
+thread_local! {
+    /// Set while this thread runs interposer code that may itself reach `dlsym`.
+    static IN_HOOK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` with the re-entrancy flag set; returns `None` if the flag was already set.
+pub fn reentrancy_guarded<T>(f: impl FnOnce() -> T) -> Option<T> {
+    let entered = IN_HOOK.try_with(|g| !g.replace(true)).unwrap_or(false);
+    if !entered {
+        return None;
+    }
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            let _ = IN_HOOK.try_with(|g| g.set(false));
+        }
+    }
+    let _reset = Reset;
+    Some(f())
+}
+
+/// The real `dlsym`, found with `dlvsym(RTLD_NEXT, ...)` so our own export is skipped. Never
+/// `__libc_dlsym`/`_dl_sym` (GLIBC_PRIVATE, gone in 2.34).
+pub fn real_dlsym() -> Option<DlsymFn> {
+    let mut p = REAL_DLSYM.load(Ordering::Acquire);
+    if p.is_null() {
+        for ver in [c"GLIBC_2.34", c"GLIBC_2.2.5", c"GLIBC_2.17"] {
+            // SAFETY: dlvsym with valid NUL-terminated strings; returns NULL if absent.
+            p = unsafe { libc::dlvsym(RTLD_NEXT, c"dlsym".as_ptr(), ver.as_ptr()) };
+            if !p.is_null() {
+                break;
+            }
+        }
+        if p.is_null() {
+            return None;
+        }
+        REAL_DLSYM.store(p, Ordering::Release);
+    }
+    // SAFETY: `p` is glibc's dlsym, whose ABI is DlsymFn.
+    Some(unsafe { std::mem::transmute::<*mut c_void, DlsymFn>(p) })
+}
+
+/// Resolves the real driver's entry points once libcuda is loaded. Cheap and idempotent;
+/// concurrent callers store identical values, so no lock is needed.
+pub fn ensure_resolved() -> bool {
+    if RESOLVED.load(Ordering::Acquire) {
+        return true;
+    }
+    let Some(dlsym) = real_dlsym() else {
+        return false;
+    };
+    let mut handle = std::ptr::null_mut();
+    for name in [c"libcuda.so.1", c"libcuda.so"] {
+        // SAFETY: RTLD_NOLOAD only returns a handle to an already loaded object (and bumps
+        // its refcount, which we keep: the driver is never unloaded under us).
+        handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+        if !handle.is_null() {
+            break;
+        }
+    }
+    if handle.is_null() {
+        return false;
+    }
+    for (i, name) in NAMES.iter().enumerate() {
+        // SAFETY: real dlsym on a valid handle with a NUL-terminated name.
+        let p = unsafe { dlsym(handle, name.as_ptr()) };
+        REAL[i].store(p, Ordering::Release);
+    }
+    RESOLVED.store(true, Ordering::Release);
+    true
+}
+
+/// Address of the real entry point, resolving on first use; NULL if the driver lacks it.
+#[inline(always)]
+pub fn get(sym: Sym) -> *mut c_void {
+    let p = REAL[sym as usize].load(Ordering::Acquire);
+    if !p.is_null() {
+        return p;
+    }
+    get_slow(sym)
+}
+
+#[cold]
+#[inline(never)]
+fn get_slow(sym: Sym) -> *mut c_void {
+    ensure_resolved();
+    REAL[sym as usize].load(Ordering::Acquire)
+}
+
+/// If `p` is the real address of an entry point we wrap, returns our wrapper instead.
+pub fn substitute(p: *mut c_void) -> *mut c_void {
+    if p.is_null() || crate::state::bypassed() || !ensure_resolved() {
+        return p;
+    }
+    for (i, slot) in REAL.iter().enumerate() {
+        if slot.load(Ordering::Acquire) == p {
+            let sym = SYMS[i];
+            return crate::hooks::wrapper(sym).unwrap_or(p);
+        }
+    }
+    p
+}
+
+const SYMS: [Sym; N] = {
+    let mut out = [Sym::cuInit; N];
+    let mut i = 0;
+    while i < N {
+        // SAFETY: `Sym` is a fieldless repr(usize) enum with discriminants 0..N in order, so
+        // every i < N is a valid discriminant.
+        out[i] = unsafe { std::mem::transmute::<usize, Sym>(i) };
+        i += 1;
+    }
+    out
+};
+
+/// Our `dlsym`: always resolves with the caller's handle through the real `dlsym`, then
+/// swaps in our wrapper when the result is a real driver entry point we wrap.
+///
+/// # Safety
+/// Same contract as glibc's `dlsym`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
+    let Some(real) = real_dlsym() else {
+        return std::ptr::null_mut();
+    };
+    // SAFETY: forwarding the caller's arguments unchanged to the real dlsym.
+    let p = unsafe { real(handle, symbol) };
+    if p.is_null() || symbol.is_null() {
+        return p;
+    }
+    // SAFETY: dlsym's contract: `symbol` is NUL-terminated; reading two bytes is fine because
+    // the first one being NUL stops the `&&`.
+    let is_cu = unsafe { *symbol == b'c' as c_char && *symbol.add(1) == b'u' as c_char };
+    if !is_cu {
+        return p;
+    }
+    let swapped = std::panic::catch_unwind(|| reentrancy_guarded(|| substitute(p)));
+    match swapped {
+        Ok(Some(q)) => q,
+        _ => p,
+    }
+}

@@ -1,0 +1,590 @@
+//! End-to-end tests: the C workload runs under `LD_PRELOAD=libarbiter_interpose.so` against
+//! the fake `libcuda.so.1`, and the test plays the node by writing the control block.
+//!
+//! Timing-sensitive assertions and why they are not flaky:
+//! * pacing share: the pacer schedules absolute slots (GCRA), so oversleeping on a busy machine
+//!   does not accumulate; 120 launches at 2 ms of fake kernel time give a ~0.8 s window where
+//!   one late wake-up costs < 1%. The upper bound is a hard guarantee of the algorithm.
+//! * rate change: waiting launches re-check the rate every 1 ms; we allow a whole control
+//!   period (100 ms) for the new rate to show, i.e. ~99 ms of scheduler noise.
+//! * capture / freeze: lower bounds come from sleeps (always hold) and upper bounds leave
+//!   seconds of slack against a throttled run that would take far longer.
+
+use arbiter_interpose::control::{
+    BlockInit, ControlBlock, FLAG_EXIT, FLAG_FREEZE, MappedBlock, UNLIMITED, monotonic_ns,
+};
+use cuda_workload::{FakeSlot, FakeState, Fixtures};
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+
+fn fixtures() -> &'static Fixtures {
+    static F: OnceLock<Result<Fixtures, String>> = OnceLock::new();
+    let r = F.get_or_init(|| {
+        cuda_workload::build(&PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("interpose-fixtures"))
+    });
+    match r {
+        Ok(f) => f,
+        Err(e) => panic!("building test fixtures failed: {e}"),
+    }
+}
+
+/// One test scenario: its own directory, control block and fake-driver state file.
+struct Scenario {
+    dir: PathBuf,
+    block: Option<MappedBlock>,
+    env: Vec<(String, String)>,
+}
+
+impl Scenario {
+    fn new(name: &str, init: Option<BlockInit>) -> Scenario {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+            "e2e-{name}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).expect("scenario dir");
+        let block = init.map(|i| MappedBlock::create(&dir.join("block"), &i).expect("block"));
+        Scenario {
+            dir,
+            block,
+            env: Vec::new(),
+        }
+    }
+
+    fn env(mut self, k: &str, v: impl ToString) -> Self {
+        self.env.push((k.to_string(), v.to_string()));
+        self
+    }
+
+    fn block(&self) -> &ControlBlock {
+        self.block.as_ref().expect("scenario has a block")
+    }
+
+    fn state_path(&self) -> PathBuf {
+        self.dir.join("fake-state")
+    }
+
+    fn fake(&self) -> FakeState {
+        FakeState::read(&self.state_path()).expect("fake state")
+    }
+
+    fn command(&self, resolve: &str, args: &[&str]) -> Command {
+        let f = fixtures();
+        let exe = if resolve == "direct" {
+            &f.workload_direct
+        } else {
+            &f.workload
+        };
+        let mut c = Command::new(exe);
+        c.args(args)
+            .env("WL_RESOLVE", resolve)
+            .env("LD_LIBRARY_PATH", &f.libdir)
+            .env("LD_PRELOAD", &f.interposer)
+            .env("FAKE_CUDA_STATE", self.state_path())
+            .env("RUST_BACKTRACE", "0")
+            .env_remove("ARBITER_INTERPOSE_BYPASS")
+            .env_remove("ARBITER_FAIL_MODE");
+        if self.block.is_some() {
+            c.env("ARBITER_CONTROL_BLOCK", self.dir.join("block"));
+        } else {
+            c.env_remove("ARBITER_CONTROL_BLOCK");
+        }
+        for (k, v) in &self.env {
+            c.env(k, v);
+        }
+        c
+    }
+
+    fn run(&self, resolve: &str, args: &[&str]) -> Output {
+        let out = self
+            .command(resolve, args)
+            .output()
+            .expect("spawn workload");
+        eprintln!(
+            "[{resolve} {args:?}] {}\nstdout:\n{}stderr:\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
+    fn spawn(&self, resolve: &str, args: &[&str]) -> Child {
+        self.command(resolve, args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn workload")
+    }
+}
+
+impl Drop for Scenario {
+    fn drop(&mut self) {
+        self.block = None;
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Value of `key=<u64>` in the workload's output.
+fn field(out: &str, key: &str) -> u64 {
+    let pat = format!("{key}=");
+    out.split_whitespace()
+        .find_map(|w| w.strip_prefix(&pat))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key}= in output:\n{out}"))
+}
+
+fn wait_for_line(child: &mut Child, want: &str) -> BufReader<std::process::ChildStdout> {
+    let out = child.stdout.take().expect("piped stdout");
+    let mut r = BufReader::new(out);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = r.read_line(&mut line).expect("read workload stdout");
+        assert!(n > 0, "workload exited before printing {want:?}");
+        if line.trim() == want {
+            return r;
+        }
+    }
+}
+
+fn quota_block(quota: u64) -> Option<BlockInit> {
+    Some(BlockInit {
+        quota_bytes: quota,
+        ..Default::default()
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Interception paths × exact quota under 64 concurrent threads
+
+fn race_exact(resolve: &str) {
+    // 100 MiB + 17 bytes: exactly 100 one-MiB allocations fit, the 101st must fail.
+    let s = Scenario::new(resolve, quota_block(100 * MIB + 17));
+    let out = s.run(resolve, &["alloc-race", "64", &MIB.to_string()]);
+    assert!(out.status.success());
+    let text = stdout(&out);
+    assert_eq!(
+        field(&text, "granted_allocs"),
+        100,
+        "exactly floor(quota/chunk) granted"
+    );
+    let b = s.block();
+    assert_eq!(
+        b.shared.peak_used_bytes.load(Ordering::Relaxed),
+        100 * MIB,
+        "0 bytes overshoot"
+    );
+    assert_eq!(
+        b.shared.used_bytes.load(Ordering::Relaxed),
+        0,
+        "all frees returned"
+    );
+    assert_eq!(b.counters.allocations.load(Ordering::Relaxed), 100);
+    assert_eq!(b.counters.frees.load(Ordering::Relaxed), 100);
+    assert!(
+        b.counters.quota_denials.load(Ordering::Relaxed) >= 64,
+        "every thread hit the quota"
+    );
+    let fake = s.fake();
+    assert!(
+        fake.get(FakeSlot::MemPeak) <= 100 * MIB,
+        "the device never saw more than the quota"
+    );
+    assert_eq!(
+        fake.get(FakeSlot::Allocs),
+        100,
+        "denied allocations never reached the device"
+    );
+}
+
+#[test]
+fn quota_exact_64_threads_via_cu_get_proc_address_v2() {
+    race_exact("gpa");
+}
+
+#[test]
+fn quota_exact_64_threads_via_get_proc_address_per_thread_stream() {
+    race_exact("gpa-ptds");
+}
+
+#[test]
+fn quota_exact_64_threads_via_cu_get_proc_address_v1() {
+    race_exact("gpa-v1");
+}
+
+#[test]
+fn quota_exact_64_threads_via_dlsym_with_handle() {
+    race_exact("dlsym");
+}
+
+#[test]
+fn quota_exact_64_threads_when_linked_directly() {
+    race_exact("direct");
+}
+
+#[test]
+fn every_allocator_is_charged_and_released() {
+    for resolve in ["gpa", "gpa-ptds"] {
+        let quota = 64 * MIB;
+        let s = Scenario::new("allocators", quota_block(quota));
+        let out = s.run(resolve, &["allocators", &quota.to_string()]);
+        assert!(
+            out.status.success(),
+            "workload expectations failed under {resolve}"
+        );
+        let b = s.block();
+        assert_eq!(b.shared.used_bytes.load(Ordering::Relaxed), 0);
+        assert_eq!(b.counters.allocations.load(Ordering::Relaxed), 6);
+        assert_eq!(b.counters.frees.load(Ordering::Relaxed), 6);
+        assert_eq!(b.counters.quota_denials.load(Ordering::Relaxed), 6);
+        let fake = s.fake();
+        assert_eq!(
+            fake.get(FakeSlot::Allocs),
+            6,
+            "OOMs were refused before the driver"
+        );
+        assert!(fake.get(FakeSlot::VmmBytes) > 0 && fake.get(FakeSlot::AsyncBytes) > 0);
+    }
+}
+
+#[test]
+fn mem_info_reports_the_quota_view() {
+    let s = Scenario::new("meminfo", quota_block(100 * MIB));
+    let text = stdout(&s.run("gpa", &["meminfo"]));
+    assert_eq!(field(&text, "total"), 100 * MIB);
+    assert_eq!(field(&text, "free"), 99 * MIB);
+    assert_eq!(field(&text, "devtotal"), 100 * MIB);
+    assert!(text.contains("null_rcs="), "NULL arguments did not crash");
+
+    // A quota above the physical memory never reports more than physical.
+    let s =
+        Scenario::new("meminfo-big", quota_block(32 << 30)).env("FAKE_CUDA_MEM_BYTES", 1u64 << 30);
+    let text = stdout(&s.run("gpa", &["meminfo"]));
+    assert_eq!(field(&text, "total"), 1 << 30);
+    assert_eq!(field(&text, "devtotal"), 1 << 30);
+    assert_eq!(field(&text, "free"), (1 << 30) - MIB);
+}
+
+#[test]
+fn every_launch_entry_point_is_counted() {
+    for resolve in ["gpa", "gpa-ptds"] {
+        let s = Scenario::new("variants", quota_block(UNLIMITED));
+        let out = s.run(resolve, &["variants"]);
+        assert!(out.status.success());
+        // kernel + ex + cooperative + multi-device (2 devices) + graph
+        assert_eq!(
+            s.block().counters.launches.load(Ordering::Relaxed),
+            6,
+            "{resolve}"
+        );
+        let fake = s.fake();
+        assert_eq!(fake.get(FakeSlot::Launches), 6);
+        let ptsz = fake.get(FakeSlot::LaunchesPtsz);
+        if resolve == "gpa-ptds" {
+            assert_eq!(
+                ptsz, 4,
+                "per-thread-stream flag must reach the _ptsz entry points"
+            );
+        } else {
+            assert_eq!(ptsz, 0);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pacing
+
+fn measured_share(share: f64) -> f64 {
+    const KERNEL_NS: u64 = 2_000_000;
+    let interval = ControlBlock::interval_for_share(KERNEL_NS, share);
+    let s = Scenario::new(
+        "pace",
+        Some(BlockInit {
+            pace_interval_ns: interval,
+            ..Default::default()
+        }),
+    )
+    .env("FAKE_CUDA_KERNEL_NS", KERNEL_NS);
+    let n = 120u64;
+    let text = stdout(&s.run("gpa", &["pace", &n.to_string()]));
+    let wall = field(&text, "wall_ns") as f64;
+    let device = s.fake().get(FakeSlot::KernelNs) as f64;
+    assert_eq!(device as u64, n * KERNEL_NS);
+    device / wall
+}
+
+#[test]
+fn pacing_delivers_target_share_within_5_percent() {
+    // Two "tenants" at 30/70, run concurrently like two workloads on one GPU.
+    let a = std::thread::spawn(|| measured_share(0.3));
+    let b = std::thread::spawn(|| measured_share(0.7));
+    let (a, b) = (a.join().expect("tenant a"), b.join().expect("tenant b"));
+    eprintln!("measured shares: {a:.4} {b:.4}");
+    assert!((a / 0.3 - 1.0).abs() <= 0.05, "30% tenant got {a}");
+    assert!((b / 0.7 - 1.0).abs() <= 0.05, "70% tenant got {b}");
+}
+
+#[test]
+fn rate_change_applies_within_one_control_period() {
+    let period = Duration::from_millis(100);
+    let s = Scenario::new(
+        "rate",
+        Some(BlockInit {
+            pace_interval_ns: 1_000_000_000,
+            control_period_ns: period.as_nanos() as u64,
+            ..Default::default()
+        }),
+    );
+    let mut child = s.spawn("gpa", &["launch-loop", "1500"]);
+    let _out = wait_for_line(&mut child, "ready");
+    std::thread::sleep(Duration::from_millis(300));
+    let b = s.block();
+    let before = b.counters.launches.load(Ordering::Relaxed);
+    assert!(
+        before <= 2,
+        "at 1 launch/s at most the burst went through, got {before}"
+    );
+    let changed = Instant::now();
+    b.set_pacing(100_000, 0); // 10 000 launches/s
+    let target = before + 50;
+    while b.counters.launches.load(Ordering::Relaxed) < target
+        && changed.elapsed() < Duration::from_secs(5)
+    {
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let took = changed.elapsed();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        b.counters.launches.load(Ordering::Relaxed) >= target,
+        "new rate never applied"
+    );
+    assert!(
+        took < period,
+        "new rate took {took:?} (> one control period {period:?})"
+    );
+}
+
+#[test]
+fn stream_capture_is_never_throttled_but_graph_launches_are() {
+    let s = Scenario::new(
+        "capture",
+        Some(BlockInit {
+            pace_interval_ns: 200_000_000,
+            ..Default::default()
+        }),
+    );
+    let text = stdout(&s.run("gpa", &["capture", "20"]));
+    // Throttled, 20 launches would take 19 × 200 ms; captured ones must not wait at all.
+    assert!(
+        field(&text, "capture_ns") < 1_000_000_000,
+        "captured launches were throttled"
+    );
+    // The two graph launches are paced: the second waits one interval.
+    assert!(
+        field(&text, "graph_launch_ns") >= 150_000_000,
+        "graph launch was not paced"
+    );
+    assert_eq!(s.fake().get(FakeSlot::GraphLaunches), 2);
+}
+
+#[test]
+fn freeze_holds_launches_until_thawed() {
+    let s = Scenario::new("freeze", quota_block(UNLIMITED));
+    s.block().set_flag(FLAG_FREEZE, true);
+    let child = s.spawn("gpa", &["pace", "5"]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        s.block().counters.launches.load(Ordering::Relaxed),
+        0,
+        "frozen workload launched"
+    );
+    s.block().set_flag(FLAG_FREEZE, false);
+    let out = child.wait_with_output().expect("wait");
+    assert!(out.status.success());
+    assert_eq!(field(&stdout(&out), "launched"), 5);
+    assert!(s.block().counters.pacing_delay_ns.load(Ordering::Relaxed) >= 250_000_000);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Graceful exit
+
+fn assert_released(s: &Scenario) {
+    let fake = s.fake();
+    assert_eq!(fake.get(FakeSlot::CtxLive), 0, "context was not released");
+    assert_eq!(fake.get(FakeSlot::CtxDestroyed), 1);
+    assert_eq!(fake.get(FakeSlot::MemUsed), 0);
+    assert_eq!(
+        s.block().shared.used_bytes.load(Ordering::Relaxed),
+        0,
+        "quota not returned"
+    );
+}
+
+#[test]
+fn sigterm_synchronizes_releases_context_and_exits_by_the_signal() {
+    let s = Scenario::new("sigterm", quota_block(1 << 30)).env("FAKE_CUDA_KERNEL_NS", 1_000_000);
+    let mut child = s.spawn("gpa", &["train"]);
+    let _out = wait_for_line(&mut child, "ready");
+    assert_eq!(
+        s.block().shared.used_bytes.load(Ordering::Relaxed),
+        64 * MIB
+    );
+    let syncs_before = s.fake().get(FakeSlot::Syncs);
+    // std has no kill(pid, sig) and tests stay free of `unsafe`: use kill(1).
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    assert!(killed.is_ok_and(|s| s.success()));
+    let status = child.wait().expect("wait");
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGTERM),
+        "exit status must be 'killed by SIGTERM'"
+    );
+    assert!(
+        s.fake().get(FakeSlot::Syncs) > syncs_before,
+        "no synchronize before exit"
+    );
+    assert_released(&s);
+}
+
+#[test]
+fn sigterm_chains_to_the_application_handler() {
+    let s = Scenario::new("sigchain", quota_block(1 << 30));
+    let mut child = s.spawn("gpa", &["train-handler"]);
+    let mut out = wait_for_line(&mut child, "ready");
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    assert!(killed.is_ok_and(|s| s.success()));
+    let status = child.wait().expect("wait");
+    let mut rest = String::new();
+    let _ = std::io::Read::read_to_string(&mut out, &mut rest);
+    assert_eq!(
+        status.code(),
+        Some(42),
+        "the application's own handler decides the exit"
+    );
+    assert!(rest.contains("app-handler"));
+}
+
+#[test]
+fn node_exit_flag_exits_gracefully() {
+    let s = Scenario::new("exitflag", quota_block(1 << 30));
+    let mut child = s.spawn("gpa", &["train"]);
+    let _out = wait_for_line(&mut child, "ready");
+    s.block().set_flag(FLAG_EXIT, true);
+    let status = child.wait().expect("wait");
+    assert_eq!(status.signal(), Some(libc::SIGTERM));
+    assert_released(&s);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Never break the application
+
+#[test]
+fn unknown_symbols_pass_through_untouched() {
+    for resolve in ["gpa", "gpa-ptds", "dlsym", "direct"] {
+        let s = Scenario::new("unknown", quota_block(UNLIMITED));
+        let out = s.run(resolve, &["unknown"]);
+        assert!(out.status.success());
+        let text = stdout(&out);
+        assert!(text.contains("device_name=Arbiter Fake GPU"), "{resolve}");
+        if resolve != "direct" {
+            assert!(text.contains("driver_version=12080"));
+            assert!(text.contains("dlsym_missing_null=1") && text.contains("dlsym_default_ok=1"));
+        }
+        if resolve.starts_with("gpa") {
+            // CUDA_ERROR_NOT_FOUND, NULL pointer, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND
+            assert!(text.contains("missing rc=500 null=1 status=1"), "{text}");
+        }
+    }
+}
+
+#[test]
+fn panic_inside_a_hook_does_not_kill_the_workload() {
+    let s = Scenario::new("panic", quota_block(UNLIMITED)).env("ARBITER_INTERPOSE_TEST_PANIC", 1);
+    let out = s.run("gpa", &["panic"]);
+    assert!(out.status.success(), "workload died");
+    let text = stdout(&out);
+    assert_eq!(
+        field(&text, "panic_rc"),
+        999,
+        "CUDA_ERROR_UNKNOWN from the panicking hook"
+    );
+    assert_eq!(field(&text, "after_alloc_rc"), 0);
+}
+
+#[test]
+fn missing_block_fails_open_by_default_and_closed_on_request() {
+    let open = Scenario::new("failopen", None).env("FAKE_CUDA_MEM_BYTES", 10 * MIB);
+    let text = stdout(&open.run("gpa", &["alloc-race", "8", &MIB.to_string()]));
+    assert_eq!(
+        field(&text, "granted_allocs"),
+        10,
+        "fail-open: only the device limits"
+    );
+
+    let closed = Scenario::new("failclosed", None).env("ARBITER_FAIL_MODE", "closed");
+    let text = stdout(&closed.run("gpa", &["alloc-race", "8", &MIB.to_string()]));
+    assert_eq!(
+        field(&text, "granted_allocs"),
+        0,
+        "fail-closed: nothing without a block"
+    );
+}
+
+#[test]
+fn stale_block_falls_back_to_the_fail_mode() {
+    let s = Scenario::new(
+        "stale",
+        Some(BlockInit {
+            quota_bytes: 8 * MIB,
+            stale_after_ns: 1_000_000_000,
+            ..Default::default()
+        }),
+    )
+    .env("ARBITER_FAIL_MODE", "closed");
+    s.block().liveness.heartbeat_ns.store(
+        monotonic_ns().saturating_sub(10_000_000_000),
+        Ordering::Release,
+    );
+    let text = stdout(&s.run("gpa", &["alloc-race", "4", &MIB.to_string()]));
+    assert_eq!(field(&text, "granted_allocs"), 0);
+
+    s.block().heartbeat();
+    let text = stdout(&s.run("gpa", &["alloc-race", "4", &MIB.to_string()]));
+    assert_eq!(
+        field(&text, "granted_allocs"),
+        8,
+        "fresh heartbeat: enforcing the quota again"
+    );
+}
+
+#[test]
+fn bypass_variable_disables_interposition() {
+    let s = Scenario::new("bypass", quota_block(10 * MIB))
+        .env("ARBITER_INTERPOSE_BYPASS", 1)
+        .env("FAKE_CUDA_MEM_BYTES", 20 * MIB);
+    let text = stdout(&s.run("gpa", &["alloc-race", "8", &MIB.to_string()]));
+    assert_eq!(
+        field(&text, "granted_allocs"),
+        20,
+        "quota ignored under bypass"
+    );
+    assert_eq!(s.block().counters.allocations.load(Ordering::Relaxed), 0);
+}

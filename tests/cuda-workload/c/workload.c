@@ -1,0 +1,470 @@
+/* Test workload that drives the CUDA driver API the way real programs do.
+ *
+ * Resolution (env WL_RESOLVE):
+ *   gpa       dlopen("libcuda.so.1") -> dlsym("cuGetProcAddress_v2") -> self-lookup
+ *             cuGetProcAddress("cuGetProcAddress", 12000) -> everything through it (cudart 12)
+ *   gpa-ptds  same, with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM (nvcc --default-stream
+ *             per-thread)
+ *   gpa-v1    dlsym("cuGetProcAddress") -> cuGetProcAddress v1 ABI at version 11080 (cudart 11)
+ *   dlsym     dlsym(handle, "<exact export>") for every entry point (pre-11.3 loaders)
+ *   direct    (only when compiled with -DDIRECT_LINK -lcuda) plain linked calls
+ *
+ * Every mode prints "key=value" lines on stdout and exits 0 when its own expectations held.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef int CUresult;
+typedef unsigned long long u64;
+typedef void *Ptr;
+
+typedef struct {
+    unsigned grid[3], block[3], shm;
+    Ptr stream;
+    Ptr attrs;
+    unsigned nattrs;
+} LaunchConfig;
+
+#define PTDS_FLAG 2ULL
+
+typedef CUresult (*gpa2_t)(const char *, void **, int, u64, int *);
+typedef CUresult (*gpa1_t)(const char *, void **, int, u64);
+
+#ifdef DIRECT_LINK
+CUresult cuInit(unsigned);
+CUresult cuDevicePrimaryCtxRetain(u64 *, int);
+CUresult cuDevicePrimaryCtxRelease_v2(int);
+CUresult cuCtxSetCurrent(u64);
+CUresult cuCtxSynchronize(void);
+CUresult cuMemAlloc_v2(u64 *, size_t);
+CUresult cuMemFree_v2(u64);
+CUresult cuMemGetInfo_v2(size_t *, size_t *);
+CUresult cuLaunchKernel(Ptr, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                        Ptr, Ptr *, Ptr *);
+CUresult cuDeviceGetName(char *, int, int);
+static void *direct(const char *exact) {
+    static const struct { const char *n; void *p; } t[] = {
+        {"cuInit", (void *)cuInit},
+        {"cuDevicePrimaryCtxRetain", (void *)cuDevicePrimaryCtxRetain},
+        {"cuDevicePrimaryCtxRelease_v2", (void *)cuDevicePrimaryCtxRelease_v2},
+        {"cuCtxSetCurrent", (void *)cuCtxSetCurrent},
+        {"cuCtxSynchronize", (void *)cuCtxSynchronize},
+        {"cuMemAlloc_v2", (void *)cuMemAlloc_v2},
+        {"cuMemFree_v2", (void *)cuMemFree_v2},
+        {"cuMemGetInfo_v2", (void *)cuMemGetInfo_v2},
+        {"cuLaunchKernel", (void *)cuLaunchKernel},
+        {"cuDeviceGetName", (void *)cuDeviceGetName},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        if (!strcmp(t[i].n, exact)) return t[i].p;
+    return NULL;
+}
+#endif
+
+static const char *g_resolve = "gpa";
+static void *g_handle;
+static gpa2_t g_gpa2;
+static gpa1_t g_gpa1;
+static u64 g_flags;
+
+static void die(const char *what, int rc) {
+    printf("FAIL %s rc=%d\n", what, rc);
+    fflush(stdout);
+    exit(1);
+}
+
+static u64 now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (u64)ts.tv_sec * 1000000000ULL + (u64)ts.tv_nsec;
+}
+
+static void setup(void) {
+    const char *r = getenv("WL_RESOLVE");
+    if (r) g_resolve = r;
+    if (!strcmp(g_resolve, "direct")) {
+#ifndef DIRECT_LINK
+        die("direct resolution needs -DDIRECT_LINK", -1);
+#endif
+        return;
+    }
+    g_handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!g_handle) die("dlopen libcuda.so.1", -1);
+    if (!strcmp(g_resolve, "gpa") || !strcmp(g_resolve, "gpa-ptds")) {
+        g_flags = strcmp(g_resolve, "gpa-ptds") ? 0 : PTDS_FLAG;
+        gpa2_t boot = (gpa2_t)dlsym(g_handle, "cuGetProcAddress_v2");
+        if (!boot) die("dlsym cuGetProcAddress_v2", -1);
+        int st = -1;
+        CUresult rc = boot("cuGetProcAddress", (void **)&g_gpa2, 12000, 0, &st);
+        if (rc || !g_gpa2 || st != 0) die("self-lookup cuGetProcAddress", rc);
+    } else if (!strcmp(g_resolve, "gpa-v1")) {
+        gpa1_t boot = (gpa1_t)dlsym(g_handle, "cuGetProcAddress");
+        if (!boot) die("dlsym cuGetProcAddress", -1);
+        CUresult rc = boot("cuGetProcAddress", (void **)&g_gpa1, 11080, 0);
+        if (rc || !g_gpa1) die("self-lookup cuGetProcAddress v1", rc);
+    }
+}
+
+/* base: the name cudart asks cuGetProcAddress for; exact: the exported symbol. */
+static void *sym(const char *base, const char *exact) {
+    void *p = NULL;
+    if (!strcmp(g_resolve, "direct")) {
+#ifdef DIRECT_LINK
+        p = direct(exact);
+#endif
+    } else if (!strcmp(g_resolve, "dlsym")) {
+        p = dlsym(g_handle, exact);
+    } else if (g_gpa2) {
+        int st = -1;
+        CUresult rc = g_gpa2(base, &p, 12080, g_flags, &st);
+        if (rc) p = NULL;
+    } else if (g_gpa1) {
+        CUresult rc = g_gpa1(base, &p, 11080, 0);
+        if (rc) p = NULL;
+    }
+    if (!p) {
+        printf("FAIL resolve %s\n", exact);
+        exit(1);
+    }
+    return p;
+}
+
+#define RESOLVE(var, type, base, exact) type var = (type)sym(base, exact)
+
+typedef CUresult (*init_t)(unsigned);
+typedef CUresult (*retain_t)(u64 *, int);
+typedef CUresult (*ctxset_t)(u64);
+typedef CUresult (*sync_t)(void);
+typedef CUresult (*alloc_t)(u64 *, size_t);
+typedef CUresult (*free_t)(u64);
+typedef CUresult (*meminfo_t)(size_t *, size_t *);
+typedef CUresult (*launch_t)(Ptr, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             unsigned, Ptr, Ptr *, Ptr *);
+
+static launch_t g_launch;
+static sync_t g_sync;
+static alloc_t g_alloc;
+static free_t g_free;
+
+static void common_init(void) {
+    RESOLVE(init, init_t, "cuInit", "cuInit");
+    RESOLVE(retain, retain_t, "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRetain");
+    RESOLVE(setcur, ctxset_t, "cuCtxSetCurrent", "cuCtxSetCurrent");
+    CUresult rc = init(0);
+    if (rc) die("cuInit", rc);
+    u64 ctx = 0;
+    rc = retain(&ctx, 0);
+    if (rc) die("cuDevicePrimaryCtxRetain", rc);
+    rc = setcur(ctx);
+    if (rc) die("cuCtxSetCurrent", rc);
+    g_launch = (launch_t)sym("cuLaunchKernel", "cuLaunchKernel");
+    g_sync = (sync_t)sym("cuCtxSynchronize", "cuCtxSynchronize");
+    g_alloc = (alloc_t)sym("cuMemAlloc", "cuMemAlloc_v2");
+    g_free = (free_t)sym("cuMemFree", "cuMemFree_v2");
+}
+
+static CUresult launch1(Ptr stream) {
+    return g_launch((Ptr)0x1, 1, 1, 1, 32, 1, 1, 0, stream, NULL, NULL);
+}
+
+/* ---- modes ---------------------------------------------------------------------------- */
+
+static size_t g_chunk;
+static u64 g_granted[256];
+static u64 *g_ptrs[256];
+
+static void *race_thread(void *arg) {
+    size_t i = (size_t)arg;
+    size_t cap = 4096, n = 0;
+    g_ptrs[i] = calloc(cap, sizeof(u64));
+    for (;;) {
+        u64 p = 0;
+        CUresult rc = g_alloc(&p, g_chunk);
+        if (rc == 2) break; /* CUDA_ERROR_OUT_OF_MEMORY */
+        if (rc) die("cuMemAlloc_v2 race", rc);
+        if (n == cap) break;
+        g_ptrs[i][n++] = p;
+    }
+    g_granted[i] = n;
+    return NULL;
+}
+
+static int mode_alloc_race(int threads, size_t chunk) {
+    g_chunk = chunk;
+    pthread_t t[256];
+    if (threads > 256) threads = 256;
+    for (int i = 0; i < threads; i++) pthread_create(&t[i], NULL, race_thread, (void *)(size_t)i);
+    for (int i = 0; i < threads; i++) pthread_join(t[i], NULL);
+    u64 total = 0;
+    for (int i = 0; i < threads; i++) total += g_granted[i];
+    printf("granted_allocs=%llu granted_bytes=%llu\n", total, total * chunk);
+    for (int i = 0; i < threads; i++)
+        for (u64 j = 0; j < g_granted[i]; j++)
+            if (g_free(g_ptrs[i][j])) die("cuMemFree_v2", -1);
+    printf("freed=1\n");
+    return 0;
+}
+
+typedef CUresult (*pitch_t)(u64 *, size_t *, size_t, size_t, unsigned);
+typedef CUresult (*managed_t)(u64 *, size_t, unsigned);
+typedef CUresult (*async_t)(u64 *, size_t, Ptr);
+typedef CUresult (*pool_t)(u64 *, size_t, Ptr, Ptr);
+typedef CUresult (*freeasync_t)(u64, Ptr);
+typedef CUresult (*create_t)(u64 *, size_t, const void *, u64);
+typedef CUresult (*release_t)(u64);
+
+#define EXPECT(cond, what)                                                                    \
+    do {                                                                                      \
+        if (!(cond)) {                                                                        \
+            printf("FAIL expect %s\n", what);                                                 \
+            fails++;                                                                          \
+        }                                                                                     \
+    } while (0)
+
+static int mode_allocators(size_t quota) {
+    int fails = 0;
+    RESOLVE(pitch, pitch_t, "cuMemAllocPitch", "cuMemAllocPitch_v2");
+    RESOLVE(managed, managed_t, "cuMemAllocManaged", "cuMemAllocManaged");
+    RESOLVE(aasync, async_t, "cuMemAllocAsync", g_flags ? "cuMemAllocAsync_ptsa" : "cuMemAllocAsync");
+    RESOLVE(pool, pool_t, "cuMemAllocFromPoolAsync",
+            g_flags ? "cuMemAllocFromPoolAsync_ptsa" : "cuMemAllocFromPoolAsync");
+    RESOLVE(fasync, freeasync_t, "cuMemFreeAsync", g_flags ? "cuMemFreeAsync_ptsa" : "cuMemFreeAsync");
+    RESOLVE(create, create_t, "cuMemCreate", "cuMemCreate");
+    RESOLVE(release, release_t, "cuMemRelease", "cuMemRelease");
+    RESOLVE(info, meminfo_t, "cuMemGetInfo", "cuMemGetInfo_v2");
+    const size_t MB = 1 << 20;
+    u64 p = 0, h = 0;
+    size_t pp = 0;
+    /* each allocator: a small one fits, one of the full quota on top does not */
+    EXPECT(pitch(&p, &pp, 1000, 1024, 4) == 0 && pp == 1024, "pitch ok");
+    u64 q = 0;
+    EXPECT(pitch(&q, &pp, quota, 1, 4) == 2, "pitch oom");
+    EXPECT(g_free(p) == 0, "pitch free");
+    EXPECT(managed(&p, MB, 1) == 0, "managed ok");
+    EXPECT(managed(&q, quota, 1) == 2, "managed oom");
+    EXPECT(g_free(p) == 0, "managed free");
+    EXPECT(aasync(&p, MB, NULL) == 0, "async ok");
+    EXPECT(aasync(&q, quota, NULL) == 2, "async oom");
+    EXPECT(fasync(p, NULL) == 0, "async free");
+    EXPECT(pool(&p, MB, (Ptr)0x1, NULL) == 0, "pool ok");
+    EXPECT(pool(&q, quota, (Ptr)0x1, NULL) == 2, "pool oom");
+    EXPECT(fasync(p, NULL) == 0, "pool free");
+    EXPECT(create(&h, 2 * MB, NULL, 0) == 0, "vmm ok");
+    EXPECT(create(&q, quota, NULL, 0) == 2, "vmm oom");
+    size_t fr = 0, to = 0;
+    EXPECT(info(&fr, &to) == 0 && to == quota && fr == quota - 2 * MB, "meminfo with vmm held");
+    EXPECT(release(h) == 0, "vmm release");
+    EXPECT(g_alloc(&p, quota) == 0, "full quota after frees");
+    EXPECT(g_alloc(&q, 1) == 2, "one byte over");
+    EXPECT(g_free(p) == 0, "final free");
+    printf("allocator_failures=%d\n", fails);
+    return fails ? 1 : 0;
+}
+
+typedef CUresult (*totalmem_t)(size_t *, int);
+static int mode_meminfo(void) {
+    RESOLVE(info, meminfo_t, "cuMemGetInfo", "cuMemGetInfo_v2");
+    RESOLVE(tot, totalmem_t, "cuDeviceTotalMem", "cuDeviceTotalMem_v2");
+    size_t fr = 0, to = 0, dt = 0;
+    u64 p = 0;
+    CUresult rc = g_alloc(&p, 1 << 20);
+    if (rc) die("alloc", rc);
+    rc = info(&fr, &to);
+    if (rc) die("cuMemGetInfo_v2", rc);
+    rc = tot(&dt, 0);
+    if (rc) die("cuDeviceTotalMem_v2", rc);
+    printf("meminfo total=%zu free=%zu devtotal=%zu\n", to, fr, dt);
+    /* NULL-safety: must not crash (result code is the driver's business) */
+    CUresult a = info(NULL, &to), b = info(&fr, NULL), c = info(NULL, NULL);
+    CUresult d = tot(NULL, 0);
+    printf("null_rcs=%d,%d,%d,%d\n", a, b, c, d);
+    return 0;
+}
+
+static int mode_pace(long n) {
+    u64 t0 = now_ns();
+    for (long i = 0; i < n; i++) {
+        CUresult rc = launch1(NULL);
+        if (rc) die("launch", rc);
+    }
+    CUresult rc = g_sync();
+    if (rc) die("sync", rc);
+    u64 t1 = now_ns();
+    printf("launched=%ld wall_ns=%llu\n", n, t1 - t0);
+    return 0;
+}
+
+static int mode_launch_loop(long ms) {
+    u64 end = now_ns() + (u64)ms * 1000000ULL;
+    long n = 0;
+    printf("ready\n");
+    fflush(stdout);
+    while (now_ns() < end) {
+        CUresult rc = launch1(NULL);
+        if (rc) die("launch", rc);
+        n++;
+    }
+    printf("launched=%ld\n", n);
+    return 0;
+}
+
+typedef CUresult (*launchex_t)(const LaunchConfig *, Ptr, Ptr *, Ptr *);
+typedef CUresult (*coop_t)(Ptr, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                           unsigned, Ptr, Ptr *);
+typedef CUresult (*graph_t)(Ptr, Ptr);
+typedef CUresult (*streamcreate_t)(Ptr *, unsigned);
+typedef CUresult (*begincap_t)(Ptr, int);
+typedef CUresult (*endcap_t)(Ptr, Ptr *);
+typedef CUresult (*inst_t)(Ptr *, Ptr, u64);
+typedef CUresult (*multidev_t)(Ptr, unsigned, unsigned);
+
+static int mode_variants(void) {
+    RESOLVE(ex, launchex_t, "cuLaunchKernelEx", g_flags ? "cuLaunchKernelEx_ptsz" : "cuLaunchKernelEx");
+    RESOLVE(coop, coop_t, "cuLaunchCooperativeKernel",
+            g_flags ? "cuLaunchCooperativeKernel_ptsz" : "cuLaunchCooperativeKernel");
+    RESOLVE(multi, multidev_t, "cuLaunchCooperativeKernelMultiDevice",
+            "cuLaunchCooperativeKernelMultiDevice");
+    RESOLVE(glaunch, graph_t, "cuGraphLaunch", g_flags ? "cuGraphLaunch_ptsz" : "cuGraphLaunch");
+    LaunchConfig cfg = {{1, 1, 1}, {32, 1, 1}, 0, NULL, NULL, 0};
+    int fails = 0;
+    EXPECT(launch1(NULL) == 0, "cuLaunchKernel");
+    EXPECT(ex(&cfg, (Ptr)0x1, NULL, NULL) == 0, "cuLaunchKernelEx");
+    EXPECT(coop((Ptr)0x1, 1, 1, 1, 1, 1, 1, 0, NULL, NULL) == 0, "cooperative");
+    EXPECT(multi((Ptr)0x1, 2, 0) == 0, "multi-device cooperative");
+    EXPECT(glaunch((Ptr)0x1, NULL) == 0, "cuGraphLaunch");
+    EXPECT(g_sync() == 0, "sync");
+    printf("variant_failures=%d\n", fails);
+    return fails ? 1 : 0;
+}
+
+static int mode_capture(long n) {
+    RESOLVE(screate, streamcreate_t, "cuStreamCreate", "cuStreamCreate");
+    RESOLVE(begin, begincap_t, "cuStreamBeginCapture", "cuStreamBeginCapture_v2");
+    RESOLVE(endc, endcap_t, "cuStreamEndCapture", "cuStreamEndCapture");
+    RESOLVE(inst, inst_t, "cuGraphInstantiateWithFlags", "cuGraphInstantiateWithFlags");
+    RESOLVE(glaunch, graph_t, "cuGraphLaunch", g_flags ? "cuGraphLaunch_ptsz" : "cuGraphLaunch");
+    Ptr s = NULL, g = NULL, e = NULL;
+    if (screate(&s, 0)) die("cuStreamCreate", -1);
+    if (begin(s, 0)) die("begin capture", -1);
+    u64 t0 = now_ns();
+    for (long i = 0; i < n; i++)
+        if (launch1(s)) die("captured launch", -1);
+    u64 t1 = now_ns();
+    if (endc(s, &g)) die("end capture", -1);
+    if (inst(&e, g, 0)) die("instantiate", -1);
+    u64 t2 = now_ns();
+    if (glaunch(e, s)) die("graph launch", -1);
+    if (glaunch(e, s)) die("graph launch 2", -1);
+    u64 t3 = now_ns();
+    printf("capture_ns=%llu graph_launch_ns=%llu\n", t1 - t0, t3 - t2);
+    (void)t2;
+    return 0;
+}
+
+static void app_handler(int sig) {
+    (void)sig;
+    static const char msg[] = "app-handler\n";
+    ssize_t w = write(1, msg, sizeof msg - 1);
+    (void)w;
+    _exit(42);
+}
+
+static int mode_train(int own_handler) {
+    if (own_handler) {
+        /* installed before the driver is initialised, so the interposer chains to it */
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = app_handler;
+        sigaction(SIGTERM, &sa, NULL);
+    }
+    (void)own_handler;
+    return -1; /* handled in main after common_init */
+}
+
+__attribute__((noreturn)) static void train_loop(void) {
+    u64 p = 0;
+    if (g_alloc(&p, 64 << 20)) die("alloc", -1);
+    int first = 1;
+    for (;;) {
+        if (launch1(NULL)) die("launch", -1);
+        if (g_sync()) die("sync", -1);
+        if (first) {
+            printf("ready\n");
+            fflush(stdout);
+            first = 0;
+        }
+    }
+}
+
+typedef CUresult (*name_t)(char *, int, int);
+typedef CUresult (*ver_t)(int *);
+static int mode_unknown(void) {
+    RESOLVE(name, name_t, "cuDeviceGetName", "cuDeviceGetName");
+    char buf[64] = {0};
+    CUresult rc = name(buf, sizeof buf, 0);
+    if (rc) die("cuDeviceGetName", rc);
+    printf("device_name=%s\n", buf);
+    if (strcmp(g_resolve, "direct")) {
+        RESOLVE(ver, ver_t, "cuDriverGetVersion", "cuDriverGetVersion");
+        int v = 0;
+        if (ver(&v)) die("cuDriverGetVersion", -1);
+        printf("driver_version=%d\n", v);
+    }
+    if (g_gpa2) {
+        void *p = (void *)0x1;
+        int st = -1;
+        rc = g_gpa2("cuNoSuchEntryPoint", &p, 12080, g_flags, &st);
+        printf("missing rc=%d null=%d status=%d\n", rc, p == NULL, st);
+    }
+    if (g_handle) {
+        void *p = dlsym(g_handle, "cuNoSuchEntryPoint");
+        printf("dlsym_missing_null=%d\n", p == NULL);
+        /* RTLD_DEFAULT lookups of libc symbols must be untouched */
+        printf("dlsym_default_ok=%d\n", dlsym(RTLD_DEFAULT, "strlen") == (void *)strlen);
+    }
+    return 0;
+}
+
+static int mode_panic(void) {
+    RESOLVE(info, meminfo_t, "cuMemGetInfo", "cuMemGetInfo_v2");
+    size_t fr = 0, to = 0;
+    CUresult rc = info(&fr, &to);
+    u64 p = 0;
+    CUresult rc2 = g_alloc(&p, 4096);
+    CUresult rc3 = launch1(NULL);
+    printf("panic_rc=%d after_alloc_rc=%d after_launch_rc=%d\n", rc, rc2, rc3);
+    return (rc2 == 0 && rc3 == 0) ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc < 2) {
+        fprintf(stderr, "usage: workload MODE [ARGS]\n");
+        return 2;
+    }
+    const char *m = argv[1];
+    int own_handler = !strcmp(m, "train-handler");
+    if (own_handler) mode_train(1);
+    setup();
+    common_init();
+    if (!strcmp(m, "alloc-race")) return mode_alloc_race(atoi(argv[2]), (size_t)atoll(argv[3]));
+    if (!strcmp(m, "allocators")) return mode_allocators((size_t)atoll(argv[2]));
+    if (!strcmp(m, "meminfo")) return mode_meminfo();
+    if (!strcmp(m, "pace")) return mode_pace(atol(argv[2]));
+    if (!strcmp(m, "launch-loop")) return mode_launch_loop(atol(argv[2]));
+    if (!strcmp(m, "variants")) return mode_variants();
+    if (!strcmp(m, "capture")) return mode_capture(atol(argv[2]));
+    if (!strcmp(m, "train") || own_handler) train_loop();
+    if (!strcmp(m, "unknown")) return mode_unknown();
+    if (!strcmp(m, "panic")) return mode_panic();
+    fprintf(stderr, "unknown mode %s\n", m);
+    return 2;
+}

@@ -1,0 +1,164 @@
+//! Test fixtures for the interposer: builds the fake driver (`libcuda.so.1`), the interposer
+//! (`libarbiter_interpose.so`) and the C workloads in `c/workload.c`, and reads the fake
+//! driver's accounting file.
+//!
+//! The cdylibs are built by a nested `cargo build` with a *separate* target directory, so it
+//! never waits on the build lock of the `cargo test` that runs us. The workload is compiled
+//! twice with the system C compiler (`$CC`, default `cc`): once resolving the driver at run
+//! time like cudart (`dlopen` + `cuGetProcAddress`), once linked directly with `-lcuda`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Paths of everything a test needs.
+#[derive(Debug, Clone)]
+pub struct Fixtures {
+    /// `libarbiter_interpose.so`, for `LD_PRELOAD`.
+    pub interposer: PathBuf,
+    /// Directory holding `libcuda.so.1` (the fake), for `LD_LIBRARY_PATH`.
+    pub libdir: PathBuf,
+    /// Workload resolving the driver at run time (`WL_RESOLVE=gpa|gpa-ptds|gpa-v1|dlsym`).
+    pub workload: PathBuf,
+    /// Workload linked with `-lcuda` (`WL_RESOLVE=direct`).
+    pub workload_direct: PathBuf,
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("..")
+}
+
+fn run(cmd: &mut Command, what: &str) -> Result<(), String> {
+    let out = cmd
+        .output()
+        .map_err(|e| format!("{what}: cannot run: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} failed ({}):\n{}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// Build (or rebuild incrementally) all fixtures under `work`.
+pub fn build(work: &Path) -> Result<Fixtures, String> {
+    let root = workspace_root();
+    let target = work.join("target");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    run(
+        Command::new(cargo)
+            .current_dir(&root)
+            .args([
+                "build",
+                "-p",
+                "arbiter-interpose",
+                "-p",
+                "fake-cuda",
+                "--target-dir",
+            ])
+            .arg(&target)
+            .env_remove("CARGO_TARGET_DIR")
+            .env_remove("CARGO_BUILD_TARGET_DIR")
+            .env_remove("CARGO_MAKEFLAGS")
+            .env_remove("MAKEFLAGS"),
+        "cargo build -p arbiter-interpose -p fake-cuda",
+    )?;
+    let built = target.join("debug");
+    let libdir = work.join("lib");
+    let bin = work.join("bin");
+    for d in [&libdir, &bin] {
+        std::fs::create_dir_all(d).map_err(|e| format!("mkdir {}: {e}", d.display()))?;
+    }
+    let fake = libdir.join("libcuda.so.1");
+    let tmp = libdir.join(".libcuda.so.1.tmp");
+    std::fs::copy(built.join("libcuda.so"), &tmp).map_err(|e| format!("copy fake driver: {e}"))?;
+    std::fs::rename(&tmp, &fake).map_err(|e| format!("install fake driver: {e}"))?;
+    let link = libdir.join("libcuda.so");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink("libcuda.so.1", &link).map_err(|e| format!("symlink: {e}"))?;
+
+    let src = root.join("tests/cuda-workload/c/workload.c");
+    let cc = std::env::var_os("CC").unwrap_or_else(|| "cc".into());
+    let workload = bin.join("workload");
+    let workload_direct = bin.join("workload-direct");
+    run(
+        Command::new(&cc)
+            .args(["-O1", "-Wall", "-o"])
+            .arg(&workload)
+            .arg(&src)
+            .args(["-ldl", "-lpthread"]),
+        "cc workload.c",
+    )?;
+    run(
+        Command::new(&cc)
+            .args(["-O1", "-Wall", "-DDIRECT_LINK", "-o"])
+            .arg(&workload_direct)
+            .arg(&src)
+            .arg(format!("-L{}", libdir.display()))
+            .args(["-lcuda", "-ldl", "-lpthread"]),
+        "cc -DDIRECT_LINK workload.c -lcuda",
+    )?;
+    Ok(Fixtures {
+        interposer: built.join("libarbiter_interpose.so"),
+        libdir,
+        workload,
+        workload_direct,
+    })
+}
+
+/// Index of each counter in the fake driver's state file (mirrors `fake-cuda`'s `Slot`).
+#[derive(Clone, Copy, Debug)]
+pub enum FakeSlot {
+    Magic = 0,
+    MemTotal,
+    MemUsed,
+    MemPeak,
+    Allocs,
+    Frees,
+    Launches,
+    LaunchesPtsz,
+    GraphLaunches,
+    KernelNs,
+    CtxLive,
+    CtxDestroyed,
+    Syncs,
+    Inits,
+    BusyUntil,
+    CoopLaunches,
+    LaunchesEx,
+    VmmBytes,
+    ManagedBytes,
+    AsyncBytes,
+    PitchBytes,
+}
+
+/// A snapshot of the fake driver's accounting (`FAKE_CUDA_STATE` file).
+#[derive(Debug, Clone)]
+pub struct FakeState(Vec<u64>);
+
+impl FakeState {
+    /// Read the file written by the fake driver.
+    pub fn read(path: &Path) -> Result<FakeState, String> {
+        let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let v: Vec<u64> = bytes
+            .chunks_exact(8)
+            .map(|c| {
+                let mut a = [0u8; 8];
+                a.copy_from_slice(c);
+                u64::from_le_bytes(a)
+            })
+            .collect();
+        if v.first() != Some(&u64::from_le_bytes(*b"FAKECUDA")) {
+            return Err(format!("{}: not a fake-cuda state file", path.display()));
+        }
+        Ok(FakeState(v))
+    }
+
+    /// Value of one counter.
+    pub fn get(&self, s: FakeSlot) -> u64 {
+        self.0.get(s as usize).copied().unwrap_or(0)
+    }
+}
