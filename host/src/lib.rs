@@ -1,1 +1,3 @@
 //! Arbiter host.
+pub mod runtime;
+pub mod state;

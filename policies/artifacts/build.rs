@@ -1,5 +1,13 @@
-//! Builds every policy crate under `policies/` (all but `sdk` and `artifacts`)
+//! Builds every policy crate under `policies/` that opts in with
+//!
+//! ```toml
+//! [package.metadata.arbiter]
+//! builtin = true   # or: fixture = true (test components, never offered to users)
+//! ```
+//!
 //! for `wasm32-wasip2` with the `policy` profile, and embeds the components.
+//! Opting in keeps library crates and policies still being written out of
+//! the host's build.
 //!
 //! The nested cargo uses its own target directory so it never waits on the
 //! lock of the build that runs this script.
@@ -42,15 +50,12 @@ fn run() -> Result<(), String> {
     for entry in entries.flatten() {
         let path = entry.path();
         let name = entry.file_name().to_string_lossy().into_owned();
-        println!("cargo:rerun-if-changed={}", path.display());
-        if name == "artifacts" || !path.join("Cargo.toml").is_file() {
-            continue;
-        }
-        if name != "sdk" {
-            crates.push(name);
+        let manifest = std::fs::read_to_string(path.join("Cargo.toml")).unwrap_or_default();
+        if let Some(kind) = artifact_kind(&manifest) {
+            crates.push((name, kind));
         }
     }
-    crates.sort();
+    crates.sort_by(|a, b| a.0.cmp(&b.0));
 
     let target_dir = env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
@@ -68,7 +73,7 @@ fn run() -> Result<(), String> {
             "--target-dir",
         ])
         .arg(&target_dir);
-    for name in &crates {
+    for (name, _) in &crates {
         cmd.args(["-p", &format!("policy-{name}")]);
     }
     // Flags meant for the host build must not leak into the Wasm build.
@@ -89,28 +94,22 @@ fn run() -> Result<(), String> {
         ));
     }
 
-    let mut generated = String::from(
-        "/// Built-in policies: (name, component bytes).\npub const BUILTIN: &[(&str, &[u8])] = &[\n",
-    );
-    for name in &crates {
-        let file = target_dir
-            .join(TARGET)
-            .join(PROFILE)
-            .join(format!("policy_{}.wasm", name.replace('-', "_")));
-        if !file.is_file() {
-            return Err(format!(
-                "expected component {} was not produced",
-                file.display()
-            ));
+    let mut generated = String::new();
+    for (kind, constant, doc) in [
+        (Kind::Builtin, "BUILTIN", "Built-in policies: (name, component bytes)."),
+        (Kind::Fixture, "FIXTURES", "Test fixtures (misbehaving or foreign components): (name, bytes)."),
+    ] {
+        writeln!(generated, "/// {doc}\npub const {constant}: &[(&str, &[u8])] = &[").map_err(|e| e.to_string())?;
+        for (name, _) in crates.iter().filter(|(_, k)| *k == kind) {
+            let file = target_dir.join(TARGET).join(PROFILE).join(format!("policy_{}.wasm", name.replace('-', "_")));
+            if !file.is_file() {
+                return Err(format!("expected component {} was not produced", file.display()));
+            }
+            let short = name.strip_prefix("fixture-").unwrap_or(name);
+            writeln!(generated, "    ({short:?}, include_bytes!({:?})),", path_str(&file)?).map_err(|e| e.to_string())?;
         }
-        writeln!(
-            generated,
-            "    ({name:?}, include_bytes!({:?})),",
-            path_str(&file)?
-        )
-        .map_err(|e| e.to_string())?;
+        generated.push_str("];\n");
     }
-    generated.push_str("];\n");
     std::fs::write(out_dir.join("builtin.rs"), generated).map_err(|e| e.to_string())?;
     Ok(())
 }
@@ -118,4 +117,27 @@ fn run() -> Result<(), String> {
 fn path_str(p: &Path) -> Result<&str, String> {
     p.to_str()
         .ok_or_else(|| format!("non-UTF-8 path {}", p.display()))
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Builtin,
+    Fixture,
+}
+
+/// `builtin = true` or `fixture = true` under `[package.metadata.arbiter]`.
+fn artifact_kind(manifest: &str) -> Option<Kind> {
+    let mut in_section = false;
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_section = line == "[package.metadata.arbiter]";
+        } else if in_section {
+            match line.replace(' ', "").as_str() {
+                "builtin=true" => return Some(Kind::Builtin),
+                "fixture=true" => return Some(Kind::Fixture),
+                _ => {}
+            }
+        }
+    }
+    None
 }

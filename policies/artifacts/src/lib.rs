@@ -21,3 +21,8 @@ pub fn get(name: &str) -> Option<&'static [u8]> {
 pub fn names() -> impl Iterator<Item = &'static str> {
     BUILTIN.iter().map(|(n, _)| *n)
 }
+
+/// The bytes of a test fixture component (see `policies/fixture-*`).
+pub fn fixture(name: &str) -> Option<&'static [u8]> {
+    FIXTURES.iter().find(|(n, _)| *n == name).map(|(_, bytes)| *bytes)
+}

@@ -1,0 +1,89 @@
+//! What can go wrong when a policy runs, classified from wasmtime's errors.
+
+use arbiter_policy_sdk::{DecisionError, PolicyError};
+use std::time::Duration;
+
+/// A policy fault. The host survives every one of these: the round falls back.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum PolicyFault {
+    #[error("policy exceeded its deadline of {0:?}")]
+    Deadline(Duration),
+    #[error("policy exceeded its memory cap of {0} bytes")]
+    MemoryCap(usize),
+    #[error("policy ran out of fuel")]
+    OutOfFuel,
+    #[error("policy trapped: {0}")]
+    Trap(String),
+    #[error("policy does not fit the contract: {0}")]
+    Abi(String),
+    #[error("policy mirror is stale (at epoch {0})")]
+    Stale(u64),
+    #[error("policy does not implement role `{0}`")]
+    Unsupported(String),
+    #[error("policy reported failure: {0}")]
+    Reported(String),
+    #[error("decision #{index} is invalid: {error}")]
+    InvalidDecision { index: usize, error: DecisionError },
+    #[error("policy returned {count} decisions, the limit is {limit}")]
+    TooManyDecisions { count: usize, limit: u32 },
+    #[error("policy returned an impossible answer: {0}")]
+    BadAnswer(String),
+}
+
+impl PolicyFault {
+    /// Classifies an error from a guest call.
+    pub fn from_call_error(err: &wasmtime::Error, deadline: Duration, memory_cap: usize) -> PolicyFault {
+        if let Some(trap) = err.downcast_ref::<wasmtime::Trap>() {
+            return match trap {
+                wasmtime::Trap::Interrupt => PolicyFault::Deadline(deadline),
+                wasmtime::Trap::OutOfFuel => PolicyFault::OutOfFuel,
+                other => PolicyFault::Trap(other.to_string()),
+            };
+        }
+        // A memory-cap failure is not a `Trap` value: it surfaces as a message
+        // in the chain ("forcing trap when growing memory ...").
+        let chain: Vec<String> = err.chain().map(|e| e.to_string()).collect();
+        if chain.iter().any(|m| m.contains("growing memory") || m.contains("memory limit")) {
+            return PolicyFault::MemoryCap(memory_cap);
+        }
+        PolicyFault::Trap(chain.join(": "))
+    }
+
+    /// Turns an error the policy reported itself into a fault.
+    pub fn from_policy_error(err: PolicyError) -> PolicyFault {
+        match err {
+            PolicyError::Stale(epoch) => PolicyFault::Stale(epoch),
+            PolicyError::Unsupported(role) => PolicyFault::Unsupported(role),
+            PolicyError::Failed(msg) => PolicyFault::Reported(msg),
+        }
+    }
+
+    /// Short machine-readable kind, for metrics labels.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            PolicyFault::Deadline(_) => "deadline",
+            PolicyFault::MemoryCap(_) => "memory",
+            PolicyFault::OutOfFuel => "fuel",
+            PolicyFault::Trap(_) => "trap",
+            PolicyFault::Abi(_) => "abi",
+            PolicyFault::Stale(_) => "stale",
+            PolicyFault::Unsupported(_) => "unsupported",
+            PolicyFault::Reported(_) => "reported",
+            PolicyFault::InvalidDecision { .. } => "invalid-decision",
+            PolicyFault::TooManyDecisions { .. } => "too-many-decisions",
+            PolicyFault::BadAnswer(_) => "bad-answer",
+        }
+    }
+
+    /// Whether the instance must be thrown away (it trapped or was interrupted).
+    pub fn poisons_instance(&self) -> bool {
+        matches!(
+            self,
+            PolicyFault::Deadline(_)
+                | PolicyFault::MemoryCap(_)
+                | PolicyFault::OutOfFuel
+                | PolicyFault::Trap(_)
+                | PolicyFault::Abi(_)
+        )
+    }
+}

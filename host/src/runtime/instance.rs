@@ -1,0 +1,392 @@
+//! One live policy instance — Wasm in a sandboxed store, or a native built-in —
+//! behind a single API, so the round driver has one path for both.
+
+use super::bindings::{roles, wit};
+use super::engine::{CompiledPolicy, HostState, RoleIndices};
+use super::fault::PolicyFault;
+use crate::state::ClusterState;
+use arbiter_policy_sdk::model::*;
+use arbiter_policy_sdk::{Policy, Runtime};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use wasmtime::Store;
+
+/// A policy compiled into the host binary (the last-resort fallback, and the
+/// native baseline of the benchmarks). Implemented for every SDK [`Runtime`].
+pub trait NativePolicy: Send {
+    fn manifest(&self) -> Manifest;
+    fn configure(&mut self, config: &str) -> Result<(), PolicyError>;
+    fn resync(&mut self, snapshot: Snapshot) -> Result<(), PolicyError>;
+    fn apply(&mut self, delta: &Delta) -> Result<(), PolicyError>;
+    fn schedule(&mut self, round: RoundInfo) -> Result<Vec<Decision>, PolicyError>;
+    fn reclaim(&mut self, request: ReclaimRequest) -> Result<ReclaimPlan, PolicyError>;
+    fn match_workloads(&mut self, request: MatchRequest) -> Result<Vec<Pairing>, PolicyError>;
+    fn tick(&mut self, view: NodeView) -> Result<Vec<NodeAction>, PolicyError>;
+    fn order(&mut self, view: TenantView) -> Result<TenantVerdict, PolicyError>;
+}
+
+impl<P: Policy + Send> NativePolicy for Runtime<P> {
+    fn manifest(&self) -> Manifest {
+        Runtime::manifest(self)
+    }
+    fn configure(&mut self, config: &str) -> Result<(), PolicyError> {
+        Runtime::configure(self, config)
+    }
+    fn resync(&mut self, snapshot: Snapshot) -> Result<(), PolicyError> {
+        Runtime::resync(self, snapshot)
+    }
+    fn apply(&mut self, delta: &Delta) -> Result<(), PolicyError> {
+        Runtime::apply(self, delta)
+    }
+    fn schedule(&mut self, round: RoundInfo) -> Result<Vec<Decision>, PolicyError> {
+        Runtime::schedule(self, round)
+    }
+    fn reclaim(&mut self, request: ReclaimRequest) -> Result<ReclaimPlan, PolicyError> {
+        Runtime::reclaim(self, request)
+    }
+    fn match_workloads(&mut self, request: MatchRequest) -> Result<Vec<Pairing>, PolicyError> {
+        Runtime::match_workloads(self, request)
+    }
+    fn tick(&mut self, view: NodeView) -> Result<Vec<NodeAction>, PolicyError> {
+        Runtime::tick(self, view)
+    }
+    fn order(&mut self, view: TenantView) -> Result<TenantVerdict, PolicyError> {
+        Runtime::order(self, view)
+    }
+}
+
+/// Cost of the last call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallStats {
+    pub wall: Duration,
+    /// Fuel consumed, when fuel accounting is on.
+    pub fuel: Option<u64>,
+}
+
+/// The loaded exports of one Wasm instance.
+struct WasmExports {
+    meta: roles::meta::Guest,
+    sync: Option<roles::sync::Guest>,
+    scheduler: Option<roles::scheduler::Guest>,
+    reclaim: Option<roles::reclaim::Guest>,
+    matcher: Option<roles::matcher::Guest>,
+    coordinator: Option<roles::coordinator::Guest>,
+    tenant: Option<roles::tenant::Guest>,
+}
+
+struct WasmInstance {
+    store: Store<HostState>,
+    exports: WasmExports,
+    deadline: Duration,
+    deadline_ticks: u64,
+    memory_limit: usize,
+    fuel: Option<u64>,
+    max_log_lines: u32,
+}
+
+enum Backend {
+    Wasm(Box<WasmInstance>),
+    Native(Box<dyn NativePolicy>),
+}
+
+/// A live policy instance and the epoch its mirror is at.
+pub struct PolicyInstance {
+    backend: Backend,
+    mirror_epoch: Option<u64>,
+    poisoned: Option<PolicyFault>,
+    last: CallStats,
+}
+
+fn unsupported(role: Role) -> PolicyFault {
+    PolicyFault::Unsupported(role.as_str().into())
+}
+
+impl PolicyInstance {
+    pub(crate) fn wasm(compiled: &CompiledPolicy) -> Result<PolicyInstance, PolicyFault> {
+        let engine = &compiled.engine;
+        let name: Arc<str> = if compiled.manifest.name.is_empty() {
+            Arc::from(&compiled.digest[..12])
+        } else {
+            Arc::from(compiled.manifest.name.as_str())
+        };
+        let mut store = engine.new_store(name);
+        let config = engine.config();
+        let deadline_ticks = engine.deadline_ticks();
+        store.set_epoch_deadline(deadline_ticks);
+        if let Some(fuel) = config.fuel {
+            store.set_fuel(fuel).map_err(|e| PolicyFault::Abi(e.to_string()))?;
+        }
+        let instance = compiled
+            .pre
+            .instantiate(&mut store)
+            .map_err(|e| PolicyFault::from_call_error(&e, config.deadline, config.memory_limit))?;
+        let exports = load_exports(&compiled.roles, &mut store, &instance)?;
+        Ok(PolicyInstance {
+            backend: Backend::Wasm(Box::new(WasmInstance {
+                store,
+                exports,
+                deadline: config.deadline,
+                deadline_ticks,
+                memory_limit: config.memory_limit,
+                fuel: config.fuel,
+                max_log_lines: config.max_log_lines,
+            })),
+            mirror_epoch: None,
+            poisoned: None,
+            last: CallStats::default(),
+        })
+    }
+
+    /// Wraps a native policy.
+    pub fn native(policy: Box<dyn NativePolicy>) -> PolicyInstance {
+        PolicyInstance { backend: Backend::Native(policy), mirror_epoch: None, poisoned: None, last: CallStats::default() }
+    }
+
+    /// Whether a fault made this instance unusable.
+    pub fn poisoned(&self) -> Option<&PolicyFault> {
+        self.poisoned.as_ref()
+    }
+
+    pub fn is_native(&self) -> bool {
+        matches!(self.backend, Backend::Native(_))
+    }
+
+    /// Epoch of the instance's cluster mirror, if synchronised.
+    pub fn mirror_epoch(&self) -> Option<u64> {
+        self.mirror_epoch
+    }
+
+    pub fn last_call(&self) -> CallStats {
+        self.last
+    }
+
+    /// Runs one guest call under the sandbox; any wasmtime error poisons the instance.
+    fn wasm_call<R>(
+        &mut self,
+        now_ms: u64,
+        call: impl FnOnce(&mut Store<HostState>, &WasmExports) -> Result<R, PolicyFault>,
+    ) -> Result<R, PolicyFault> {
+        if let Some(fault) = &self.poisoned {
+            return Err(PolicyFault::Abi(format!("instance unusable after an earlier fault: {fault}")));
+        }
+        let Backend::Wasm(w) = &mut self.backend else {
+            return Err(PolicyFault::Abi("not a Wasm instance".into()));
+        };
+        w.store.set_epoch_deadline(w.deadline_ticks);
+        if let Some(fuel) = w.fuel {
+            w.store.set_fuel(fuel).map_err(|e| PolicyFault::Abi(e.to_string()))?;
+        }
+        {
+            let data = w.store.data_mut();
+            data.now_ms = now_ms;
+            data.log_budget = w.max_log_lines;
+        }
+        let start = Instant::now();
+        let result = call(&mut w.store, &w.exports);
+        let fuel = w.fuel.and_then(|f| w.store.get_fuel().ok().map(|left| f.saturating_sub(left)));
+        self.last = CallStats { wall: start.elapsed(), fuel };
+        let dropped = std::mem::take(&mut w.store.data_mut().logs_dropped);
+        if dropped > 0 {
+            tracing::warn!(dropped, "policy log lines over budget were dropped");
+        }
+        if let Err(fault) = &result
+            && fault.poisons_instance()
+        {
+            self.poisoned = Some(fault.clone());
+            self.mirror_epoch = None;
+        }
+        result
+    }
+
+    fn classify(&self, e: wasmtime::Error) -> PolicyFault {
+        match &self.backend {
+            Backend::Wasm(w) => PolicyFault::from_call_error(&e, w.deadline, w.memory_limit),
+            Backend::Native(_) => PolicyFault::Trap(format!("{e:#}")),
+        }
+    }
+
+    fn native_call<R>(&mut self, call: impl FnOnce(&mut dyn NativePolicy) -> R) -> Result<R, PolicyFault> {
+        let Backend::Native(p) = &mut self.backend else {
+            return Err(PolicyFault::Abi("not a native instance".into()));
+        };
+        let start = Instant::now();
+        let out = call(p.as_mut());
+        self.last = CallStats { wall: start.elapsed(), fuel: None };
+        Ok(out)
+    }
+
+    pub fn describe(&mut self) -> Result<Manifest, PolicyFault> {
+        if self.is_native() {
+            return self.native_call(|p| p.manifest());
+        }
+        let r = self.wasm_call(0, |store, ex| Ok(ex.meta.call_describe(store)));
+        self.lift(r).map(Into::into)
+    }
+
+    pub fn configure(&mut self, config: &str) -> Result<(), PolicyFault> {
+        if self.is_native() {
+            return self.native_call(|p| p.configure(config))?.map_err(PolicyFault::from_policy_error);
+        }
+        let r = self.wasm_call(0, |store, ex| Ok(ex.meta.call_configure(store, config)));
+        self.lift_result(r).map(|()| ())
+    }
+
+    /// Replaces the mirror with a full snapshot.
+    pub fn resync(&mut self, snapshot: Snapshot) -> Result<(), PolicyFault> {
+        let epoch = snapshot.epoch;
+        let now = snapshot.now_ms;
+        let r = if self.is_native() {
+            self.native_call(|p| p.resync(snapshot))?.map_err(PolicyFault::from_policy_error)
+        } else {
+            let snapshot: wit::Snapshot = snapshot.into();
+            let r = self.wasm_call(now, |store, ex| {
+                let sync = ex.sync.as_ref().ok_or_else(|| unsupported(Role::Scheduler))?;
+                Ok(sync.call_resync(store, &snapshot))
+            });
+            self.lift_result(r)
+        };
+        self.mirror_epoch = r.is_ok().then_some(epoch);
+        r
+    }
+
+    /// Applies a delta to the mirror.
+    pub fn apply(&mut self, delta: &Delta) -> Result<(), PolicyFault> {
+        let epoch = delta.epoch;
+        let r = if self.is_native() {
+            self.native_call(|p| p.apply(delta))?.map_err(PolicyFault::from_policy_error)
+        } else {
+            let wdelta: wit::Delta = delta.clone().into();
+            let r = self.wasm_call(delta.now_ms, |store, ex| {
+                let sync = ex.sync.as_ref().ok_or_else(|| unsupported(Role::Scheduler))?;
+                Ok(sync.call_apply(store, &wdelta))
+            });
+            self.lift_result(r)
+        };
+        self.mirror_epoch = r.is_ok().then_some(epoch);
+        r
+    }
+
+    /// Brings the mirror to the state's epoch: a delta if history allows, else a snapshot.
+    pub fn sync_to(&mut self, state: &ClusterState) -> Result<(), PolicyFault> {
+        if self.mirror_epoch == Some(state.epoch()) {
+            return Ok(());
+        }
+        let delta = self.mirror_epoch.and_then(|e| state.delta_since(e));
+        match delta {
+            Some(d) => match self.apply(&d) {
+                Err(PolicyFault::Stale(_)) => self.resync(state.snapshot()),
+                other => other,
+            },
+            None => self.resync(state.snapshot()),
+        }
+    }
+
+    pub fn schedule(&mut self, round: RoundInfo) -> Result<Vec<Decision>, PolicyFault> {
+        let decisions = if self.is_native() {
+            self.native_call(|p| p.schedule(round))?.map_err(PolicyFault::from_policy_error)?
+        } else {
+            let wround: wit::RoundInfo = round.into();
+            let r = self.wasm_call(round.now_ms, |store, ex| {
+                let s = ex.scheduler.as_ref().ok_or_else(|| unsupported(Role::Scheduler))?;
+                Ok(s.call_schedule(store, wround))
+            });
+            let list: Vec<wit::Decision> = self.lift_result(r)?;
+            list.into_iter().map(Into::into).collect()
+        };
+        if decisions.len() > round.max_decisions as usize {
+            return Err(PolicyFault::TooManyDecisions { count: decisions.len(), limit: round.max_decisions });
+        }
+        Ok(decisions)
+    }
+
+    pub fn reclaim(&mut self, request: ReclaimRequest) -> Result<ReclaimPlan, PolicyFault> {
+        if self.is_native() {
+            return self.native_call(|p| p.reclaim(request))?.map_err(PolicyFault::from_policy_error);
+        }
+        let wreq: wit::ReclaimRequest = request.into();
+        let r = self.wasm_call(0, |store, ex| {
+            let s = ex.reclaim.as_ref().ok_or_else(|| unsupported(Role::Reclaim))?;
+            Ok(s.call_reclaim(store, &wreq))
+        });
+        self.lift_result(r).map(Into::into)
+    }
+
+    pub fn match_workloads(&mut self, request: MatchRequest) -> Result<Vec<Pairing>, PolicyFault> {
+        if self.is_native() {
+            return self.native_call(|p| p.match_workloads(request))?.map_err(PolicyFault::from_policy_error);
+        }
+        let wreq: wit::MatchRequest = request.into();
+        let r = self.wasm_call(0, |store, ex| {
+            let s = ex.matcher.as_ref().ok_or_else(|| unsupported(Role::Matcher))?;
+            Ok(s.call_match_workloads(store, &wreq))
+        });
+        let list: Vec<wit::Pairing> = self.lift_result(r)?;
+        Ok(list.into_iter().map(Into::into).collect())
+    }
+
+    pub fn tick(&mut self, view: NodeView) -> Result<Vec<NodeAction>, PolicyFault> {
+        if self.is_native() {
+            return self.native_call(|p| p.tick(view))?.map_err(PolicyFault::from_policy_error);
+        }
+        let now = view.now_ms;
+        let wview: wit::NodeView = view.into();
+        let r = self.wasm_call(now, |store, ex| {
+            let s = ex.coordinator.as_ref().ok_or_else(|| unsupported(Role::Coordinator))?;
+            Ok(s.call_tick(store, &wview))
+        });
+        let list: Vec<wit::NodeAction> = self.lift_result(r)?;
+        Ok(list.into_iter().map(Into::into).collect())
+    }
+
+    pub fn order(&mut self, view: TenantView) -> Result<TenantVerdict, PolicyFault> {
+        if self.is_native() {
+            return self.native_call(|p| p.order(view))?.map_err(PolicyFault::from_policy_error);
+        }
+        let now = view.now_ms;
+        let wview: wit::TenantView = view.into();
+        let r = self.wasm_call(now, |store, ex| {
+            let s = ex.tenant.as_ref().ok_or_else(|| unsupported(Role::Tenant))?;
+            Ok(s.call_order(store, &wview))
+        });
+        self.lift_result(r).map(Into::into)
+    }
+
+    /// Maps a call's wasmtime error into a fault (poisoning the instance).
+    fn lift<T>(&mut self, r: Result<wasmtime::Result<T>, PolicyFault>) -> Result<T, PolicyFault> {
+        match r {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => {
+                let fault = self.classify(e);
+                self.poisoned = Some(fault.clone());
+                self.mirror_epoch = None;
+                Err(fault)
+            }
+            Err(fault) => Err(fault),
+        }
+    }
+
+    /// Like [`Self::lift`], for calls whose guest result is `result<T, policy-error>`.
+    fn lift_result<T>(
+        &mut self,
+        r: Result<wasmtime::Result<Result<T, wit::PolicyError>>, PolicyFault>,
+    ) -> Result<T, PolicyFault> {
+        self.lift(r)?.map_err(|e| PolicyFault::from_policy_error(e.into()))
+    }
+}
+
+fn load_exports(
+    roles: &RoleIndices,
+    store: &mut Store<HostState>,
+    instance: &wasmtime::component::Instance,
+) -> Result<WasmExports, PolicyFault> {
+    let abi = |e: wasmtime::Error| PolicyFault::Abi(format!("loading exports: {e:#}"));
+    Ok(WasmExports {
+        meta: roles.meta.load(&mut *store, instance).map_err(abi)?,
+        sync: roles.sync.as_ref().map(|i| i.load(&mut *store, instance)).transpose().map_err(abi)?,
+        scheduler: roles.scheduler.as_ref().map(|i| i.load(&mut *store, instance)).transpose().map_err(abi)?,
+        reclaim: roles.reclaim.as_ref().map(|i| i.load(&mut *store, instance)).transpose().map_err(abi)?,
+        matcher: roles.matcher.as_ref().map(|i| i.load(&mut *store, instance)).transpose().map_err(abi)?,
+        coordinator: roles.coordinator.as_ref().map(|i| i.load(&mut *store, instance)).transpose().map_err(abi)?,
+        tenant: roles.tenant.as_ref().map(|i| i.load(&mut *store, instance)).transpose().map_err(abi)?,
+    })
+}

@@ -1,0 +1,108 @@
+//! Test fixture: a scheduler that misbehaves as its configuration says.
+//!
+//! `configure("mode = <m>")` picks the fault the host's sandbox and validator
+//! must survive. With `ok` it places the first pending job with first fit.
+
+use arbiter_policy_sdk::prelude::*;
+
+#[derive(Default)]
+pub struct Misbehave {
+    mode: String,
+}
+
+fn recurse(depth: u64) -> u64 {
+    // Not a tail call: every level keeps a frame alive.
+    std::hint::black_box(depth);
+    recurse(depth + 1).wrapping_add(depth)
+}
+
+fn first_fit_one(cluster: &Cluster) -> Vec<Decision> {
+    let mut plan = Plan::new(cluster);
+    if let Some(job) = cluster.pending_jobs().next() {
+        let index = job.index();
+        let _ = plan.place_gang(index, job.workers(), |p| p.first_fit_anywhere(index));
+    }
+    plan.into_decisions()
+}
+
+impl Policy for Misbehave {
+    fn manifest() -> Manifest {
+        let mut m = manifest("fixture-misbehave", "0.1.0", &[Role::Scheduler], "Misbehaves on purpose.");
+        m.default_config = "mode = ok".into();
+        m
+    }
+
+    fn create() -> Self {
+        Misbehave { mode: "ok".into() }
+    }
+
+    fn configure(&mut self, config: &str) -> Result<(), PolicyError> {
+        let mode = config
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .find(|(k, _)| k.trim() == "mode")
+            .map(|(_, v)| v.trim().trim_matches('"').to_string());
+        self.mode = mode.unwrap_or_else(|| "ok".into());
+        Ok(())
+    }
+
+    fn schedule(&mut self, cluster: &Cluster, round: &RoundInfo) -> Result<Vec<Decision>, PolicyError> {
+        log(LogLevel::Debug, &format!("misbehaving as `{}`", self.mode));
+        match self.mode.as_str() {
+            "ok" => Ok(first_fit_one(cluster)),
+            "trap" => panic!("fixture asked to trap"),
+            "loop" => {
+                let mut x = 0u64;
+                loop {
+                    x = std::hint::black_box(x.wrapping_add(1));
+                }
+            }
+            "recurse" => Ok(vec![Decision::Preempt(recurse(0) as u32)]),
+            "alloc" => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    hoard.push(vec![1u8; 1 << 20]);
+                    std::hint::black_box(&hoard);
+                }
+            }
+            "log-flood" => {
+                for i in 0..100_000 {
+                    log(LogLevel::Info, &"x".repeat(10_000 + i % 7));
+                }
+                Ok(Vec::new())
+            }
+            "unknown-job" => Ok(vec![Decision::Place(
+                cluster.job_count() as u32 + 7,
+                vec![WorkerPlacement { node: 0, gpus: vec![0] }],
+            )]),
+            "unknown-gpu" => {
+                let job = cluster.pending_jobs().next().map_or(0, |j| j.index());
+                Ok(vec![Decision::Place(job, vec![WorkerPlacement { node: 0, gpus: vec![u32::MAX] }])])
+            }
+            "overcommit" => {
+                // Every pending job onto GPU 0 of node 0.
+                Ok(cluster
+                    .pending_jobs()
+                    .map(|j| Decision::Place(j.index(), vec![WorkerPlacement { node: 0, gpus: vec![0] }; j.workers() as usize]))
+                    .collect())
+            }
+            "split-gang" => {
+                // Half of a gang's workers.
+                let job = cluster.pending_jobs().find(|j| j.workers() > 1);
+                Ok(job
+                    .map(|j| {
+                        let plan = Plan::new(cluster);
+                        let w: Vec<WorkerPlacement> = plan.first_fit_anywhere(j.index()).into_iter().collect();
+                        vec![Decision::Place(j.index(), w)]
+                    })
+                    .unwrap_or_default())
+            }
+            "huge" => Ok(vec![Decision::Preempt(0); round.max_decisions as usize * 4 + 1000]),
+            "stale" => Err(PolicyError::Stale(0)),
+            "fail" => Err(PolicyError::Failed("fixture refuses".into())),
+            other => Err(PolicyError::Failed(format!("unknown mode `{other}`"))),
+        }
+    }
+}
+
+arbiter_policy_sdk::export_policy!(Misbehave);

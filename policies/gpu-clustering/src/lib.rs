@@ -1,0 +1,198 @@
+//! `gpu-clustering`: the FGD paper's GpuClustering baseline: keep tasks of
+//! the same GPU shape together, so that sharing tasks and whole-GPU tasks of
+//! each size cluster on their own nodes.
+//!
+//! A task's tag is "share" (a fraction of one GPU) or "k-gpu" (k whole GPUs);
+//! a node's tags are those of the tasks running on it. Following the
+//! reference simulator, with `used = ⌊25 · (8000 − free milli-GPU) / 8000⌋`:
+//! * 75 + used: the node runs only tasks with the task's tag;
+//! * 50 + used: it runs tasks with the task's tag among others;
+//! * 25 + used: it runs no GPU task;
+//! * used: it runs only other tags.
+//!
+//! CPU-only tasks score 0 everywhere (any feasible node, by `tie_break`).
+//! Within the node a sharing task takes the fitting GPU with the least free
+//! capacity.
+
+use arbiter_placement_core::{Greedy, MAX_NODE_SCORE, MAX_SPEC_GPU_MILLI, PlacementRule, Task};
+use arbiter_policy_sdk::prelude::*;
+
+/// A task's GPU shape as a bit of a node's tag set; 0 for a CPU-only task.
+pub fn tag(num_gpu: u32, sharing: bool) -> u64 {
+    if num_gpu == 0 {
+        0
+    } else if sharing {
+        1
+    } else {
+        // k-gpu for k = 1..=62; larger gangs share the last bit.
+        1u64 << num_gpu.min(63)
+    }
+}
+
+/// The reference's score of a node with these tags and this much free GPU.
+pub fn clustering_score(task_tag: u64, node_tags: u64, gpu_free_total: u32) -> i64 {
+    if task_tag == 0 {
+        return 0;
+    }
+    let spec = MAX_SPEC_GPU_MILLI as i64;
+    let used = (MAX_NODE_SCORE / 4) * (spec - i64::from(gpu_free_total)) / spec;
+    let quarter = MAX_NODE_SCORE / 4;
+    if node_tags & task_tag != 0 {
+        if node_tags.count_ones() == 1 {
+            used + 3 * quarter
+        } else {
+            used + 2 * quarter
+        }
+    } else if node_tags == 0 {
+        used + quarter
+    } else {
+        used
+    }
+}
+
+#[derive(Default)]
+pub struct GpuClusteringRule {
+    /// Per node: tags of the tasks running there (committed + this round).
+    node_tags: Vec<u64>,
+    /// Decisions of the current round already folded into `node_tags`.
+    seen_decisions: usize,
+}
+
+fn job_tag(job: Job<'_>) -> u64 {
+    tag(job.gpus_per_worker(), job.is_fractional())
+}
+
+impl PlacementRule for GpuClusteringRule {
+    fn manifest() -> Manifest {
+        manifest(
+            "gpu-clustering",
+            env!("CARGO_PKG_VERSION"),
+            &[Role::Scheduler],
+            "FGD-paper baseline GpuClustering: tasks of one GPU shape on the same nodes.",
+        )
+    }
+
+    fn create() -> Self {
+        GpuClusteringRule::default()
+    }
+
+    fn begin_round(&mut self, plan: &Plan<'_>) {
+        let cluster = plan.cluster();
+        self.node_tags.clear();
+        self.node_tags.resize(cluster.node_count(), 0);
+        self.seen_decisions = 0;
+        for job in cluster.running_jobs() {
+            let t = job_tag(job);
+            for worker in job.placement() {
+                if let Some(tags) = self.node_tags.get_mut(worker.node as usize) {
+                    *tags |= t;
+                }
+            }
+        }
+    }
+
+    fn node_changed(&mut self, plan: &Plan<'_>, _node: u32) {
+        // Fold in the placements decided since the last call.
+        let decisions = plan.decisions();
+        for decision in decisions.iter().skip(self.seen_decisions) {
+            if let Decision::Place(job, workers) = decision {
+                let t = job_tag(plan.cluster().job(*job));
+                for worker in workers {
+                    if let Some(tags) = self.node_tags.get_mut(worker.node as usize) {
+                        *tags |= t;
+                    }
+                }
+            }
+        }
+        self.seen_decisions = decisions.len();
+    }
+
+    fn score(&mut self, plan: &Plan<'_>, task: &Task, node: u32, _gpus: &[u32]) -> Option<f64> {
+        let tags = self.node_tags.get(node as usize).copied().unwrap_or(0);
+        let t = tag(task.num_gpu, task.is_sharing());
+        Some(clustering_score(t, tags, plan.node_free_milli(node)) as f64)
+    }
+}
+
+/// The policy.
+pub type GpuClustering = Greedy<GpuClusteringRule>;
+
+arbiter_policy_sdk::export_policy!(GpuClustering);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(c: &mut TestCluster, name: &str, gpus: u32, milli: u32) -> JobSpec {
+        JobSpec {
+            name: c.intern(name),
+            workers: 1,
+            min_workers: 1,
+            max_workers: 1,
+            cpu_milli: 1000,
+            gpus_per_worker: gpus,
+            gpu_milli: milli,
+            ..JobSpec::default()
+        }
+    }
+
+    #[test]
+    fn tasks_join_nodes_of_their_own_shape() {
+        let mut c = TestCluster::new();
+        let shared = c.node("shared", "p", 64_000, 512_000, "T4", 16_000, 4);
+        let whole = c.node("whole", "p", 64_000, 512_000, "T4", 16_000, 4);
+        let idle = c.node("idle", "p", 64_000, 512_000, "T4", 16_000, 4);
+        let s = spec(&mut c, "s", 1, 500);
+        let running_share = c.job_spec(s);
+        let w = spec(&mut c, "w", 1, 1000);
+        let running_whole = c.job_spec(w);
+        c.run(
+            running_share,
+            vec![WorkerPlacement {
+                node: shared,
+                gpus: vec![0],
+            }],
+        );
+        c.run(
+            running_whole,
+            vec![WorkerPlacement {
+                node: whole,
+                gpus: vec![4],
+            }],
+        );
+        let s = spec(&mut c, "new-share", 1, 250);
+        let new_share = c.job_spec(s);
+        let w = spec(&mut c, "new-whole", 1, 1000);
+        let new_whole = c.job_spec(w);
+        // Shared node: only "share" tasks, 3500 free: ⌊25·4500/8000⌋ + 75 = 89.
+        assert_eq!(clustering_score(tag(1, true), tag(1, true), 3500), 89);
+        // Idle node for a share task: ⌊25·4000/8000⌋ + 25 = 37; other tags only: 12 + 0.
+        assert_eq!(clustering_score(tag(1, true), 0, 4000), 37);
+        assert_eq!(clustering_score(tag(1, true), tag(1, false), 3000), 15);
+        let mut rt = Runtime::<GpuClustering>::new();
+        rt.configure("tie_break = \"first\"").unwrap();
+        rt.resync(c.snapshot()).unwrap();
+        let d = rt.schedule(c.round(10)).unwrap();
+        assert_eq!(
+            d,
+            vec![
+                // Best-fit GPU on the shared node: GPU 0 has 500 free.
+                Decision::Place(
+                    new_share,
+                    vec![WorkerPlacement {
+                        node: shared,
+                        gpus: vec![0]
+                    }]
+                ),
+                Decision::Place(
+                    new_whole,
+                    vec![WorkerPlacement {
+                        node: whole,
+                        gpus: vec![5]
+                    }]
+                ),
+            ]
+        );
+        assert_ne!(idle, shared);
+    }
+}
