@@ -1,3 +1,5 @@
 //! Arbiter host.
+pub mod registry;
+pub mod rounds;
 pub mod runtime;
 pub mod state;

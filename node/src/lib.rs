@@ -1,1 +1,30 @@
-//! Node enforcer (see ARCHITECTURE.md).
+//! `arbiter-node`: the node enforcer (see `ARCHITECTURE.md`, "node").
+//!
+//! Module map:
+//! * [`gpu`] — the [`GpuBackend`](gpu::GpuBackend) trait, sample types and the simulated
+//!   backend; [`nvml`] — the NVML backend (`nvml-wrapper`);
+//! * [`mps`] — one `nvidia-cuda-mps-control` daemon per GPU behind [`MpsControl`](mps::MpsControl);
+//! * [`supervisor`] — launch under `LD_PRELOAD` of the interposer with a per-workload control
+//!   block, persist, adopt after a restart, reap, evict;
+//! * [`enforcer`] — the node-local policy data path: [`Node::view`](enforcer::Node::view)
+//!   builds the SDK's `NodeView`, [`Node::apply_actions`](enforcer::Node::apply_actions)
+//!   carries out `NodeAction`s;
+//! * [`procfs`] — process identity (`/proc/<pid>/stat`) and signals.
+//!
+//! The crate has no `unsafe`: NVML goes through `nvml-wrapper`, the control block through
+//! `arbiter_interpose::control`, signals through `rustix`.
+
+#![forbid(unsafe_code)]
+
+pub mod enforcer;
+pub mod gpu;
+pub mod mps;
+pub mod nvml;
+pub mod procfs;
+pub mod supervisor;
+
+pub use enforcer::{ActionError, ActionOutcome, Applied, Node, NodeConfig};
+pub use gpu::{GpuBackend, GpuError, SimBackend};
+pub use mps::{MpsConfig, MpsControl, MpsManager};
+pub use nvml::NvmlBackend;
+pub use supervisor::{Supervisor, SupervisorConfig, WorkloadSpec};

@@ -44,6 +44,11 @@ fn run() -> Result<(), String> {
         "cargo:rerun-if-changed={}",
         workspace.join("Cargo.lock").display()
     );
+    // The directory itself catches new crates; every file below it, edits
+    // (cargo does not look inside a watched directory's subdirectories).
+    println!("cargo:rerun-if-changed={}", policies_dir.display());
+    println!("cargo:rerun-if-changed={}", workspace.join("wit").join("policy.wit").display());
+    watch_files(&policies_dir)?;
     let mut crates = Vec::new();
     let entries =
         std::fs::read_dir(&policies_dir).map_err(|e| format!("{}: {e}", policies_dir.display()))?;
@@ -140,4 +145,23 @@ fn artifact_kind(manifest: &str) -> Option<Kind> {
         }
     }
     None
+}
+
+/// Prints `rerun-if-changed` for every source file below `dir`.
+fn watch_files(dir: &Path) -> Result<(), String> {
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name();
+        if name == "target" || name.to_string_lossy().starts_with('.') {
+            continue;
+        }
+        if path.is_dir() {
+            println!("cargo:rerun-if-changed={}", path.display());
+            watch_files(&path)?;
+        } else {
+            println!("cargo:rerun-if-changed={}", path.display());
+        }
+    }
+    Ok(())
 }

@@ -17,4 +17,4 @@ mod instance;
 pub use engine::{CompiledPolicy, PolicyEngine, RuntimeConfig};
 pub use fault::PolicyFault;
 pub use inspect::{ImportClass, Inspection, inspect_component};
-pub use instance::{CallStats, PolicyInstance};
+pub use instance::{CallStats, NativePolicy, PolicyInstance};

@@ -75,17 +75,22 @@ impl Policy for Misbehave {
                 cluster.job_count() as u32 + 7,
                 vec![WorkerPlacement { node: 0, gpus: vec![0] }],
             )]),
-            "unknown-gpu" => {
-                let job = cluster.pending_jobs().next().map_or(0, |j| j.index());
-                Ok(vec![Decision::Place(job, vec![WorkerPlacement { node: 0, gpus: vec![u32::MAX] }])])
-            }
-            "overcommit" => {
-                // Every pending job onto GPU 0 of node 0.
-                Ok(cluster
-                    .pending_jobs()
-                    .map(|j| Decision::Place(j.index(), vec![WorkerPlacement { node: 0, gpus: vec![0] }; j.workers() as usize]))
-                    .collect())
-            }
+            "unknown-gpu" => Ok(cluster
+                .pending_jobs()
+                .take(1)
+                .map(|j| {
+                    let worker = WorkerPlacement { node: 0, gpus: vec![u32::MAX; j.gpus_per_worker() as usize] };
+                    Decision::Place(j.index(), vec![worker; j.workers() as usize])
+                })
+                .collect()),
+            "overcommit" => Ok(cluster
+                .pending_jobs()
+                .map(|j| {
+                    // Every worker of every pending job onto the first GPUs of node 0.
+                    let worker = WorkerPlacement { node: 0, gpus: (0..j.gpus_per_worker()).collect() };
+                    Decision::Place(j.index(), vec![worker; j.workers() as usize])
+                })
+                .collect()),
             "split-gang" => {
                 // Half of a gang's workers.
                 let job = cluster.pending_jobs().find(|j| j.workers() > 1);

@@ -1,0 +1,360 @@
+//! Policy slots and their generations: load, swap, rollback, quarantine.
+//!
+//! A slot holds every loaded generation of one policy. Exactly one is
+//! active; switching is one atomic pointer store, done between rounds by
+//! construction (a round reads the active generation once, at its start), so
+//! no round is lost or run twice. Loading — compile, instantiate, configure,
+//! and optionally a first resync — happens on the caller's thread, off the
+//! round loop.
+
+use crate::runtime::{CompiledPolicy, PolicyEngine, PolicyFault, PolicyInstance};
+use arbiter_policy_sdk::model::{Delta, Manifest, Snapshot};
+use arc_swap::ArcSwapOption;
+use parking_lot::{Mutex, RwLock};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Consecutive faults after which a generation is quarantined.
+pub const DEFAULT_QUARANTINE_AFTER: u32 = 3;
+
+/// The input that made a generation fault, kept for diagnosis and replay.
+#[derive(Clone, Debug)]
+pub struct FaultRecord {
+    pub epoch: u64,
+    pub fault: PolicyFault,
+    /// The delta the policy was given in that round (empty on a resync).
+    pub delta: Option<Delta>,
+}
+
+/// One loaded version of a policy.
+pub struct Generation {
+    pub id: u64,
+    pub compiled: CompiledPolicy,
+    pub config: String,
+    pub source: Option<PathBuf>,
+    pub loaded_at: Instant,
+    /// Time to compile, instantiate and configure it.
+    pub load_time: Duration,
+    consecutive_faults: AtomicU32,
+    total_faults: AtomicU64,
+    rounds_served: AtomicU64,
+    quarantined: AtomicBool,
+    last_fault: Mutex<Option<FaultRecord>>,
+    pub(crate) instance: Mutex<Option<PolicyInstance>>,
+}
+
+impl Generation {
+    pub fn manifest(&self) -> &Manifest {
+        &self.compiled.manifest
+    }
+    pub fn digest(&self) -> &str {
+        &self.compiled.digest
+    }
+    pub fn is_quarantined(&self) -> bool {
+        self.quarantined.load(Ordering::Acquire)
+    }
+    pub fn total_faults(&self) -> u64 {
+        self.total_faults.load(Ordering::Relaxed)
+    }
+    pub fn rounds_served(&self) -> u64 {
+        self.rounds_served.load(Ordering::Relaxed)
+    }
+    pub fn last_fault(&self) -> Option<FaultRecord> {
+        self.last_fault.lock().clone()
+    }
+
+    /// A fresh instance with this generation's configuration.
+    pub fn new_instance(&self) -> Result<PolicyInstance, PolicyFault> {
+        let mut instance = self.compiled.instantiate()?;
+        let config = if self.config.is_empty() { &self.compiled.manifest.default_config } else { &self.config };
+        instance.configure(config)?;
+        Ok(instance)
+    }
+
+    /// Records a fault; returns true if this fault quarantined the generation.
+    pub(crate) fn record_fault(&self, record: FaultRecord, quarantine_after: u32) -> bool {
+        self.total_faults.fetch_add(1, Ordering::Relaxed);
+        let consecutive = self.consecutive_faults.fetch_add(1, Ordering::AcqRel) + 1;
+        *self.last_fault.lock() = Some(record);
+        if consecutive >= quarantine_after && !self.quarantined.swap(true, Ordering::AcqRel) {
+            return true;
+        }
+        false
+    }
+
+    pub(crate) fn record_success(&self) {
+        self.consecutive_faults.store(0, Ordering::Relaxed);
+        self.rounds_served.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Lifts a quarantine (an operator's decision, e.g. on rollback to it).
+    pub fn release_quarantine(&self) {
+        self.consecutive_faults.store(0, Ordering::Relaxed);
+        self.quarantined.store(false, Ordering::Release);
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error("policy load failed: {0}")]
+    Load(#[from] PolicyFault),
+    #[error("no generation {generation} in slot `{slot}`")]
+    NoSuchGeneration { slot: String, generation: u64 },
+    #[error("no policy slot `{0}`")]
+    NoSuchSlot(String),
+    #[error("slot `{slot}` has no generation to roll back to")]
+    NothingToRollBack { slot: String },
+    #[error("component is `{found}`, not a generation of slot `{slot}`")]
+    WrongPolicy { slot: String, found: String },
+}
+
+/// Every loaded generation of one policy, and which one is active.
+pub struct PolicySlot {
+    name: String,
+    generations: RwLock<BTreeMap<u64, Arc<Generation>>>,
+    active: ArcSwapOption<Generation>,
+    next_id: AtomicU64,
+    quarantine_after: u32,
+}
+
+impl PolicySlot {
+    pub fn new(name: impl Into<String>) -> Self {
+        PolicySlot {
+            name: name.into(),
+            generations: RwLock::new(BTreeMap::new()),
+            active: ArcSwapOption::empty(),
+            next_id: AtomicU64::new(1),
+            quarantine_after: DEFAULT_QUARANTINE_AFTER,
+        }
+    }
+
+    pub fn with_quarantine_after(mut self, faults: u32) -> Self {
+        self.quarantine_after = faults.max(1);
+        self
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn quarantine_after(&self) -> u32 {
+        self.quarantine_after
+    }
+
+    /// Loads a compiled policy as a new, inactive generation. With a
+    /// snapshot, its mirror is synchronised here, off the round loop.
+    pub fn load(
+        &self,
+        compiled: CompiledPolicy,
+        config: Option<String>,
+        source: Option<PathBuf>,
+        snapshot: Option<Snapshot>,
+    ) -> Result<Arc<Generation>, RegistryError> {
+        let started = Instant::now();
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut generation = Generation {
+            id,
+            compiled,
+            config: config.unwrap_or_default(),
+            source,
+            loaded_at: Instant::now(),
+            load_time: Duration::ZERO,
+            consecutive_faults: AtomicU32::new(0),
+            total_faults: AtomicU64::new(0),
+            rounds_served: AtomicU64::new(0),
+            quarantined: AtomicBool::new(false),
+            last_fault: Mutex::new(None),
+            instance: Mutex::new(None),
+        };
+        let mut instance = generation.new_instance()?;
+        if let Some(snapshot) = snapshot {
+            instance.resync(snapshot)?;
+        }
+        generation.instance = Mutex::new(Some(instance));
+        generation.load_time = started.elapsed();
+        let generation = Arc::new(generation);
+        self.generations.write().insert(id, generation.clone());
+        tracing::info!(slot = %self.name, generation = id, digest = %generation.digest(), "policy generation loaded");
+        Ok(generation)
+    }
+
+    /// Makes a loaded generation the active one (takes effect at the next round).
+    pub fn activate(&self, id: u64) -> Result<(), RegistryError> {
+        let generation = self.get(id)?;
+        self.active.store(Some(generation));
+        tracing::info!(slot = %self.name, generation = id, "policy generation activated");
+        Ok(())
+    }
+
+    /// Load + activate: a hot swap.
+    pub fn swap(
+        &self,
+        compiled: CompiledPolicy,
+        config: Option<String>,
+        source: Option<PathBuf>,
+        snapshot: Option<Snapshot>,
+    ) -> Result<Arc<Generation>, RegistryError> {
+        let generation = self.load(compiled, config, source, snapshot)?;
+        self.activate(generation.id)?;
+        Ok(generation)
+    }
+
+    /// Activates a given generation, or (with `None`) the newest healthy one
+    /// older than the active one. Lifts that generation's quarantine.
+    pub fn rollback(&self, to: Option<u64>) -> Result<Arc<Generation>, RegistryError> {
+        let target = match to {
+            Some(id) => self.get(id)?,
+            None => {
+                let active = self.active_id();
+                self.generations
+                    .read()
+                    .values()
+                    .rev()
+                    .find(|g| Some(g.id) < active && !g.is_quarantined())
+                    .cloned()
+                    .ok_or_else(|| RegistryError::NothingToRollBack { slot: self.name.clone() })?
+            }
+        };
+        target.release_quarantine();
+        self.active.store(Some(target.clone()));
+        tracing::warn!(slot = %self.name, generation = target.id, "rolled back");
+        Ok(target)
+    }
+
+    /// Removes a generation; if it was active, the slot falls back to the newest healthy other one.
+    pub fn unload(&self, id: u64) -> Result<(), RegistryError> {
+        let removed = self.generations.write().remove(&id);
+        if removed.is_none() {
+            return Err(RegistryError::NoSuchGeneration { slot: self.name.clone(), generation: id });
+        }
+        if self.active_id() == Some(id) {
+            let next = self.generations.read().values().rev().find(|g| !g.is_quarantined()).cloned();
+            self.active.store(next);
+        }
+        Ok(())
+    }
+
+    pub fn get(&self, id: u64) -> Result<Arc<Generation>, RegistryError> {
+        self.generations
+            .read()
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| RegistryError::NoSuchGeneration { slot: self.name.clone(), generation: id })
+    }
+
+    pub fn active(&self) -> Option<Arc<Generation>> {
+        self.active.load_full()
+    }
+
+    pub fn active_id(&self) -> Option<u64> {
+        self.active.load().as_ref().map(|g| g.id)
+    }
+
+    /// All generations, oldest first.
+    pub fn generations(&self) -> Vec<Arc<Generation>> {
+        self.generations.read().values().cloned().collect()
+    }
+
+    /// The order in which a round tries generations: the active one, then
+    /// older healthy ones, newest first.
+    pub fn fallback_chain(&self) -> Vec<Arc<Generation>> {
+        let active = self.active();
+        let mut chain: Vec<Arc<Generation>> = active.iter().filter(|g| !g.is_quarantined()).cloned().collect();
+        let active_id = active.as_ref().map(|g| g.id);
+        chain.extend(
+            self.generations
+                .read()
+                .values()
+                .rev()
+                .filter(|g| Some(g.id) != active_id && Some(g.id) < active_id && !g.is_quarantined())
+                .cloned(),
+        );
+        chain
+    }
+}
+
+/// All slots of a host, by policy name.
+pub struct Registry {
+    engine: PolicyEngine,
+    slots: RwLock<BTreeMap<String, Arc<PolicySlot>>>,
+}
+
+impl Registry {
+    pub fn new(engine: PolicyEngine) -> Self {
+        Registry { engine, slots: RwLock::new(BTreeMap::new()) }
+    }
+
+    pub fn engine(&self) -> &PolicyEngine {
+        &self.engine
+    }
+
+    /// The slot for a policy name, created empty if new.
+    pub fn slot(&self, name: &str) -> Arc<PolicySlot> {
+        if let Some(slot) = self.slots.read().get(name) {
+            return slot.clone();
+        }
+        self.slots.write().entry(name.to_string()).or_insert_with(|| Arc::new(PolicySlot::new(name))).clone()
+    }
+
+    pub fn find(&self, name: &str) -> Option<Arc<PolicySlot>> {
+        self.slots.read().get(name).cloned()
+    }
+
+    pub fn slots(&self) -> Vec<Arc<PolicySlot>> {
+        self.slots.read().values().cloned().collect()
+    }
+
+    /// Compiles `wasm` and hot-swaps it into the slot named by its manifest.
+    pub fn load_bytes(
+        &self,
+        wasm: &[u8],
+        config: Option<String>,
+        source: Option<PathBuf>,
+        snapshot: Option<Snapshot>,
+    ) -> Result<(Arc<PolicySlot>, Arc<Generation>), RegistryError> {
+        let compiled = self.engine.compile(wasm)?;
+        let slot = self.slot(&compiled.manifest.name);
+        let generation = slot.swap(compiled, config, source, snapshot)?;
+        Ok((slot, generation))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::RuntimeConfig;
+
+    fn compiled(name: &str) -> CompiledPolicy {
+        let engine = PolicyEngine::new(RuntimeConfig::default()).unwrap();
+        engine.compile(arbiter_policies::get(name).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn swap_rollback_and_unload() {
+        let slot = PolicySlot::new("fifo");
+        let g1 = slot.swap(compiled("fifo"), None, None, None).unwrap();
+        let g2 = slot.swap(compiled("fifo"), None, None, None).unwrap();
+        assert_eq!(slot.active_id(), Some(g2.id));
+        assert_eq!(slot.fallback_chain().iter().map(|g| g.id).collect::<Vec<_>>(), vec![g2.id, g1.id]);
+        assert_eq!(slot.rollback(None).unwrap().id, g1.id);
+        assert_eq!(slot.active_id(), Some(g1.id));
+        slot.activate(g2.id).unwrap();
+        slot.unload(g2.id).unwrap();
+        assert_eq!(slot.active_id(), Some(g1.id));
+        assert!(matches!(slot.rollback(None), Err(RegistryError::NothingToRollBack { .. })));
+    }
+
+    #[test]
+    fn repeated_faults_quarantine() {
+        let slot = PolicySlot::new("fifo").with_quarantine_after(2);
+        let g = slot.swap(compiled("fifo"), None, None, None).unwrap();
+        let record = FaultRecord { epoch: 1, fault: PolicyFault::OutOfFuel, delta: None };
+        assert!(!g.record_fault(record.clone(), slot.quarantine_after()));
+        assert!(g.record_fault(record, slot.quarantine_after()));
+        assert!(g.is_quarantined());
+        assert!(slot.fallback_chain().is_empty());
+    }
+}

@@ -1,0 +1,225 @@
+//! Bad input: every kind of broken component and misbehaving policy gets a
+//! clear error or a fallback; the host keeps serving rounds and its state is
+//! exactly what the healthy fallback would have produced.
+
+use arbiter_host::registry::PolicySlot;
+use arbiter_host::rounds::{RoundDriver, Served};
+use arbiter_host::runtime::{PolicyEngine, PolicyFault, RuntimeConfig};
+use arbiter_host::state::{ClusterState, JobRequest, NodeRequest};
+use arbiter_policy_sdk::DecisionError;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn engine() -> PolicyEngine {
+    PolicyEngine::new(RuntimeConfig {
+        deadline: Duration::from_millis(100),
+        memory_limit: 16 << 20,
+        ..RuntimeConfig::default()
+    })
+    .expect("engine")
+}
+
+fn cluster() -> ClusterState {
+    let mut s = ClusterState::new();
+    for i in 0..4 {
+        s.add_node(NodeRequest {
+            name: format!("n{i}"),
+            pool: "default".into(),
+            cpu_milli: 64_000,
+            memory_mib: 512_000,
+            gpu_model: "V100".into(),
+            gpu_memory_mib: 32_768,
+            gpu_count: 4,
+            on_loan: false,
+        })
+        .unwrap();
+    }
+    for j in 0..6 {
+        s.submit(JobRequest::gpus(format!("job{j}"), "t", 2, 2)).unwrap();
+    }
+    s
+}
+
+/// A slot whose older generation is healthy `fifo` and whose active one misbehaves in `mode`.
+fn slot_with(engine: &PolicyEngine, mode: &str) -> (Arc<PolicySlot>, u64, u64) {
+    let slot = Arc::new(PolicySlot::new("under-test"));
+    let good = slot.swap(engine.compile(arbiter_policies::get("fifo").unwrap()).unwrap(), None, None, None).unwrap();
+    let bad = engine.compile(arbiter_policies::fixture("misbehave").unwrap()).unwrap();
+    let bad = slot.swap(bad, Some(format!("mode = {mode}")), None, None).unwrap();
+    (slot, good.id, bad.id)
+}
+
+/// Runs `rounds` rounds with the misbehaving policy, and the same rounds with
+/// healthy fifo alone; the states must end identical.
+fn run_mode(mode: &str, rounds: usize) -> Vec<(Served, Vec<(Option<u64>, PolicyFault)>)> {
+    let engine = engine();
+    let (slot, good, bad) = slot_with(&engine, mode);
+    let mut state = cluster();
+    let mut driver = RoundDriver::new(slot.clone()).with_max_decisions(100);
+    let mut out = Vec::new();
+    for _ in 0..rounds {
+        let r = driver.run_round(&mut state);
+        out.push((r.served, r.faults));
+    }
+    let reference_slot = Arc::new(PolicySlot::new("reference"));
+    reference_slot.swap(engine.compile(arbiter_policies::get("fifo").unwrap()).unwrap(), None, None, None).unwrap();
+    let mut reference = cluster();
+    let mut ref_driver = RoundDriver::new(reference_slot).with_max_decisions(100);
+    for _ in 0..rounds {
+        ref_driver.run_round(&mut reference);
+    }
+    assert_eq!(state.snapshot(), reference.snapshot(), "mode {mode}: state diverged from the healthy run");
+    let expected = [Served::Active(bad), Served::Fallback(good), Served::Active(good)];
+    assert!(out.iter().all(|(served, _)| expected.contains(served)), "{out:?}");
+    out
+}
+
+fn first_fault(mode: &str) -> PolicyFault {
+    let rounds = run_mode(mode, 1);
+    let (served, faults) = &rounds[0];
+    assert!(matches!(served, Served::Fallback(_)), "mode {mode}: served by {served:?}");
+    faults.first().map(|(_, f)| f.clone()).unwrap_or_else(|| panic!("mode {mode}: no fault"))
+}
+
+#[test]
+fn not_wasm_is_refused() {
+    let err = engine().compile(b"#!/bin/sh\nrm -rf /\n").err().unwrap();
+    assert!(err.to_string().contains("not a WebAssembly file"), "{err}");
+}
+
+#[test]
+fn core_module_is_refused() {
+    let core = wat::parse_str("(module (func (export \"schedule\")))").unwrap();
+    let err = engine().compile(&core).err().unwrap();
+    assert!(err.to_string().contains("core WebAssembly module, not a component"), "{err}");
+}
+
+#[test]
+fn foreign_world_is_refused() {
+    let err = engine().compile(arbiter_policies::fixture("foreign-world").unwrap()).err().unwrap();
+    let msg = err.to_string();
+    assert!(msg.contains("does not export `arbiter:policy/meta@0.1.0`"), "{msg}");
+}
+
+#[test]
+fn older_contract_version_is_refused_naming_the_versions() {
+    let err = engine().compile(arbiter_policies::fixture("old-contract").unwrap()).err().unwrap();
+    let msg = err.to_string();
+    assert!(msg.contains("arbiter:policy/meta@0.1.0") && msg.contains("@0.0.9"), "{msg}");
+}
+
+#[test]
+fn truncated_component_is_refused() {
+    let bytes = arbiter_policies::get("fifo").unwrap();
+    let err = engine().compile(&bytes[..bytes.len() / 2]).err().unwrap();
+    assert!(matches!(err, PolicyFault::Abi(_)), "{err}");
+}
+
+#[test]
+fn trapping_policy_falls_back_and_is_quarantined() {
+    let rounds = run_mode("trap", 5);
+    for (served, faults) in &rounds[..3] {
+        assert!(matches!(served, Served::Fallback(_)));
+        assert!(matches!(faults[0].1, PolicyFault::Trap(_)), "{faults:?}");
+    }
+    // Quarantined after three faults: the good generation is active again.
+    for (served, faults) in &rounds[3..] {
+        assert!(matches!(served, Served::Active(_)), "{served:?}");
+        assert!(faults.is_empty());
+    }
+}
+
+#[test]
+fn infinite_loop_hits_the_deadline() {
+    assert_eq!(first_fault("loop"), PolicyFault::Deadline(Duration::from_millis(100)));
+}
+
+#[test]
+fn unbounded_recursion_traps() {
+    let fault = first_fault("recurse");
+    assert!(matches!(&fault, PolicyFault::Trap(msg) if msg.contains("stack")), "{fault}");
+}
+
+#[test]
+fn allocation_past_the_cap_is_stopped() {
+    assert_eq!(first_fault("alloc"), PolicyFault::MemoryCap(16 << 20));
+}
+
+#[test]
+fn unknown_job_is_rejected() {
+    let fault = first_fault("unknown-job");
+    assert!(matches!(fault, PolicyFault::InvalidDecision { index: 0, error: DecisionError::UnknownJob(_) }), "{fault}");
+}
+
+#[test]
+fn unknown_gpu_is_rejected() {
+    let fault = first_fault("unknown-gpu");
+    assert!(
+        matches!(fault, PolicyFault::InvalidDecision { error: DecisionError::UnknownGpu(u32::MAX), .. }),
+        "{fault}"
+    );
+}
+
+#[test]
+fn overcommitted_gpu_is_rejected() {
+    let fault = first_fault("overcommit");
+    assert!(
+        matches!(&fault, PolicyFault::InvalidDecision { error: DecisionError::Overcommit { .. }, .. }),
+        "{fault}"
+    );
+}
+
+#[test]
+fn split_gang_is_rejected() {
+    let fault = first_fault("split-gang");
+    assert!(matches!(&fault, PolicyFault::InvalidDecision { error: DecisionError::GangSize { .. }, .. }), "{fault}");
+}
+
+#[test]
+fn huge_decision_list_is_rejected() {
+    let fault = first_fault("huge");
+    assert!(matches!(fault, PolicyFault::TooManyDecisions { limit: 100, .. }), "{fault}");
+}
+
+#[test]
+fn policy_reported_failure_falls_back() {
+    assert_eq!(first_fault("fail"), PolicyFault::Reported("fixture refuses".into()));
+}
+
+#[test]
+fn permanently_stale_policy_falls_back() {
+    assert!(matches!(first_fault("stale"), PolicyFault::Stale(_)));
+}
+
+#[test]
+fn log_flood_is_capped_and_bounded() {
+    // 100k lines of 10 KB: the host keeps 64 lines per call and the deadline
+    // bounds the time spent; either way the round is served.
+    let rounds = run_mode("log-flood", 2);
+    for (served, faults) in &rounds {
+        assert!(faults.iter().all(|(_, f)| matches!(f, PolicyFault::Deadline(_))), "{served:?} {faults:?}");
+    }
+}
+
+#[test]
+fn empty_slot_is_served_by_the_native_policy() {
+    let slot = Arc::new(PolicySlot::new("empty"));
+    let mut state = cluster();
+    let mut driver = RoundDriver::new(slot);
+    let report = driver.run_round(&mut state);
+    assert_eq!(report.served, Served::Native);
+    assert_eq!(report.applied.started.len(), 4);
+}
+
+#[test]
+fn ok_mode_fixture_serves_as_active() {
+    let rounds = run_mode_ok();
+    assert!(matches!(rounds, Served::Active(_)));
+}
+
+fn run_mode_ok() -> Served {
+    let engine = engine();
+    let (slot, _, _) = slot_with(&engine, "ok");
+    let mut state = cluster();
+    RoundDriver::new(slot).run_round(&mut state).served
+}

@@ -1,0 +1,178 @@
+//! Prints what the node's NVML backend (and, if available, the MPS manager) sees on this
+//! machine. Run by `scripts/node-gpu-check.sh` on a GPU machine; with `--nvml-lib` it runs
+//! against any `libnvidia-ml.so.1` (e.g. the fake one in `tests/fake-nvml`).
+//!
+//! Usage: gpu_check [--nvml-lib PATH] [--samples N] [--interval-ms MS]
+//!                  [--mps-binary PATH | --no-mps] [--mps-dir DIR]
+
+use anyhow::{Context, Result, bail};
+use arbiter_node::NvmlBackend;
+use arbiter_node::gpu::{GpuBackend, throttle_reason_names};
+use arbiter_node::mps::{MpsConfig, MpsControl, MpsDaemon, find_on_path};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug)]
+struct Args {
+    nvml_lib: Option<PathBuf>,
+    samples: u32,
+    interval: Duration,
+    mps_binary: Option<PathBuf>,
+    no_mps: bool,
+    mps_dir: Option<PathBuf>,
+}
+
+fn parse_args() -> Result<Args> {
+    let mut a = Args {
+        nvml_lib: None,
+        samples: 3,
+        interval: Duration::from_millis(500),
+        mps_binary: None,
+        no_mps: false,
+        mps_dir: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut value = |name: &str| it.next().with_context(|| format!("{name} needs a value"));
+        match arg.as_str() {
+            "--nvml-lib" => a.nvml_lib = Some(value("--nvml-lib")?.into()),
+            "--samples" => a.samples = value("--samples")?.parse().context("--samples")?,
+            "--interval-ms" => {
+                a.interval =
+                    Duration::from_millis(value("--interval-ms")?.parse().context("--interval-ms")?)
+            }
+            "--mps-binary" => a.mps_binary = Some(value("--mps-binary")?.into()),
+            "--mps-dir" => a.mps_dir = Some(value("--mps-dir")?.into()),
+            "--no-mps" => a.no_mps = true,
+            "-h" | "--help" => {
+                println!(
+                    "gpu_check [--nvml-lib PATH] [--samples N] [--interval-ms MS] \
+                     [--mps-binary PATH | --no-mps] [--mps-dir DIR]"
+                );
+                std::process::exit(0);
+            }
+            other => bail!("unknown argument {other}"),
+        }
+    }
+    Ok(a)
+}
+
+fn main() -> Result<()> {
+    let args = parse_args()?;
+    let nvml = NvmlBackend::open(args.nvml_lib.as_deref()).context("initialising NVML")?;
+    println!("== NVML");
+    println!(
+        "driver version: {}",
+        nvml.driver_version().unwrap_or_else(|e| format!("? ({e})"))
+    );
+    let count = nvml.device_count().context("device count")?;
+    println!("GPUs: {count}");
+    let mut uuids = Vec::new();
+    for i in 0..count {
+        let info = nvml
+            .device_info(i)
+            .with_context(|| format!("GPU {i} info"))?;
+        println!(
+            "GPU {i}: {} {} memory {} MiB, max SM clock {} MHz, compute mode {}",
+            info.name,
+            info.uuid,
+            info.memory_total_bytes >> 20,
+            info.max_sm_clock_mhz,
+            nvml.compute_mode(i)
+                .map_or_else(|e| format!("? ({e})"), |m| format!("{m:?}"))
+        );
+        uuids.push((i, info.uuid));
+    }
+    for round in 0..args.samples {
+        if round > 0 {
+            std::thread::sleep(args.interval);
+        }
+        println!("-- sample {round}");
+        for i in 0..count {
+            match nvml.sample(i) {
+                Ok(s) => {
+                    println!(
+                        "GPU {i}: util {}% mem-util {}% memory {}/{} MiB SM {}/{} MHz throttle {:#x} {:?}",
+                        s.utilization_pct,
+                        s.memory_util_pct,
+                        s.memory_used_bytes >> 20,
+                        s.memory_total_bytes >> 20,
+                        s.sm_clock_mhz,
+                        s.max_sm_clock_mhz,
+                        s.throttle_reasons,
+                        throttle_reason_names(s.throttle_reasons)
+                    );
+                    for p in &s.processes {
+                        println!(
+                            "    pid {} {:?} memory {} sm {} mem {}",
+                            p.pid,
+                            p.kind,
+                            p.used_memory_bytes
+                                .map_or("n/a".into(), |b| format!("{} MiB", b >> 20)),
+                            p.sm_util_pct.map_or("-".into(), |v| format!("{v}%")),
+                            p.mem_util_pct.map_or("-".into(), |v| format!("{v}%")),
+                        );
+                    }
+                }
+                Err(e) => println!("GPU {i}: sample failed: {e}"),
+            }
+        }
+    }
+
+    if args.no_mps {
+        return Ok(());
+    }
+    let binary = args
+        .mps_binary
+        .clone()
+        .or_else(|| find_on_path("nvidia-cuda-mps-control"));
+    let Some(binary) = binary else {
+        println!("== MPS: nvidia-cuda-mps-control not found; skipped");
+        return Ok(());
+    };
+    let Some((gpu, uuid)) = uuids.first().cloned() else {
+        println!("== MPS: no GPU; skipped");
+        return Ok(());
+    };
+    // A private daemon (own pipe/log dirs) so an MPS setup already on the machine is untouched.
+    let dir = match &args.mps_dir {
+        Some(d) => d.clone(),
+        None => std::env::temp_dir().join(format!("arbiter-node-gpu-check-{}", std::process::id())),
+    };
+    println!(
+        "== MPS ({}) on GPU {gpu} ({uuid}), dirs under {}",
+        binary.display(),
+        dir.display()
+    );
+    let cfg = MpsConfig::new(binary, &dir);
+    let d = MpsDaemon::new(gpu, uuid, &cfg);
+    d.start().context("starting the MPS control daemon")?;
+    let result = (|| -> Result<()> {
+        println!(
+            "default active thread percentage: {}",
+            d.default_active_thread_percentage()?
+        );
+        d.set_default_active_thread_percentage(50)?;
+        println!(
+            "after set_default_active_thread_percentage 50: {}",
+            d.default_active_thread_percentage()?
+        );
+        let h = d.health();
+        println!(
+            "daemon running: {}, servers: {:?}",
+            h.daemon_running, h.servers
+        );
+        println!("client environment: {:?}", d.client_env());
+        Ok(())
+    })();
+    if let Err(e) = d.quit() {
+        println!("quit failed: {e}");
+    } else {
+        println!("daemon stopped (quit)");
+    }
+    if args.mps_dir.is_none() {
+        // Only what we created ourselves.
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    result
+}

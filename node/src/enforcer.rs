@@ -1,0 +1,463 @@
+//! The node-local policy data path: metrics in ([`Node::view`]), actions out
+//! ([`Node::apply_actions`]).
+//!
+//! [`Node::view`] samples every GPU through the [`GpuBackend`], reads each workload's control
+//! block (memory in use, quota, launches, pacing delay, freeze bit), reconciles the block's
+//! memory with NVML's per-process numbers, refreshes the per-launch device-time estimate that
+//! turns a compute share into a pacing interval, heartbeats the blocks, and returns the SDK's
+//! [`NodeView`] — what a `coordinator` policy's `tick` receives.
+//!
+//! [`Node::apply_actions`] carries out the [`NodeAction`]s a policy returns. A policy is
+//! untrusted: every action is validated and gets its own [`ActionOutcome`]; a bad one never
+//! stops the others.
+//!
+//! | action | effect | reaches running clients |
+//! |---|---|---|
+//! | `SetMemoryLimit(w, MiB)` | block `quota_bytes` (`u32::MAX` = unlimited) | yes, next allocation |
+//! | `SetComputeShare(w, ‰)` | block pacing interval = mean launch time / share | yes, within one pacer slice |
+//! | `SetMpsThreadPct(w, %)` | recorded; `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` at the next start | no (MPS limitation) |
+//! | `Freeze(w)` / `Resume(w)` | block `FLAG_FREEZE` (launches held in the interposer) | yes |
+//! | `Evict(w)` | `FLAG_EXIT` + `SIGTERM`, `SIGKILL` after the grace period | yes |
+//! | `SetHealth(gpu, h)` | the GPU's reported health | n/a |
+
+use crate::gpu::{GpuBackend, GpuError, GpuSample};
+use crate::mps::MpsManager;
+use crate::procfs;
+use crate::supervisor::{ExitReport, Supervisor, SupervisorError, Workload, WorkloadSpec};
+use arbiter_interpose::control::FLAG_FREEZE;
+use arbiter_policy_sdk::model::{GpuStatus, NodeAction, NodeView, WorkloadStatus, health};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+const MIB: u64 = 1 << 20;
+
+/// How an accepted action takes effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// Already in force.
+    Now,
+    /// Started; completes later (eviction).
+    InProgress,
+    /// Recorded; reaches the workload when its client (re)starts (MPS knobs).
+    AtNextStart,
+}
+
+/// Why an action was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ActionError {
+    #[error("workload {0} does not exist on this node")]
+    NoSuchWorkload(u32),
+    #[error("GPU {0} does not exist on this node")]
+    NoSuchGpu(u32),
+    #[error("invalid value: {0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Supervisor(#[from] SupervisorError),
+}
+
+/// The result of one action.
+#[derive(Debug)]
+pub struct ActionOutcome {
+    pub action: NodeAction,
+    pub result: Result<Applied, ActionError>,
+}
+
+/// Node configuration.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// Refuse a launch whose memory quota does not fit next to the quotas already granted on
+    /// its GPU.
+    pub admission: bool,
+    /// How often the MPS daemons are asked for their health (each ask runs the control
+    /// binary a few times).
+    pub mps_health_every: Duration,
+    /// Weight of a new sample in the per-launch device-time estimate.
+    pub kernel_estimate_alpha: f64,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            admission: true,
+            mps_health_every: Duration::from_secs(5),
+            kernel_estimate_alpha: 0.3,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct LaunchSample {
+    at: Instant,
+    launches: u64,
+    estimate_ns: Option<f64>,
+}
+
+/// The node enforcer: GPU backend, MPS daemons and the supervised workloads.
+pub struct Node {
+    backend: Arc<dyn GpuBackend>,
+    mps: Option<MpsManager>,
+    supervisor: Supervisor,
+    config: NodeConfig,
+    /// Health set by the coordinator policy, per GPU.
+    policy_health: HashMap<u32, u8>,
+    /// Last MPS health check per GPU: (when, healthy).
+    mps_health: HashMap<u32, (Instant, bool)>,
+    /// Memory of each GPU (MiB), remembered so a lost GPU still reports its size.
+    memory_total_mib: HashMap<u32, u32>,
+    launch_samples: HashMap<u32, LaunchSample>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("backend", &self.backend.kind())
+            .field("mps", &self.mps)
+            .field("workloads", &self.supervisor.ids())
+            .finish_non_exhaustive()
+    }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn mib(bytes: u64) -> u32 {
+    u32::try_from(bytes / MIB).unwrap_or(u32::MAX)
+}
+
+impl Node {
+    pub fn new(
+        backend: Arc<dyn GpuBackend>,
+        mps: Option<MpsManager>,
+        supervisor: Supervisor,
+        config: NodeConfig,
+    ) -> Node {
+        Node {
+            backend,
+            mps,
+            supervisor,
+            config,
+            policy_health: HashMap::new(),
+            mps_health: HashMap::new(),
+            memory_total_mib: HashMap::new(),
+            launch_samples: HashMap::new(),
+        }
+    }
+
+    pub fn backend(&self) -> &dyn GpuBackend {
+        self.backend.as_ref()
+    }
+
+    pub fn mps(&self) -> Option<&MpsManager> {
+        self.mps.as_ref()
+    }
+
+    pub fn supervisor(&self) -> &Supervisor {
+        &self.supervisor
+    }
+
+    pub fn supervisor_mut(&mut self) -> &mut Supervisor {
+        &mut self.supervisor
+    }
+
+    /// Launch a workload on its GPU (with that GPU's MPS environment when MPS is on).
+    pub fn launch(&mut self, spec: &WorkloadSpec) -> Result<u32, ActionError> {
+        let count = self
+            .backend
+            .device_count()
+            .map_err(|e| ActionError::Invalid(format!("cannot enumerate GPUs: {e}")))?;
+        if spec.gpu >= count {
+            return Err(ActionError::NoSuchGpu(spec.gpu));
+        }
+        if self.config.admission
+            && let Some(want) = spec.memory_limit_bytes
+        {
+            let total = self
+                .backend
+                .device_info(spec.gpu)
+                .map(|i| i.memory_total_bytes)
+                .map_err(|e| ActionError::Invalid(format!("GPU {}: {e}", spec.gpu)))?;
+            let granted = self.supervisor.reserved_bytes(spec.gpu);
+            if granted.saturating_add(want) > total {
+                return Err(ActionError::Invalid(format!(
+                    "memory quota {} MiB does not fit on GPU {} ({} of {} MiB granted)",
+                    want / MIB,
+                    spec.gpu,
+                    granted / MIB,
+                    total / MIB
+                )));
+            }
+        }
+        let mps = self.mps.as_ref().and_then(|m| m.for_gpu(spec.gpu));
+        Ok(self.supervisor.launch(spec, mps)?)
+    }
+
+    /// Reap finished workloads and escalate overdue evictions (call every control period).
+    pub fn poll(&mut self) -> Vec<ExitReport> {
+        let reports = self.supervisor.poll(self.mps.as_ref());
+        for r in &reports {
+            self.launch_samples.remove(&r.id);
+        }
+        reports
+    }
+
+    fn gpu_health(&mut self, index: u32, observed_ok: bool) -> u8 {
+        let set = self.policy_health.get(&index).copied();
+        if set == Some(health::DISABLED) {
+            return health::DISABLED;
+        }
+        let mut ok = observed_ok;
+        if let Some(m) = self.mps.as_ref().and_then(|m| m.for_gpu(index)) {
+            let now = Instant::now();
+            let fresh = self
+                .mps_health
+                .get(&index)
+                .filter(|(at, _)| now.duration_since(*at) < self.config.mps_health_every)
+                .map(|(_, h)| *h);
+            let healthy = match fresh {
+                Some(h) => h,
+                None => {
+                    let h = m.health().is_healthy();
+                    self.mps_health.insert(index, (now, h));
+                    h
+                }
+            };
+            ok &= healthy;
+        }
+        if !ok {
+            return health::UNHEALTHY;
+        }
+        set.unwrap_or(health::HEALTHY)
+    }
+
+    /// Build the coordinator's view of this node now. Also heartbeats every control block and
+    /// refreshes the launch-time estimates (so call it once per control period).
+    pub fn view(&mut self) -> NodeView {
+        self.supervisor.heartbeat();
+        let count = match self.backend.device_count() {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot enumerate GPUs");
+                0
+            }
+        };
+        let mut samples: HashMap<u32, GpuSample> = HashMap::new();
+        let mut gpus = Vec::with_capacity(count as usize);
+        for index in 0..count {
+            let status = match self.backend.sample(index) {
+                Ok(s) => {
+                    let total = mib(s.memory_total_bytes);
+                    self.memory_total_mib.insert(index, total);
+                    // NVML has no SM-occupancy counter outside GPM (Hopper+); the sum of the
+                    // per-process SM utilization is the closest, the GPU busy time otherwise.
+                    let per_process: Option<u32> = s
+                        .processes
+                        .iter()
+                        .filter_map(|p| p.sm_util_pct.map(u32::from))
+                        .reduce(|a, b| a + b);
+                    let sm_activity = per_process.map_or(s.utilization_pct, |v| v.min(100) as u8);
+                    let st = GpuStatus {
+                        index,
+                        utilization_pct: s.utilization_pct,
+                        sm_activity_pct: sm_activity,
+                        sm_clock_mhz: s.sm_clock_mhz,
+                        max_sm_clock_mhz: s.max_sm_clock_mhz,
+                        memory_used_mib: mib(s.memory_used_bytes),
+                        memory_total_mib: total,
+                        health: self.gpu_health(index, true),
+                    };
+                    samples.insert(index, s);
+                    st
+                }
+                Err(e) => {
+                    log_sample_error(index, &e);
+                    GpuStatus {
+                        index,
+                        memory_total_mib: self.memory_total_mib.get(&index).copied().unwrap_or(0),
+                        health: self.gpu_health(index, false),
+                        ..GpuStatus::default()
+                    }
+                }
+            };
+            gpus.push(status);
+        }
+
+        let now = Instant::now();
+        let alpha = self.config.kernel_estimate_alpha.clamp(0.01, 1.0);
+        let mut workloads = Vec::new();
+        let mut estimates = Vec::new();
+        let ids = self.supervisor.ids();
+        for id in ids {
+            let Some(w) = self.supervisor.get(id) else {
+                continue;
+            };
+            let rec = w.record();
+            let b = w.block();
+            let launches = b.counters.launches.load(Ordering::Relaxed);
+            let sample = samples.get(&rec.gpu);
+            let (nvml_used, util) = workload_gpu_usage(w, sample, self.supervisor.workloads());
+            let block_used = b.shared.used_bytes.load(Ordering::Relaxed);
+            let total_mib = self.memory_total_mib.get(&rec.gpu).copied().unwrap_or(0);
+            workloads.push(WorkloadStatus {
+                id,
+                gpu: rec.gpu,
+                role: rec.role,
+                memory_used_mib: mib(block_used.max(nvml_used)),
+                memory_limit_mib: w.memory_limit_bytes().map_or(total_mib, mib),
+                compute_share: rec.compute_share_permille,
+                launches,
+                pacing_delay_us: b.counters.pacing_delay_ns.load(Ordering::Relaxed) / 1000,
+                iteration_ms: 0,
+                frozen: b.limits.flags.load(Ordering::Acquire) & FLAG_FREEZE != 0,
+            });
+            // Device time per launch = busy time attributed to the workload / launches.
+            let prev = self.launch_samples.get(&id).copied();
+            let mut estimate_ns = prev.and_then(|p| p.estimate_ns);
+            if let (Some(p), Some(u)) = (prev, util) {
+                let dl = launches.saturating_sub(p.launches);
+                let dt = now.duration_since(p.at).as_nanos() as f64;
+                if dl > 0 && u > 0.0 {
+                    let x = u / 100.0 * dt / dl as f64;
+                    let e = estimate_ns.map_or(x, |e| e + alpha * (x - e));
+                    estimate_ns = Some(e);
+                    estimates.push((id, e.round() as u64));
+                }
+            }
+            self.launch_samples.insert(
+                id,
+                LaunchSample {
+                    at: now,
+                    launches,
+                    estimate_ns,
+                },
+            );
+        }
+        for (id, ns) in estimates {
+            if let Err(e) = self.supervisor.update_kernel_estimate(id, ns) {
+                tracing::warn!(id, error = %e, "kernel-time estimate");
+            }
+        }
+        NodeView {
+            now_ms: unix_ms(),
+            gpus,
+            workloads,
+        }
+    }
+
+    /// Carry out a coordinator's actions; one outcome per action, in order.
+    pub fn apply_actions(&mut self, actions: &[NodeAction]) -> Vec<ActionOutcome> {
+        actions
+            .iter()
+            .map(|&action| {
+                let result = self.apply(action);
+                match &result {
+                    Ok(a) => tracing::debug!(?action, applied = ?a, "node action"),
+                    Err(e) => tracing::warn!(?action, error = %e, "node action refused"),
+                }
+                ActionOutcome { action, result }
+            })
+            .collect()
+    }
+
+    fn workload(&self, id: u32) -> Result<&Workload, ActionError> {
+        self.supervisor
+            .get(id)
+            .ok_or(ActionError::NoSuchWorkload(id))
+    }
+
+    fn apply(&mut self, action: NodeAction) -> Result<Applied, ActionError> {
+        match action {
+            NodeAction::SetMemoryLimit(id, limit_mib) => {
+                self.workload(id)?;
+                let bytes = (limit_mib != u32::MAX).then(|| u64::from(limit_mib) * MIB);
+                self.supervisor.set_memory_limit(id, bytes)?;
+                Ok(Applied::Now)
+            }
+            NodeAction::SetComputeShare(id, permille) => {
+                self.workload(id)?;
+                if permille == 0 || permille > 1000 {
+                    return Err(ActionError::Invalid(format!(
+                        "compute share {permille} not in 1..=1000 permille (use Freeze to stop)"
+                    )));
+                }
+                let estimate = self
+                    .launch_samples
+                    .get(&id)
+                    .and_then(|s| s.estimate_ns)
+                    .map(|e| e.round() as u64);
+                self.supervisor.set_compute_share(id, permille, estimate)?;
+                Ok(Applied::Now)
+            }
+            NodeAction::SetMpsThreadPct(id, pct) => {
+                self.workload(id)?;
+                self.supervisor.set_mps_thread_pct(id, pct)?;
+                Ok(Applied::AtNextStart)
+            }
+            NodeAction::Freeze(id) | NodeAction::Resume(id) => {
+                self.workload(id)?;
+                self.supervisor
+                    .set_frozen(id, matches!(action, NodeAction::Freeze(_)))?;
+                Ok(Applied::Now)
+            }
+            NodeAction::Evict(id) => {
+                self.workload(id)?;
+                self.supervisor.evict(id)?;
+                Ok(Applied::InProgress)
+            }
+            NodeAction::SetHealth(gpu, h) => {
+                let count = self.backend.device_count().unwrap_or(0);
+                if gpu >= count {
+                    return Err(ActionError::NoSuchGpu(gpu));
+                }
+                if h > health::DISABLED {
+                    return Err(ActionError::Invalid(format!("health code {h}")));
+                }
+                self.policy_health.insert(gpu, h);
+                Ok(Applied::Now)
+            }
+        }
+    }
+}
+
+fn log_sample_error(index: u32, e: &GpuError) {
+    match e {
+        GpuError::Lost(_) => tracing::error!(gpu = index, error = %e, "GPU lost"),
+        _ => tracing::warn!(gpu = index, error = %e, "GPU sample failed"),
+    }
+}
+
+/// NVML's view of a workload: the device memory of its processes (those in its process
+/// group) and their SM utilization (percent; `None` when there is no usable sample). When no
+/// per-process sample exists and the workload is alone on its GPU, the GPU's utilization is
+/// attributed to it.
+fn workload_gpu_usage<'a>(
+    w: &Workload,
+    sample: Option<&GpuSample>,
+    all: impl Iterator<Item = &'a Workload>,
+) -> (u64, Option<f64>) {
+    let Some(s) = sample else {
+        return (0, None);
+    };
+    let pgid = w.record().pid;
+    let mine: Vec<_> = s
+        .processes
+        .iter()
+        .filter(|p| p.pid == pgid || procfs::stat(p.pid).is_ok_and(|st| st.pgrp == pgid))
+        .collect();
+    let used = mine.iter().filter_map(|p| p.used_memory_bytes).sum();
+    let util: Option<u32> = mine
+        .iter()
+        .filter_map(|p| p.sm_util_pct.map(u32::from))
+        .reduce(|a, b| a + b);
+    let alone = all.filter(|o| o.record().gpu == w.record().gpu).count() == 1;
+    let util = match util {
+        Some(u) => Some(f64::from(u.min(100))),
+        None if alone => Some(f64::from(s.utilization_pct)),
+        None => None,
+    };
+    (used, util)
+}

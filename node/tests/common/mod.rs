@@ -1,0 +1,111 @@
+//! Shared fixtures of the node's integration tests: the fake `libnvidia-ml.so.1`, the fake
+//! `nvidia-cuda-mps-control`, and (through `cuda-workload`) the interposer, the fake
+//! `libcuda.so.1` and the C workloads.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+pub fn tmp_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+}
+
+/// A fresh directory for one test.
+pub fn test_dir(name: &str) -> PathBuf {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let d = tmp_root().join(format!(
+        "node-{name}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("test dir");
+    d
+}
+
+/// Build `tests/fake-nvml` (nested cargo, own target dir so it never waits on our build lock)
+/// and return the built cdylib.
+pub fn fake_nvml_lib() -> &'static Path {
+    static LIB: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let r = LIB.get_or_init(|| {
+        let target = tmp_root().join("fake-nvml-target");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let out = Command::new(cargo)
+            .current_dir(workspace_root())
+            .args([
+                "build",
+                "--manifest-path",
+                "tests/fake-nvml/Cargo.toml",
+                "--target-dir",
+            ])
+            .arg(&target)
+            .env_remove("CARGO_TARGET_DIR")
+            .env_remove("CARGO_BUILD_TARGET_DIR")
+            .env_remove("CARGO_MAKEFLAGS")
+            .env_remove("MAKEFLAGS")
+            .output()
+            .map_err(|e| format!("cannot run cargo: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "building fake-nvml failed:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(target.join("debug").join("libnvidia_ml.so"))
+    });
+    match r {
+        Ok(p) => p,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// Install a private copy of the fake NVML with `scenario` in `dir`; returns the library path.
+/// (A separate file is a separate `dlopen` instance, so tests never share fake state.)
+pub fn install_fake_nvml(dir: &Path, scenario: &serde_json::Value) -> PathBuf {
+    let lib = dir.join("libnvidia-ml.so.1");
+    std::fs::copy(fake_nvml_lib(), &lib).expect("copy fake nvml");
+    std::fs::write(
+        dir.join("fake-nvml.json"),
+        serde_json::to_vec_pretty(scenario).expect("scenario json"),
+    )
+    .expect("write scenario");
+    lib
+}
+
+/// An executable copy of `tests/fake-mps/nvidia-cuda-mps-control` (copied so the test does
+/// not depend on the checkout preserving the executable bit).
+pub fn fake_mps_binary(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let src = workspace_root().join("tests/fake-mps/nvidia-cuda-mps-control");
+    let dst = dir.join("nvidia-cuda-mps-control");
+    std::fs::copy(&src, &dst).expect("copy fake mps control");
+    std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    dst
+}
+
+/// Interposer, fake libcuda and C workloads (built once per test binary).
+pub fn cuda_fixtures() -> &'static cuda_workload::Fixtures {
+    static F: OnceLock<Result<cuda_workload::Fixtures, String>> = OnceLock::new();
+    let r = F.get_or_init(|| cuda_workload::build(&tmp_root().join("node-cuda-fixtures")));
+    match r {
+        Ok(f) => f,
+        Err(e) => panic!("building CUDA fixtures failed: {e}"),
+    }
+}
+
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_test_writer()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "arbiter_node=debug".into()),
+        )
+        .try_init();
+}

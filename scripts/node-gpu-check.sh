@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs the node's NVML backend (and its MPS manager, if nvidia-cuda-mps-control is installed)
+# against the real GPUs of this machine and prints what it sees: driver, GPUs, utilization,
+# memory, SM clocks, throttle reasons, compute and MPS processes with per-process utilization,
+# compute mode; then a private MPS control daemon on GPU 0 (own pipe/log dirs, so an MPS setup
+# already running is untouched): default active thread percentage, set/get, server list, quit.
+#
+# Usage: scripts/node-gpu-check.sh [gpu_check options]
+#   e.g. scripts/node-gpu-check.sh --samples 5 --interval-ms 1000
+#        scripts/node-gpu-check.sh --no-mps
+#        scripts/node-gpu-check.sh --nvml-lib /path/to/libnvidia-ml.so.1
+# Needs: an NVIDIA driver (libnvidia-ml.so.1), cargo. Run a GPU job meanwhile (e.g. a PyTorch
+# loop) to see processes and per-process utilization. Exit status: that of gpu_check.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+echo "== nvidia-smi (for comparison)"
+if command -v nvidia-smi >/dev/null 2>&1; then
+    nvidia-smi --query-gpu=index,name,uuid,utilization.gpu,memory.used,memory.total,clocks.sm,clocks.max.sm,compute_mode \
+        --format=csv || true
+else
+    echo "nvidia-smi not found"
+fi
+
+exec cargo run --quiet -p arbiter-node --example gpu_check -- "$@"
