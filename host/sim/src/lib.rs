@@ -1,0 +1,1 @@
+//! Arbiter simulator.
