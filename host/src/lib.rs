@@ -3,3 +3,4 @@ pub mod registry;
 pub mod rounds;
 pub mod runtime;
 pub mod state;
+pub mod watch;

@@ -1,0 +1,185 @@
+//! A watched policy directory (`policies.d/`): drop a `.wasm` in and it
+//! loads (a hot swap into the slot its manifest names); replace it and the
+//! new version becomes a new generation; remove it and its generations unload.
+//!
+//! The watcher does not trust individual file-system events: any event (or a
+//! slow poll, in case events are lost) triggers [`PolicyDirectory::reconcile`],
+//! which compares the directory with what is loaded by content hash. That is
+//! idempotent, so duplicate or coalesced events are harmless, and a file
+//! caught half-written simply fails to load and is retried on the next event.
+//! A `NAME.toml` beside `NAME.wasm` is that policy's configuration.
+
+use crate::registry::Registry;
+use notify::{RecursiveMode, Watcher};
+use parking_lot::Mutex;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// What one reconciliation did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reconciled {
+    /// (file, slot, generation) loaded.
+    pub loaded: Vec<(PathBuf, String, u64)>,
+    /// (file, slot, generation) unloaded.
+    pub unloaded: Vec<(PathBuf, String, u64)>,
+    /// (file, error) that failed to load.
+    pub failed: Vec<(PathBuf, String)>,
+}
+
+#[derive(Clone, Debug)]
+struct Loaded {
+    digest: String,
+    slot: String,
+    generation: u64,
+}
+
+/// A policy directory kept in sync with a registry.
+pub struct PolicyDirectory {
+    dir: PathBuf,
+    registry: Arc<Registry>,
+    loaded: Mutex<BTreeMap<PathBuf, Loaded>>,
+    /// Digests that failed, so a broken file is not recompiled on every poll.
+    failed: Mutex<BTreeMap<PathBuf, String>>,
+}
+
+impl PolicyDirectory {
+    pub fn new(dir: impl Into<PathBuf>, registry: Arc<Registry>) -> Self {
+        PolicyDirectory {
+            dir: dir.into(),
+            registry,
+            loaded: Mutex::new(BTreeMap::new()),
+            failed: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Brings the registry in line with the directory's `.wasm` files.
+    pub fn reconcile(&self) -> Reconciled {
+        let mut out = Reconciled::default();
+        let mut present = BTreeMap::new();
+        match std::fs::read_dir(&self.dir) {
+            Ok(entries) => {
+                for entry in entries.flatten() {
+                    let path = entry.path();
+                    if path.extension().is_some_and(|e| e == "wasm") && path.is_file() {
+                        match std::fs::read(&path) {
+                            Ok(bytes) => {
+                                present.insert(path, bytes);
+                            }
+                            Err(e) => out.failed.push((path, e.to_string())),
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(dir = %self.dir.display(), error = %e, "cannot read policy directory");
+                return out;
+            }
+        }
+        let mut loaded = self.loaded.lock();
+        let gone: Vec<PathBuf> = loaded.keys().filter(|p| !present.contains_key(*p)).cloned().collect();
+        for path in gone {
+            if let Some(l) = loaded.remove(&path) {
+                if let Some(slot) = self.registry.find(&l.slot) {
+                    let _ = slot.unload(l.generation);
+                }
+                tracing::info!(file = %path.display(), slot = %l.slot, generation = l.generation, "policy unloaded");
+                out.unloaded.push((path, l.slot, l.generation));
+            }
+        }
+        let mut failed = self.failed.lock();
+        failed.retain(|p, _| present.contains_key(p));
+        for (path, bytes) in present {
+            let digest = hex::encode(Sha256::digest(&bytes));
+            if loaded.get(&path).is_some_and(|l| l.digest == digest) || failed.get(&path) == Some(&digest) {
+                continue;
+            }
+            let config = std::fs::read_to_string(path.with_extension("toml")).ok();
+            match self.registry.load_bytes(&bytes, config, Some(path.clone()), None) {
+                Ok((slot, generation)) => {
+                    if let Some(previous) = loaded.insert(
+                        path.clone(),
+                        Loaded { digest, slot: slot.name().to_string(), generation: generation.id },
+                    ) && let Some(old_slot) = self.registry.find(&previous.slot)
+                    {
+                        // The file's previous version stays loaded as an older
+                        // generation (a rollback target) unless it moved slots.
+                        if previous.slot != slot.name() {
+                            let _ = old_slot.unload(previous.generation);
+                        }
+                    }
+                    failed.remove(&path);
+                    tracing::info!(file = %path.display(), slot = %slot.name(), generation = generation.id, "policy loaded");
+                    out.loaded.push((path, slot.name().to_string(), generation.id));
+                }
+                Err(e) => {
+                    tracing::warn!(file = %path.display(), error = %e, "policy file failed to load");
+                    failed.insert(path.clone(), digest);
+                    out.failed.push((path, e.to_string()));
+                }
+            }
+        }
+        out
+    }
+
+    /// Reconciles now, then watches the directory on a background thread
+    /// until the returned guard is dropped.
+    pub fn watch(self: Arc<Self>, poll: Duration) -> anyhow::Result<WatchGuard> {
+        std::fs::create_dir_all(&self.dir)
+            .map_err(|e| anyhow::anyhow!("creating policy directory {}: {e}", self.dir.display()))?;
+        self.reconcile();
+        let (tx, rx) = mpsc::channel::<()>();
+        let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+            if event.is_ok() {
+                let _ = tx.send(());
+            }
+        })?;
+        watcher.watch(&self.dir, RecursiveMode::NonRecursive)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop_thread = stop.clone();
+        let dir = self.clone();
+        let thread = std::thread::Builder::new().name("arbiter-policies-d".into()).spawn(move || {
+            while !stop_thread.load(Ordering::Relaxed) {
+                match rx.recv_timeout(poll) {
+                    Ok(()) => {
+                        // Let a burst of events (a copy in progress) settle.
+                        std::thread::sleep(Duration::from_millis(50));
+                        while rx.try_recv().is_ok() {}
+                    }
+                    Err(mpsc::RecvTimeoutError::Timeout) => {}
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                }
+                if !stop_thread.load(Ordering::Relaxed) {
+                    dir.reconcile();
+                }
+            }
+        })?;
+        Ok(WatchGuard { watcher: Some(watcher), stop, thread: Some(thread) })
+    }
+}
+
+/// Keeps a directory watched; stops the watcher thread on drop.
+pub struct WatchGuard {
+    watcher: Option<notify::RecommendedWatcher>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for WatchGuard {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // Dropping the watcher closes the event channel, waking the thread at once.
+        self.watcher.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! The watched policy directory: drop in, replace, remove, and garbage.
+
+use arbiter_host::registry::Registry;
+use arbiter_host::runtime::{PolicyEngine, RuntimeConfig};
+use arbiter_host::watch::PolicyDirectory;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn registry() -> Arc<Registry> {
+    Arc::new(Registry::new(PolicyEngine::new(RuntimeConfig::default()).unwrap()))
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn reconcile_loads_replaces_and_unloads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let reg = registry();
+    let dir = PolicyDirectory::new(tmp.path(), reg.clone());
+    let fifo = tmp.path().join("fifo.wasm");
+    std::fs::write(&fifo, arbiter_policies::get("fifo").unwrap()).unwrap();
+    std::fs::write(tmp.path().join("fifo.toml"), "# fifo takes no options\n").unwrap();
+    std::fs::write(tmp.path().join("notes.txt"), "ignored").unwrap();
+    let r = dir.reconcile();
+    assert_eq!(r.loaded.len(), 1, "{r:?}");
+    let slot = reg.find("fifo").unwrap();
+    let g1 = slot.active().unwrap();
+    assert_eq!(g1.config, "# fifo takes no options\n");
+    // Nothing changed: nothing happens.
+    assert_eq!(dir.reconcile(), Default::default());
+
+    // A broken file is reported once, not retried until it changes, and hurts nothing.
+    std::fs::write(tmp.path().join("broken.wasm"), b"\0asm\x01\0\0\0garbage").unwrap();
+    let r = dir.reconcile();
+    assert_eq!(r.failed.len(), 1);
+    assert!(dir.reconcile().failed.is_empty());
+    assert_eq!(slot.active_id(), Some(g1.id));
+
+    // Same file, another policy: the new slot loads, the old generation unloads.
+    std::fs::write(&fifo, arbiter_policies::get("sjf").unwrap()).unwrap();
+    let r = dir.reconcile();
+    assert_eq!(r.loaded.len(), 1);
+    assert!(reg.find("sjf").unwrap().active().is_some());
+    assert!(slot.active().is_none());
+
+    std::fs::remove_file(&fifo).unwrap();
+    let r = dir.reconcile();
+    assert_eq!(r.unloaded.len(), 1);
+    assert!(reg.find("sjf").unwrap().active().is_none());
+}
+
+#[test]
+fn watcher_follows_the_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let reg = registry();
+    let dir = Arc::new(PolicyDirectory::new(tmp.path().join("policies.d"), reg.clone()));
+    let _guard = dir.clone().watch(Duration::from_millis(200)).unwrap();
+    let file = tmp.path().join("policies.d").join("best-fit.wasm");
+    // Write elsewhere and rename in, as an operator's `install` or `mv` does.
+    let staged = tmp.path().join("staged.wasm");
+    std::fs::write(&staged, arbiter_policies::get("best-fit").unwrap()).unwrap();
+    std::fs::rename(&staged, &file).unwrap();
+    wait_for("best-fit to load", || reg.find("best-fit").is_some_and(|s| s.active().is_some()));
+    std::fs::remove_file(&file).unwrap();
+    wait_for("best-fit to unload", || reg.find("best-fit").is_some_and(|s| s.active().is_none()));
+}
