@@ -182,7 +182,7 @@ fn ask(instance: &mut PolicyInstance, state: &ClusterState, round: RoundInfo) ->
     instance.sync_to(state)?;
     let decisions = match instance.schedule(round) {
         Err(PolicyFault::Stale(_)) => {
-            instance.resync(state.snapshot())?;
+            instance.resync_to(state)?;
             instance.schedule(round)?
         }
         other => other?,

@@ -361,8 +361,26 @@ impl ClusterState {
         !self.events.is_empty()
     }
 
-    pub fn snapshot(&self) -> Snapshot {
+    /// Closes the current epoch if changes are pending (without a round), so
+    /// that a snapshot and the deltas after it line up exactly.
+    pub fn seal(&mut self) {
+        if !self.events.is_empty() {
+            self.begin_round(0);
+        }
+    }
+
+    /// The full state, exact at the epoch it is labelled with (pending
+    /// changes are sealed into a new epoch first; a snapshot labelled with
+    /// the old epoch would make a mirror apply them twice).
+    pub fn snapshot(&mut self) -> Snapshot {
+        self.seal();
         self.cluster.to_snapshot()
+    }
+
+    /// The full state at `epoch()` without sealing: `None` while changes are
+    /// pending. Within a round (after `begin_round`) it is always `Some`.
+    pub fn snapshot_at_epoch(&self) -> Option<Snapshot> {
+        self.events.is_empty().then(|| self.cluster.to_snapshot())
     }
 
     /// Checks a policy's decisions against the current epoch: all valid, or
@@ -578,6 +596,21 @@ mod tests {
             s.begin_round(1);
         }
         assert!(s.delta_since(0).is_none());
+    }
+
+    #[test]
+    fn snapshot_between_rounds_does_not_replay_pending_changes() {
+        let mut s = ClusterState::new();
+        s.add_node(node("a", 2)).unwrap();
+        // A mirror loaded between rounds, then caught up by the next round's delta.
+        let mut mirror = Cluster::from_snapshot(s.snapshot()).unwrap();
+        assert!(s.snapshot_at_epoch().is_some());
+        s.submit(JobRequest::gpus("j", "t", 1, 1)).unwrap();
+        assert!(s.snapshot_at_epoch().is_none());
+        let (delta, _) = s.begin_round(10);
+        mirror.apply(&delta).unwrap();
+        assert_eq!(mirror.node_count(), 1);
+        assert_eq!(mirror.to_snapshot(), s.snapshot());
     }
 
     #[test]

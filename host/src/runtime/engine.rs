@@ -189,11 +189,23 @@ impl PolicyEngine {
         let stop = stop_ticker.clone();
         let tick = config.epoch_tick;
         std::thread::Builder::new().name("arbiter-epoch".into()).spawn(move || {
+            // Tick against absolute times: sleeping `tick` in a loop lets each
+            // oversleep add up, stretching deadlines by ~1.5x on a busy host.
+            let start = std::time::Instant::now();
+            let mut ticks: u32 = 0;
             while !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(tick);
-                match ticker_engine.upgrade() {
-                    Some(engine) => engine.increment_epoch(),
-                    None => break,
+                ticks = ticks.wrapping_add(1);
+                let next = start + tick.saturating_mul(ticks);
+                if let Some(wait) = next.checked_duration_since(std::time::Instant::now()) {
+                    std::thread::sleep(wait);
+                }
+                let Some(engine) = ticker_engine.upgrade() else { break };
+                // Catch up on ticks missed while descheduled.
+                let now = std::time::Instant::now();
+                engine.increment_epoch();
+                while ticks < u32::MAX && start + tick.saturating_mul(ticks + 1) <= now {
+                    ticks += 1;
+                    engine.increment_epoch();
                 }
             }
         })?;

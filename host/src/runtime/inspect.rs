@@ -45,7 +45,10 @@ pub fn classify_import(name: &str) -> ImportClass {
     if interface == "arbiter:policy/host" || interface == "arbiter:policy/types" {
         return ImportClass::Host;
     }
-    const INERT: [&str; 10] = [
+    const INERT: [&str; 11] = [
+        // Newer Rust std links the monotonic clock; the stub traps if called,
+        // so no clock is granted (policies read time through `host.now-ms`).
+        "wasi:clocks/monotonic-clock",
         "wasi:cli/environment",
         "wasi:cli/exit",
         "wasi:cli/stdin",
@@ -65,6 +68,7 @@ pub fn classify_import(name: &str) -> ImportClass {
     }
     const CAPABILITIES: [&str; 6] =
         ["wasi:filesystem/", "wasi:sockets/", "wasi:clocks/", "wasi:random/", "wasi:http/", "wasi:keyvalue/"];
+    // (`wasi:clocks/monotonic-clock` matched INERT above; `wall-clock` stays a capability.)
     if CAPABILITIES.iter().any(|c| interface.starts_with(c)) {
         return ImportClass::Capability;
     }
@@ -119,6 +123,8 @@ mod tests {
         assert_eq!(classify_import("wasi:random/random@0.2.6"), ImportClass::Capability);
         assert_eq!(classify_import("wasi:filesystem/preopens@0.2.4"), ImportClass::Capability);
         assert_eq!(classify_import("wasi:sockets/tcp@0.2.4"), ImportClass::Capability);
+        assert_eq!(classify_import("wasi:clocks/monotonic-clock@0.2.12"), ImportClass::InertWasi);
+        assert_eq!(classify_import("wasi:clocks/wall-clock@0.2.12"), ImportClass::Capability);
         assert_eq!(classify_import("evil:backdoor/open"), ImportClass::Unknown);
     }
 

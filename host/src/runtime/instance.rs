@@ -271,14 +271,21 @@ impl PolicyInstance {
         if self.mirror_epoch == Some(state.epoch()) {
             return Ok(());
         }
-        let delta = self.mirror_epoch.and_then(|e| state.delta_since(e));
-        match delta {
+        match self.mirror_epoch.and_then(|e| state.delta_since(e)) {
             Some(d) => match self.apply(&d) {
-                Err(PolicyFault::Stale(_)) => self.resync(state.snapshot()),
+                Err(PolicyFault::Stale(_)) => self.resync_to(state),
                 other => other,
             },
-            None => self.resync(state.snapshot()),
+            None => self.resync_to(state),
         }
+    }
+
+    /// Replaces the mirror with the state's snapshot at its current epoch.
+    pub fn resync_to(&mut self, state: &ClusterState) -> Result<(), PolicyFault> {
+        let snapshot = state
+            .snapshot_at_epoch()
+            .ok_or_else(|| PolicyFault::Abi("cluster state has unsealed changes; seal it before syncing".into()))?;
+        self.resync(snapshot)
     }
 
     pub fn schedule(&mut self, round: RoundInfo) -> Result<Vec<Decision>, PolicyFault> {

@@ -9,31 +9,33 @@ use arbiter_policy_sdk::prelude::*;
 
 pub struct BestFit;
 
-/// The best worker placement of `job` on `node`, with its leftover score.
-fn best_on_node(plan: &Plan<'_>, job: Job<'_>, node: u32) -> Option<((u32, u32), WorkerPlacement)> {
+/// Leftover (free milli-GPU, free CPU) on `node` after one worker of `job`,
+/// if the worker fits there. Allocation-free: it runs for every node and
+/// every worker of a round, so it must be cheap (in Wasm above all).
+fn leftover_after(plan: &Plan<'_>, job: Job<'_>, node: u32) -> Option<(u32, u32)> {
     let index = job.index();
     if !plan.node_open_for(index, node) || !plan.host_resources_fit(index, node) {
         return None;
     }
-    let need = job.gpus_per_worker() as usize;
-    let per_gpu = if job.is_fractional() {
-        job.gpu_milli()
-    } else {
-        FULL_GPU_MILLI
-    };
-    if plan.node_free_milli(node) < per_gpu * need as u32 {
-        return None;
+    let need = job.gpus_per_worker();
+    let per_gpu = if job.is_fractional() { job.gpu_milli() } else { FULL_GPU_MILLI };
+    let (mut free, mut fitting) = (0u32, 0u32);
+    for g in plan.cluster().node(node).gpu_range() {
+        free += plan.free_milli(g);
+        if fitting < need && plan.gpu_fits(index, g) {
+            fitting += 1;
+        }
     }
-    let mut gpus: Vec<u32> = plan.fitting_gpus(index, node).collect();
-    if gpus.len() < need {
-        return None;
-    }
-    // Fullest GPUs first: fractional workers fill partly used GPUs.
+    (fitting == need).then(|| (free - per_gpu * need, plan.free_cpu(node) - job.cpu_milli()))
+}
+
+/// The worker on the chosen node: its fullest GPUs that still fit, so
+/// fractional workers fill partly used GPUs first.
+fn worker_on(plan: &Plan<'_>, job: Job<'_>, node: u32) -> WorkerPlacement {
+    let mut gpus: Vec<u32> = plan.fitting_gpus(job.index(), node).collect();
     gpus.sort_by_key(|&g| (plan.free_milli(g), g));
-    gpus.truncate(need);
-    let leftover_gpu = plan.node_free_milli(node) - per_gpu * need as u32;
-    let leftover_cpu = plan.free_cpu(node) - job.cpu_milli();
-    Some(((leftover_gpu, leftover_cpu), WorkerPlacement { node, gpus }))
+    gpus.truncate(job.gpus_per_worker() as usize);
+    WorkerPlacement { node, gpus }
 }
 
 impl Policy for BestFit {
@@ -65,9 +67,9 @@ impl Policy for BestFit {
             }
             let _ = plan.place_gang(job.index(), job.workers(), |plan| {
                 (0..nodes)
-                    .filter_map(|n| best_on_node(plan, job, n))
-                    .min_by_key(|(score, w)| (*score, w.node))
-                    .map(|(_, w)| w)
+                    .filter_map(|n| leftover_after(plan, job, n).map(|score| (score, n)))
+                    .min()
+                    .map(|(_, n)| worker_on(plan, job, n))
             });
         }
         Ok(plan.into_decisions())
