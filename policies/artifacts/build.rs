@@ -62,6 +62,7 @@ fn run() -> Result<(), String> {
     }
     crates.sort_by(|a, b| a.0.cmp(&b.0));
 
+    ensure_target()?;
     let target_dir = env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace.join("target"))
@@ -164,4 +165,28 @@ fn watch_files(dir: &Path) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Installs the `wasm32-wasip2` standard library through rustup if the
+/// toolchain lacks it, so a fresh checkout builds with plain `cargo`.
+fn ensure_target() -> Result<(), String> {
+    let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let sysroot = Command::new(&rustc)
+        .args(["--print", "sysroot"])
+        .output()
+        .map_err(|e| format!("cannot run {rustc}: {e}"))?;
+    let sysroot = PathBuf::from(String::from_utf8_lossy(&sysroot.stdout).trim());
+    if sysroot.join("lib").join("rustlib").join(TARGET).is_dir() {
+        return Ok(());
+    }
+    println!("cargo:warning=installing the {TARGET} target with `rustup target add {TARGET}`");
+    let status = Command::new("rustup")
+        .args(["target", "add", TARGET])
+        .status()
+        .map_err(|e| format!("the {TARGET} target is missing and rustup is not available ({e}); install the target for your toolchain"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("`rustup target add {TARGET}` failed ({status})"))
+    }
 }

@@ -18,7 +18,11 @@ fn leftover_after(plan: &Plan<'_>, job: Job<'_>, node: u32) -> Option<(u32, u32)
         return None;
     }
     let need = job.gpus_per_worker();
-    let per_gpu = if job.is_fractional() { job.gpu_milli() } else { FULL_GPU_MILLI };
+    let per_gpu = if job.is_fractional() {
+        job.gpu_milli()
+    } else {
+        FULL_GPU_MILLI
+    };
     let (mut free, mut fitting) = (0u32, 0u32);
     for g in plan.cluster().node(node).gpu_range() {
         free += plan.free_milli(g);
@@ -61,17 +65,12 @@ impl Policy for BestFit {
         pending.sort_by_key(|j| (j.submit_ms(), j.index()));
         let mut plan = Plan::new(cluster).with_max_decisions(round.max_decisions);
         let nodes = cluster.node_count() as u32;
-        for job in pending {
-            if plan.decisions().len() as u32 >= round.max_decisions {
-                break;
-            }
-            let _ = plan.place_gang(job.index(), job.workers(), |plan| {
-                (0..nodes)
-                    .filter_map(|n| leftover_after(plan, job, n).map(|score| (score, n)))
-                    .min()
-                    .map(|(_, n)| worker_on(plan, job, n))
-            });
-        }
+        plan.place_each(pending, |plan, job| {
+            (0..nodes)
+                .filter_map(|n| leftover_after(plan, job, n).map(|score| (score, n)))
+                .min()
+                .map(|(_, n)| worker_on(plan, job, n))
+        });
         Ok(plan.into_decisions())
     }
 }

@@ -31,14 +31,7 @@ impl Policy for Fifo {
         let mut pending: Vec<Job<'_>> = cluster.pending_jobs().collect();
         pending.sort_by_key(|j| (j.submit_ms(), j.index()));
         let mut plan = Plan::new(cluster).with_max_decisions(round.max_decisions);
-        for job in pending {
-            if plan.decisions().len() as u32 >= round.max_decisions {
-                break;
-            }
-            let index = job.index();
-            // A gang that does not fit simply waits for the next round.
-            let _ = plan.place_gang(index, job.workers(), |plan| plan.first_fit_anywhere(index));
-        }
+        plan.place_each(pending, |plan, job| plan.first_fit_anywhere(job.index()));
         Ok(plan.into_decisions())
     }
 }

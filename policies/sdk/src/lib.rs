@@ -27,13 +27,9 @@
 //!         let mut plan = Plan::new(cluster).with_max_decisions(round.max_decisions);
 //!         let mut pending: Vec<_> = cluster.pending_jobs().collect();
 //!         pending.sort_by_key(|j| (j.submit_ms(), j.index()));
-//!         for job in pending {
-//!             let nodes = cluster.node_count() as u32;
-//!             // Each worker goes to the first node with room; all workers or none.
-//!             let _ = plan.place_gang(job.index(), job.workers(), |plan| {
-//!                 (0..nodes).find_map(|n| plan.first_fit_worker(job.index(), n))
-//!             });
-//!         }
+//!         // Each worker goes to the first node with room; a gang gets all its
+//!         // workers or waits for a later round.
+//!         plan.place_each(pending, |plan, job| plan.first_fit_anywhere(job.index()));
 //!         Ok(plan.into_decisions())
 //!     }
 //! }

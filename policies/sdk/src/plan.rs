@@ -347,6 +347,23 @@ impl<'a> Plan<'a> {
         self.apply(Decision::Place(job, chosen))
     }
 
+    /// Places `jobs` in the order given, each as a gang whose workers
+    /// `choose` picks one at a time; a job that does not fit waits for a
+    /// later round and the jobs behind it may go ahead (greedy backfill).
+    /// Stops at the round's decision limit.
+    pub fn place_each(
+        &mut self,
+        jobs: impl IntoIterator<Item = crate::cluster::Job<'a>>,
+        mut choose: impl FnMut(&Plan<'a>, crate::cluster::Job<'a>) -> Option<WorkerPlacement>,
+    ) {
+        for job in jobs {
+            if self.decisions.len() as u64 >= u64::from(self.max_decisions) {
+                break;
+            }
+            let _ = self.place_gang(job.index(), job.workers(), |plan| choose(plan, job));
+        }
+    }
+
     /// Checks a decision against the tentative state and, if possible, takes it.
     pub fn apply(&mut self, decision: Decision) -> Result<(), DecisionError> {
         if self.decisions.len() as u64 >= u64::from(self.max_decisions) {
