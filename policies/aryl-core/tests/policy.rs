@@ -2,83 +2,13 @@
 //! clusters built with `TestCluster`.
 
 use arbiter_policy_sdk::prelude::*;
+use aryl_core::testing::{
+    assert_plan_empties, assert_valid, job, loaned, placed, preempted, request, run_on, runtime,
+    schedule_valid, training,
+};
 use aryl_core::{Aryl, GreedyReclaim, RandomReclaim, ScfReclaim};
 
 type ArylP = Aryl<GreedyReclaim>;
-
-fn training(c: &mut TestCluster, name: &str) -> u32 {
-    c.node(name, "training", 96_000, 350_000, "V100", 32_768, 8)
-}
-
-fn loaned(c: &mut TestCluster, name: &str) -> u32 {
-    let n = c.node(name, "inference", 96_000, 210_000, "T4", 16_384, 8);
-    c.apply(Event::NodeLoanChanged(n, true));
-    n
-}
-
-#[allow(clippy::too_many_arguments)]
-fn job(
-    c: &mut TestCluster,
-    name: &str,
-    min: u32,
-    max: u32,
-    workers: u32,
-    gpus_per_worker: u32,
-    estimate_ms: u64,
-) -> u32 {
-    let spec = JobSpec {
-        name: c.intern(name),
-        tenant: c.intern("t"),
-        workers,
-        min_workers: min,
-        max_workers: max,
-        cpu_milli: 1000,
-        memory_mib: 1024,
-        gpus_per_worker,
-        gpu_milli: FULL_GPU_MILLI,
-        submit_ms: c.cluster().job_count() as u64,
-        estimate_ms,
-        ..JobSpec::default()
-    };
-    c.job_spec(spec)
-}
-
-/// Worker placements taking `gpus` GPUs each from `node`, starting at its
-/// `first`-th GPU.
-fn on(c: &TestCluster, node: u32, first: u32, workers: u32, gpus: u32) -> Vec<WorkerPlacement> {
-    let start = c.cluster().node(node).gpu_range().start + first;
-    (0..workers)
-        .map(|w| WorkerPlacement {
-            node,
-            gpus: (0..gpus).map(|g| start + w * gpus + g).collect(),
-        })
-        .collect()
-}
-
-fn runtime<P: Policy>(c: &TestCluster) -> Runtime<P> {
-    let mut rt = Runtime::<P>::new();
-    rt.resync(c.snapshot()).unwrap();
-    rt
-}
-
-/// Every decision applies to a fresh `Plan` of the same cluster.
-fn assert_valid(c: &TestCluster, decisions: &[Decision]) {
-    let mut plan = Plan::new(c.cluster());
-    for d in decisions {
-        plan.apply(d.clone())
-            .unwrap_or_else(|e| panic!("{d:?} rejected: {e}"));
-    }
-}
-
-fn placed(decisions: &[Decision], job: u32) -> Vec<WorkerPlacement> {
-    decisions
-        .iter()
-        .find_map(|d| match d {
-            Decision::Place(j, w) if *j == job => Some(w.clone()),
-            _ => None,
-        })
-        .unwrap_or_else(|| panic!("job {job} not placed: {decisions:?}"))
-}
 
 #[test]
 fn manifest_declares_scheduler_and_reclaim() {
@@ -110,8 +40,7 @@ fn inelastic_jobs_go_to_training_servers() {
     let t1 = training(&mut c, "t1");
     let _l1 = loaned(&mut c, "i1");
     let j = job(&mut c, "resnet", 2, 2, 2, 4, 3_600_000);
-    let d = runtime::<ArylP>(&c).schedule(c.round(100)).unwrap();
-    assert_valid(&c, &d);
+    let d = schedule_valid::<ArylP>(&c, 100);
     let w = placed(&d, j);
     assert_eq!(w.len(), 2);
     // Best fit: both workers on one training server, none on loan.
@@ -126,8 +55,7 @@ fn elastic_jobs_go_to_loaned_servers_with_base_and_flexible_apart() {
     let l0 = loaned(&mut c, "i0");
     let l1 = loaned(&mut c, "i1");
     let e = job(&mut c, "bert", 1, 4, 4, 2, 3_600_000);
-    let d = runtime::<ArylP>(&c).schedule(c.round(100)).unwrap();
-    assert_valid(&c, &d);
+    let d = schedule_valid::<ArylP>(&c, 100);
     let w = placed(&d, e);
     // Phase two gives the whole flexible demand (GPUs are plentiful).
     assert_eq!(w.len(), 4);
@@ -145,8 +73,7 @@ fn mixed_round_separates_inelastic_and_elastic_servers() {
     let l1 = loaned(&mut c, "i1");
     let i = job(&mut c, "gang", 1, 1, 1, 8, 1_000_000);
     let e = job(&mut c, "elastic", 2, 6, 2, 1, 2_000_000);
-    let d = runtime::<ArylP>(&c).schedule(c.round(100)).unwrap();
-    assert_valid(&c, &d);
+    let d = schedule_valid::<ArylP>(&c, 100);
     assert!(placed(&d, i).iter().all(|w| w.node == t0));
     let we = placed(&d, e);
     assert_eq!(we.len(), 6);
@@ -161,10 +88,8 @@ fn running_elastic_job_scales_out_onto_loaned_servers() {
     let l0 = loaned(&mut c, "i0");
     let l1 = loaned(&mut c, "i1");
     let e = job(&mut c, "gnmt", 1, 4, 1, 2, 3_600_000);
-    let w = on(&c, l0, 0, 1, 2);
-    c.run(e, w);
-    let d = runtime::<ArylP>(&c).schedule(c.round(100)).unwrap();
-    assert_valid(&c, &d);
+    run_on(&mut c, e, &[(l0, 0, 1, 2)]);
+    let d = schedule_valid::<ArylP>(&c, 100);
     match d.as_slice() {
         [Decision::ScaleOut(j, added)] => {
             assert_eq!(*j, e);
@@ -184,11 +109,9 @@ fn queued_base_demand_takes_gpus_from_flexible_workers() {
     let mut c = TestCluster::new();
     let t0 = training(&mut c, "t0");
     let e = job(&mut c, "elastic", 1, 4, 4, 2, 3_600_000);
-    let w = on(&c, t0, 0, 4, 2);
-    c.run(e, w);
+    run_on(&mut c, e, &[(t0, 0, 4, 2)]);
     let i = job(&mut c, "queued", 1, 1, 1, 4, 600_000);
-    let d = runtime::<ArylP>(&c).schedule(c.round(100)).unwrap();
-    assert_valid(&c, &d);
+    let d = schedule_valid::<ArylP>(&c, 100);
     assert_eq!(d.len(), 2, "{d:?}");
     match &d[0] {
         Decision::ScaleIn(j, positions) => {
@@ -211,13 +134,11 @@ fn backfills_when_aggregate_capacity_hides_fragmentation() {
     let t1 = training(&mut c, "t1");
     for (k, &n) in [t0, t1].iter().enumerate() {
         let r = job(&mut c, &format!("r{k}"), 1, 1, 1, 4, 9_000_000);
-        let w = on(&c, n, 0, 1, 4);
-        c.run(r, w);
+        run_on(&mut c, r, &[(n, 0, 1, 4)]);
     }
     let big = job(&mut c, "big", 1, 1, 1, 8, 1_000);
     let small = job(&mut c, "small", 1, 1, 1, 4, 50_000);
-    let d = runtime::<ArylP>(&c).schedule(c.round(100)).unwrap();
-    assert_valid(&c, &d);
+    let d = schedule_valid::<ArylP>(&c, 100);
     assert_eq!(placed(&d, small).len(), 1);
     assert!(d.iter().all(|x| x.job() != big));
 }
@@ -251,15 +172,11 @@ fn jobs_on_reclaiming_nodes_are_scaled_in_or_preempted() {
     let l0 = loaned(&mut c, "i0");
     let l1 = loaned(&mut c, "i1");
     let e = job(&mut c, "elastic", 1, 3, 3, 2, 3_600_000);
-    let mut w = on(&c, l0, 0, 1, 2);
-    w.extend(on(&c, l1, 0, 2, 2));
-    c.run(e, w);
+    run_on(&mut c, e, &[(l0, 0, 1, 2), (l1, 0, 2, 2)]);
     let i = job(&mut c, "inelastic", 1, 1, 1, 4, 3_600_000);
-    let w = on(&c, l1, 4, 1, 4);
-    c.run(i, w);
+    run_on(&mut c, i, &[(l1, 4, 1, 4)]);
     c.apply(Event::NodeStateChanged(l1, node_state::RECLAIMING));
-    let d = runtime::<ArylP>(&c).schedule(c.round(100)).unwrap();
-    assert_valid(&c, &d);
+    let d = schedule_valid::<ArylP>(&c, 100);
     assert!(d.contains(&Decision::ScaleIn(e, vec![1, 2])), "{d:?}");
     assert!(d.contains(&Decision::Preempt(i)), "{d:?}");
     // Nothing new lands on the reclaimed node.
@@ -277,54 +194,14 @@ fn figure5_cluster() -> (TestCluster, Vec<u32>, [u32; 4]) {
     let _t = training(&mut c, "t0");
     let s: Vec<u32> = (1..=6).map(|k| loaned(&mut c, &format!("s{k}"))).collect();
     let a = job(&mut c, "a", 2, 2, 2, 4, 1);
-    let mut w = on(&c, s[0], 0, 1, 4);
-    w.extend(on(&c, s[1], 0, 1, 4));
-    c.run(a, w);
+    run_on(&mut c, a, &[(s[0], 0, 1, 4), (s[1], 0, 1, 4)]);
     let b = job(&mut c, "b", 1, 1, 1, 8, 1);
-    let w = on(&c, s[2], 0, 1, 8);
-    c.run(b, w);
+    run_on(&mut c, b, &[(s[2], 0, 1, 8)]);
     let cj = job(&mut c, "c", 5, 5, 5, 2, 1);
-    let mut w = on(&c, s[3], 0, 4, 2);
-    w.extend(on(&c, s[4], 0, 1, 2));
-    c.run(cj, w);
+    run_on(&mut c, cj, &[(s[3], 0, 4, 2), (s[4], 0, 1, 2)]);
     let dj = job(&mut c, "d", 5, 5, 5, 2, 1);
-    let mut w = on(&c, s[5], 0, 4, 2);
-    w.extend(on(&c, s[4], 2, 1, 2));
-    c.run(dj, w);
+    run_on(&mut c, dj, &[(s[5], 0, 4, 2), (s[4], 2, 1, 2)]);
     (c, s, [a, b, cj, dj])
-}
-
-fn request(c: &TestCluster, candidates: Vec<u32>, count: u32) -> ReclaimRequest {
-    ReclaimRequest {
-        epoch: c.round(0).epoch,
-        candidates,
-        count,
-    }
-}
-
-/// Applies a reclaim plan to a `Plan` and checks the returned servers end up
-/// empty.
-fn assert_plan_empties(c: &TestCluster, plan: &ReclaimPlan) {
-    let mut p = Plan::new(c.cluster());
-    for d in &plan.decisions {
-        p.apply(d.clone())
-            .unwrap_or_else(|e| panic!("{d:?} rejected: {e}"));
-    }
-    for &n in &plan.nodes {
-        let gpus = c.cluster().node(n).gpu_range().len() as u32;
-        assert_eq!(
-            p.node_free_milli(n),
-            gpus * FULL_GPU_MILLI,
-            "node {n} not emptied"
-        );
-    }
-}
-
-fn preempted(plan: &ReclaimPlan) -> usize {
-    plan.decisions
-        .iter()
-        .filter(|d| matches!(d, Decision::Preempt(_)))
-        .count()
 }
 
 #[test]
@@ -363,12 +240,9 @@ fn reclaim_scales_in_flexible_workers_before_preempting() {
     let l0 = loaned(&mut c, "i0");
     let l1 = loaned(&mut c, "i1");
     let e = job(&mut c, "elastic", 2, 6, 6, 2, 3_600_000);
-    let mut w = on(&c, l0, 0, 2, 2);
-    w.extend(on(&c, l1, 0, 4, 2));
-    c.run(e, w);
+    run_on(&mut c, e, &[(l0, 0, 2, 2), (l1, 0, 4, 2)]);
     let i = job(&mut c, "inelastic", 1, 1, 1, 4, 3_600_000);
-    let w = on(&c, l0, 4, 1, 4);
-    c.run(i, w);
+    run_on(&mut c, i, &[(l0, 4, 1, 4)]);
     let plan = runtime::<ArylP>(&c)
         .reclaim(request(&c, vec![l0, l1], 1))
         .unwrap();
@@ -394,13 +268,10 @@ fn crafted_reclaim_case() -> (TestCluster, Vec<u32>) {
     let s: Vec<u32> = (0..10).map(|k| loaned(&mut c, &format!("s{k}"))).collect();
     for (k, &node) in s.iter().take(8).enumerate() {
         let j = job(&mut c, &format!("solo{k}"), 1, 1, 1, 8, 1);
-        let w = on(&c, node, 0, 1, 8);
-        c.run(j, w);
+        run_on(&mut c, j, &[(node, 0, 1, 8)]);
     }
     let j = job(&mut c, "pair", 2, 2, 2, 8, 1);
-    let mut w = on(&c, s[8], 0, 1, 8);
-    w.extend(on(&c, s[9], 0, 1, 8));
-    c.run(j, w);
+    run_on(&mut c, j, &[(s[8], 0, 1, 8), (s[9], 0, 1, 8)]);
     (c, s)
 }
 
@@ -472,8 +343,7 @@ fn large_round_is_valid() {
             2,
             1_000_000 + u64::from(k),
         );
-        let w = on(&c, l[k as usize % 40], (k / 40) * 2, 1, 2);
-        c.run(e, w);
+        run_on(&mut c, e, &[(l[k as usize % 40], (k / 40) * 2, 1, 2)]);
     }
     for k in 0..200u32 {
         let elastic = k % 10 == 0;
@@ -495,8 +365,7 @@ fn large_round_is_valid() {
             60_000 * u64::from(k % 17 + 1),
         );
     }
-    let d = runtime::<ArylP>(&c).schedule(c.round(10_000)).unwrap();
-    assert_valid(&c, &d);
+    let d = schedule_valid::<ArylP>(&c, 10_000);
     assert!(d.len() > 50);
     assert!(!t.is_empty());
 }
@@ -516,20 +385,19 @@ fn full_scale_round_and_reclaim() {
     // Busy training servers: 7 of 8 GPUs used by one inelastic job each.
     for (k, &n) in t.iter().enumerate() {
         let j = job(&mut c, &format!("r{k}"), 1, 1, 1, 7, 5_000_000);
-        let w = on(&c, n, 0, 1, 7);
-        c.run(j, w);
+        run_on(&mut c, j, &[(n, 0, 1, 7)]);
     }
     // 100 elastic jobs on loaned servers, 2 workers × 2 GPUs each, and some
     // inelastic work sharing servers with them.
     for k in 0..100usize {
         let e = job(&mut c, &format!("e{k}"), 1, 8, 2, 2, 2_000_000 + k as u64);
-        let mut w = on(&c, l[k], 0, 1, 2);
-        w.extend(on(&c, l[k + 100], 0, 1, 2));
-        c.run(e, w);
+        run_on(&mut c, e, &[(l[k], 0, 1, 2), (l[k + 100], 0, 1, 2)]);
         let i = job(&mut c, &format!("x{k}"), 2, 2, 2, 4, 1);
-        let mut w = on(&c, l[k + 200], 0, 1, 4);
-        w.extend(on(&c, l[(k + 1) % 100 + 200], 4, 1, 4));
-        c.run(i, w);
+        run_on(
+            &mut c,
+            i,
+            &[(l[k + 200], 0, 1, 4), (l[(k + 1) % 100 + 200], 4, 1, 4)],
+        );
     }
     for k in 0..1000u32 {
         let elastic = k % 10 == 0;

@@ -10,17 +10,15 @@
 //!
 //! The algorithms live in `aryl-core` (shared with the reclaim baselines).
 
-pub use aryl_core::{Aryl, Config, GreedyReclaim};
+pub use aryl_core::Config;
 
-/// The exported policy type.
-pub type ArylPolicy = Aryl<GreedyReclaim>;
-
-arbiter_policy_sdk::export_policy!(ArylPolicy);
+aryl_core::aryl_policy!(ArylPolicy = GreedyReclaim);
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use arbiter_policy_sdk::prelude::*;
+    use aryl_core::testing::{loaned, request, runtime, training};
 
     #[test]
     fn exported_type_is_aryl_with_both_roles() {
@@ -32,22 +30,14 @@ mod tests {
     #[test]
     fn schedules_and_reclaims_through_the_runtime() {
         let mut c = TestCluster::new();
-        c.node("t0", "training", 96_000, 350_000, "V100", 32_768, 8);
-        let l0 = c.node("i0", "inference", 96_000, 210_000, "T4", 16_384, 8);
-        c.apply(Event::NodeLoanChanged(l0, true));
+        training(&mut c, "t0");
+        let l0 = loaned(&mut c, "i0");
         let j = c.job("gang", "t", 1, 4);
-        let mut rt = Runtime::<ArylPolicy>::new();
-        rt.resync(c.snapshot()).unwrap();
+        let mut rt = runtime::<ArylPolicy>(&c);
         let d = rt.schedule(c.round(10)).unwrap();
         assert_eq!(d.len(), 1);
         assert_eq!(d[0].job(), j);
-        let plan = rt
-            .reclaim(ReclaimRequest {
-                epoch: c.round(0).epoch,
-                candidates: vec![l0],
-                count: 1,
-            })
-            .unwrap();
+        let plan = rt.reclaim(request(&c, vec![l0], 1)).unwrap();
         assert_eq!(plan.nodes, vec![l0]);
         assert!(plan.decisions.is_empty());
     }

@@ -58,6 +58,7 @@ arbiter_policy_sdk::export_policy!(DotProduct);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arbiter_placement_core::testing::{place, schedule, worker_job};
 
     #[test]
     fn least_aligned_node_wins() {
@@ -65,35 +66,14 @@ mod tests {
         // Node 0: 8 CPUs and one GPU free. Node 1: 32 CPUs and 4 GPUs free.
         let small = c.node("small", "p", 8000, 64_000, "T4", 16_000, 1);
         let big = c.node("big", "p", 32_000, 64_000, "T4", 16_000, 4);
-        let name = c.intern("half");
-        let job = c.job_spec(JobSpec {
-            name,
-            workers: 1,
-            min_workers: 1,
-            max_workers: 1,
-            cpu_milli: 1000,
-            gpus_per_worker: 1,
-            gpu_milli: 500,
-            ..JobSpec::default()
-        });
+        let job = worker_job(&mut c, "half", 1000, 1, 500);
         let task = Task::of(c.cluster().job(job));
         // dot = (8/128)(1/128) + (1000/8000)(500/8000) = 0.00830 → ⌊100(1 − 0.00415)⌋ = 99
         assert_eq!(dot_product_score(8000, 1000, &task), 99);
         // dot = (32/128)(1/128) + (4000/8000)(500/8000) = 0.03320 → ⌊98.34⌋ = 98
         assert_eq!(dot_product_score(32_000, 4000, &task), 98);
-        let mut rt = Runtime::<DotProduct>::new();
-        rt.resync(c.snapshot()).unwrap();
-        let d = rt.schedule(c.round(10)).unwrap();
-        assert_eq!(
-            d,
-            vec![Decision::Place(
-                job,
-                vec![WorkerPlacement {
-                    node: small,
-                    gpus: vec![0]
-                }]
-            )]
-        );
+        let d = schedule::<DotProduct>(&c, None, 10);
+        assert_eq!(d, vec![place(job, small, vec![0])]);
         assert_ne!(small, big);
     }
 }

@@ -50,41 +50,21 @@ arbiter_policy_sdk::export_policy!(FgdBestFit);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arbiter_placement_core::testing::{place, schedule, worker_job};
 
     #[test]
     fn least_leftover_node_wins() {
         let mut c = TestCluster::new();
         let roomy = c.node("roomy", "p", 64_000, 512_000, "V100M32", 32_000, 8);
         let snug = c.node("snug", "p", 16_000, 512_000, "V100M32", 32_000, 2);
-        let name = c.intern("one");
-        let job = c.job_spec(JobSpec {
-            name,
-            workers: 1,
-            min_workers: 1,
-            max_workers: 1,
-            cpu_milli: 8000,
-            gpus_per_worker: 1,
-            gpu_milli: 1000,
-            ..JobSpec::default()
-        });
+        let job = worker_job(&mut c, "one", 8000, 1, 1000);
         let task = Task::of(c.cluster().job(job));
         // roomy: ½·56/128 + ½·7000/8000 = 0.65625 → ⌊34.375⌋ = 34
         assert_eq!(best_fit_score(64_000, 8000, &task), 34);
         // snug: ½·8/128 + ½·1000/8000 = 0.09375 → ⌊90.625⌋ = 90
         assert_eq!(best_fit_score(16_000, 2000, &task), 90);
-        let mut rt = Runtime::<FgdBestFit>::new();
-        rt.resync(c.snapshot()).unwrap();
-        let d = rt.schedule(c.round(10)).unwrap();
-        assert_eq!(
-            d,
-            vec![Decision::Place(
-                job,
-                vec![WorkerPlacement {
-                    node: snug,
-                    gpus: vec![8]
-                }]
-            )]
-        );
+        let d = schedule::<FgdBestFit>(&c, None, 10);
+        assert_eq!(d, vec![place(job, snug, vec![8])]);
         assert_ne!(roomy, snug);
     }
 }

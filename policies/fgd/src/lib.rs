@@ -149,6 +149,7 @@ arbiter_policy_sdk::export_policy!(Fgd);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arbiter_placement_core::testing::{place, run_on, schedule, worker_job};
 
     const WORKLOAD: &str = "tie_break = \"first\"
 [[workload]]
@@ -163,17 +164,8 @@ gpu_milli = 500
 weight = 1.0
 ";
 
-    fn half(c: &mut TestCluster, name: &str) -> JobSpec {
-        JobSpec {
-            name: c.intern(name),
-            workers: 1,
-            min_workers: 1,
-            max_workers: 1,
-            cpu_milli: 1000,
-            gpus_per_worker: 1,
-            gpu_milli: 500,
-            ..JobSpec::default()
-        }
+    fn half(c: &mut TestCluster, name: &str) -> u32 {
+        worker_job(c, name, 1000, 1, 500)
     }
 
     #[test]
@@ -182,35 +174,15 @@ weight = 1.0
         let mut c = TestCluster::new();
         let a = c.node("a", "p", 64_000, 512_000, "T4", 16_000, 2);
         let b = c.node("b", "p", 64_000, 512_000, "T4", 16_000, 2);
-        let s = half(&mut c, "running");
-        let running = c.job_spec(s);
-        c.run(
-            running,
-            vec![WorkerPlacement {
-                node: a,
-                gpus: vec![0],
-            }],
-        );
-        let s = half(&mut c, "new");
-        let new = c.job_spec(s);
+        let running = half(&mut c, "running");
+        run_on(&mut c, running, a, vec![0]);
+        let new = half(&mut c, "new");
         // Free GPUs: a = [500, 1000], b = [1000, 1000]; F(a) = F(b) = 0.
         // 0.5 on a/GPU0 → [0, 1000]: both classes use the free GPU: ΔF = 0.
         // 0.5 on a/GPU1 → [500, 500]: no whole GPU left: ΔF = ½·1000 = 500.
         // 0.5 on b/GPU2 → [500, 1000]: whole class loses the 500: ΔF = ½·500 = 250.
-        let mut rt = Runtime::<Fgd>::new();
-        rt.configure(&format!("exact = true\n{WORKLOAD}")).unwrap();
-        rt.resync(c.snapshot()).unwrap();
-        let d = rt.schedule(c.round(10)).unwrap();
-        assert_eq!(
-            d,
-            vec![Decision::Place(
-                new,
-                vec![WorkerPlacement {
-                    node: a,
-                    gpus: vec![0]
-                }]
-            )]
-        );
+        let d = schedule::<Fgd>(&c, Some(&format!("exact = true\n{WORKLOAD}")), 10);
+        assert_eq!(d, vec![place(new, a, vec![0])]);
         // The reference's integer score orders them the same way.
         assert_eq!(sigmoid_score(0.0), 50);
         assert_eq!(sigmoid_score(250.0), 43);
@@ -235,11 +207,8 @@ weight = 1.0
     fn estimates_the_workload_without_configuration() {
         let mut c = TestCluster::new();
         c.node("a", "p", 64_000, 512_000, "T4", 16_000, 2);
-        let s = half(&mut c, "x");
-        let job = c.job_spec(s);
-        let mut rt = Runtime::<Fgd>::new();
-        rt.resync(c.snapshot()).unwrap();
-        let d = rt.schedule(c.round(10)).unwrap();
+        let job = half(&mut c, "x");
+        let d = schedule::<Fgd>(&c, None, 10);
         assert!(matches!(&d[..], [Decision::Place(j, _)] if *j == job));
     }
 }

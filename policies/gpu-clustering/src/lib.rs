@@ -122,19 +122,7 @@ arbiter_policy_sdk::export_policy!(GpuClustering);
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn spec(c: &mut TestCluster, name: &str, gpus: u32, milli: u32) -> JobSpec {
-        JobSpec {
-            name: c.intern(name),
-            workers: 1,
-            min_workers: 1,
-            max_workers: 1,
-            cpu_milli: 1000,
-            gpus_per_worker: gpus,
-            gpu_milli: milli,
-            ..JobSpec::default()
-        }
-    }
+    use arbiter_placement_core::testing::{place, run_on, schedule, worker_job};
 
     #[test]
     fn tasks_join_nodes_of_their_own_shape() {
@@ -142,55 +130,24 @@ mod tests {
         let shared = c.node("shared", "p", 64_000, 512_000, "T4", 16_000, 4);
         let whole = c.node("whole", "p", 64_000, 512_000, "T4", 16_000, 4);
         let idle = c.node("idle", "p", 64_000, 512_000, "T4", 16_000, 4);
-        let s = spec(&mut c, "s", 1, 500);
-        let running_share = c.job_spec(s);
-        let w = spec(&mut c, "w", 1, 1000);
-        let running_whole = c.job_spec(w);
-        c.run(
-            running_share,
-            vec![WorkerPlacement {
-                node: shared,
-                gpus: vec![0],
-            }],
-        );
-        c.run(
-            running_whole,
-            vec![WorkerPlacement {
-                node: whole,
-                gpus: vec![4],
-            }],
-        );
-        let s = spec(&mut c, "new-share", 1, 250);
-        let new_share = c.job_spec(s);
-        let w = spec(&mut c, "new-whole", 1, 1000);
-        let new_whole = c.job_spec(w);
+        let running_share = worker_job(&mut c, "s", 1000, 1, 500);
+        let running_whole = worker_job(&mut c, "w", 1000, 1, 1000);
+        run_on(&mut c, running_share, shared, vec![0]);
+        run_on(&mut c, running_whole, whole, vec![4]);
+        let new_share = worker_job(&mut c, "new-share", 1000, 1, 250);
+        let new_whole = worker_job(&mut c, "new-whole", 1000, 1, 1000);
         // Shared node: only "share" tasks, 3500 free: ⌊25·4500/8000⌋ + 75 = 89.
         assert_eq!(clustering_score(tag(1, true), tag(1, true), 3500), 89);
         // Idle node for a share task: ⌊25·4000/8000⌋ + 25 = 37; other tags only: 12 + 0.
         assert_eq!(clustering_score(tag(1, true), 0, 4000), 37);
         assert_eq!(clustering_score(tag(1, true), tag(1, false), 3000), 15);
-        let mut rt = Runtime::<GpuClustering>::new();
-        rt.configure("tie_break = \"first\"").unwrap();
-        rt.resync(c.snapshot()).unwrap();
-        let d = rt.schedule(c.round(10)).unwrap();
+        let d = schedule::<GpuClustering>(&c, Some("tie_break = \"first\""), 10);
         assert_eq!(
             d,
             vec![
                 // Best-fit GPU on the shared node: GPU 0 has 500 free.
-                Decision::Place(
-                    new_share,
-                    vec![WorkerPlacement {
-                        node: shared,
-                        gpus: vec![0]
-                    }]
-                ),
-                Decision::Place(
-                    new_whole,
-                    vec![WorkerPlacement {
-                        node: whole,
-                        gpus: vec![5]
-                    }]
-                ),
+                place(new_share, shared, vec![0]),
+                place(new_whole, whole, vec![5]),
             ]
         );
         assert_ne!(idle, shared);

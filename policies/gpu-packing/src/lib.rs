@@ -70,38 +70,17 @@ arbiter_policy_sdk::export_policy!(GpuPacking);
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn spec(c: &mut TestCluster, name: &str, gpus: u32, milli: u32) -> JobSpec {
-        JobSpec {
-            name: c.intern(name),
-            workers: 1,
-            min_workers: 1,
-            max_workers: 1,
-            cpu_milli: 1000,
-            gpus_per_worker: gpus,
-            gpu_milli: milli,
-            ..JobSpec::default()
-        }
-    }
+    use arbiter_placement_core::testing::{place, run_on, schedule, worker_job};
 
     #[test]
     fn prefers_partly_used_gpus_then_used_nodes() {
         let mut c = TestCluster::new();
         let idle = c.node("idle", "p", 64_000, 512_000, "T4", 16_000, 2);
         let used = c.node("used", "p", 64_000, 512_000, "T4", 16_000, 2);
-        let s = spec(&mut c, "running", 1, 500);
-        let running = c.job_spec(s);
-        c.run(
-            running,
-            vec![WorkerPlacement {
-                node: used,
-                gpus: vec![2],
-            }],
-        );
-        let s = spec(&mut c, "quarter", 1, 250);
-        let quarter = c.job_spec(s);
-        let w = spec(&mut c, "whole", 1, 1000);
-        let whole = c.job_spec(w);
+        let running = worker_job(&mut c, "running", 1000, 1, 500);
+        run_on(&mut c, running, used, vec![2]);
+        let quarter = worker_job(&mut c, "quarter", 1000, 1, 250);
+        let whole = worker_job(&mut c, "whole", 1000, 1, 1000);
         let task = |milli| Task {
             job: 0,
             cpu_milli: 1000,
@@ -114,27 +93,10 @@ mod tests {
         // A free GPU of a used node: 50 − 1; an idle 2-GPU node: max(33 − 2, 2).
         assert_eq!(packing_score(&task(1000), &[500, 1000], &[1000]), 49);
         assert_eq!(packing_score(&task(1000), &[1000, 1000], &[1000]), 31);
-        let mut rt = Runtime::<GpuPacking>::new();
-        rt.resync(c.snapshot()).unwrap();
-        let d = rt.schedule(c.round(10)).unwrap();
+        let d = schedule::<GpuPacking>(&c, None, 10);
         assert_eq!(
             d,
-            vec![
-                Decision::Place(
-                    quarter,
-                    vec![WorkerPlacement {
-                        node: used,
-                        gpus: vec![2]
-                    }]
-                ),
-                Decision::Place(
-                    whole,
-                    vec![WorkerPlacement {
-                        node: used,
-                        gpus: vec![3]
-                    }]
-                ),
-            ]
+            vec![place(quarter, used, vec![2]), place(whole, used, vec![3])]
         );
         assert_ne!(idle, used);
     }

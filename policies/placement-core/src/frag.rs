@@ -310,6 +310,7 @@ impl FragIndex {
 mod tests {
     use super::*;
     use crate::rng::SplitMix64;
+    use crate::testing::worker_job;
     use crate::workload::TaskClass;
 
     fn class(cpu: u32, num_gpu: u32, gpu_milli: u32, models: &[&str], weight: f64) -> TaskClass {
@@ -375,17 +376,8 @@ mod tests {
         };
         for round in 0..40 {
             let milli = [250, 500, 1000, 100][rng.below(4) as usize];
-            let name = tc.intern(&format!("j{round}"));
-            let job = tc.job_spec(JobSpec {
-                name,
-                workers: 1,
-                min_workers: 1,
-                max_workers: 1,
-                cpu_milli: 1000 * (1 + rng.below(4) as u32),
-                gpus_per_worker: 1,
-                gpu_milli: milli,
-                ..JobSpec::default()
-            });
+            let cpu_milli = 1000 * (1 + rng.below(4) as u32);
+            let job = worker_job(&mut tc, &format!("j{round}"), cpu_milli, 1, milli);
             let cluster = tc.cluster().clone();
             index.sync(&cluster);
             let mut plan = Plan::new(&cluster);

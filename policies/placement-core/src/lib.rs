@@ -15,7 +15,8 @@
 //!   and passed to the FGD policy as configuration ([`fgd_config`]);
 //! * [`node_fragmentation`] (the definition) and [`FragIndex`] (the same
 //!   measure, cached per node and updated only where a placement lands);
-//! * [`SplitMix64`]: the deterministic generator behind `seed`.
+//! * [`SplitMix64`]: the deterministic generator behind `seed`;
+//! * [`testing`]: helpers for the policies' unit tests.
 //!
 //! This is a library, not a policy: it exports no component.
 //!
@@ -30,6 +31,7 @@ pub mod driver;
 pub mod frag;
 pub mod rng;
 pub mod task;
+pub mod testing;
 pub mod workload;
 
 pub use driver::{

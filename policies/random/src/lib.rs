@@ -87,6 +87,7 @@ arbiter_policy_sdk::export_policy!(RandomPlacement);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arbiter_placement_core::testing::{schedule, worker_spec};
 
     fn place(seed: u64) -> Vec<Decision> {
         let mut c = TestCluster::new();
@@ -95,24 +96,14 @@ mod tests {
         c.node("b", "p", 64_000, 512_000, "T4", 16_000, 4);
         c.node("c", "p", 64_000, 512_000, "T4", 16_000, 4);
         for i in 0..6 {
-            let name = c.intern(&format!("j{i}"));
+            let spec = worker_spec(&mut c, &format!("j{i}"), 2000, 1, 300);
             c.job_spec(JobSpec {
-                name,
-                workers: 1,
-                min_workers: 1,
-                max_workers: 1,
-                cpu_milli: 2000,
                 memory_mib: 1024,
-                gpus_per_worker: 1,
-                gpu_milli: 300,
                 submit_ms: i,
-                ..JobSpec::default()
+                ..spec
             });
         }
-        let mut rt = Runtime::<RandomPlacement>::new();
-        rt.configure(&format!("seed = {seed}")).unwrap();
-        rt.resync(c.snapshot()).unwrap();
-        rt.schedule(c.round(100)).unwrap()
+        schedule::<RandomPlacement>(&c, Some(&format!("seed = {seed}")), 100)
     }
 
     #[test]
