@@ -13,24 +13,16 @@ pub struct BestFit;
 /// if the worker fits there. Allocation-free: it runs for every node and
 /// every worker of a round, so it must be cheap (in Wasm above all).
 fn leftover_after(plan: &Plan<'_>, job: Job<'_>, node: u32) -> Option<(u32, u32)> {
-    let index = job.index();
-    if !plan.node_open_for(index, node) || !plan.host_resources_fit(index, node) {
+    if !plan.worker_fits(job.index(), node) {
         return None;
     }
-    let need = job.gpus_per_worker();
     let per_gpu = if job.is_fractional() {
         job.gpu_milli()
     } else {
         FULL_GPU_MILLI
     };
-    let (mut free, mut fitting) = (0u32, 0u32);
-    for g in plan.cluster().node(node).gpu_range() {
-        free += plan.free_milli(g);
-        if fitting < need && plan.gpu_fits(index, g) {
-            fitting += 1;
-        }
-    }
-    (fitting == need).then(|| (free - per_gpu * need, plan.free_cpu(node) - job.cpu_milli()))
+    let leftover_gpu = plan.node_free_milli(node) - per_gpu * job.gpus_per_worker();
+    Some((leftover_gpu, plan.free_cpu(node) - job.cpu_milli()))
 }
 
 /// The worker on the chosen node: its fullest GPUs that still fit, so

@@ -169,6 +169,10 @@ pub struct Plan<'a> {
     memory_used: Vec<u32>,
     milli_used: Vec<u32>,
     gpu_memory_used: Vec<u32>,
+    /// Per node: free milli-GPU summed over its GPUs (kept up to date by `charge`).
+    node_free_milli: Vec<u32>,
+    /// Per node: GPUs with nothing on them (whole-GPU workers fit exactly these).
+    node_idle_gpus: Vec<u32>,
     phase: Vec<u8>,
     /// Workers of jobs whose placement this plan changed.
     workers: HashMap<u32, Vec<WorkerPlacement>>,
@@ -181,12 +185,14 @@ pub struct Plan<'a> {
 
 impl<'a> Plan<'a> {
     pub fn new(cluster: &'a Cluster) -> Self {
-        Plan {
+        let mut plan = Plan {
             cluster,
             cpu_used: cluster.nodes.cpu_used_milli.clone(),
             memory_used: cluster.nodes.memory_used_mib.clone(),
             milli_used: cluster.gpus.milli_used.clone(),
             gpu_memory_used: cluster.gpus.memory_used_mib.clone(),
+            node_free_milli: Vec::new(),
+            node_idle_gpus: Vec::new(),
             phase: cluster.jobs.phase.clone(),
             workers: HashMap::new(),
             decided: vec![false; cluster.job_count()],
@@ -194,7 +200,16 @@ impl<'a> Plan<'a> {
             tenant_used_milli: HashMap::new(),
             max_decisions: u32::MAX,
             decisions: Vec::new(),
+        };
+        let nodes = cluster.node_count();
+        plan.node_free_milli = vec![0; nodes];
+        plan.node_idle_gpus = vec![0; nodes];
+        for g in 0..cluster.gpu_count() {
+            let n = cluster.gpus.node[g] as usize;
+            plan.node_free_milli[n] += plan.free_milli(g as u32);
+            plan.node_idle_gpus[n] += u32::from(plan.gpu_idle(g));
         }
+        plan
     }
 
     /// Caps the number of decisions (the round's `max-decisions`).
@@ -239,13 +254,16 @@ impl<'a> Plan<'a> {
     pub fn free_memory(&self, node: u32) -> u32 {
         self.cluster.nodes.memory_mib[node as usize].saturating_sub(self.memory_used[node as usize])
     }
-    /// Free milli-GPU summed over a node's GPUs.
+    /// Free milli-GPU summed over a node's GPUs (O(1): kept by the plan).
     pub fn node_free_milli(&self, node: u32) -> u32 {
-        self.cluster
-            .node(node)
-            .gpu_range()
-            .map(|g| self.free_milli(g))
-            .sum()
+        self.node_free_milli[node as usize]
+    }
+    /// GPUs of a node with nothing on them (O(1): kept by the plan).
+    pub fn node_idle_gpus(&self, node: u32) -> u32 {
+        self.node_idle_gpus[node as usize]
+    }
+    fn gpu_idle(&self, g: usize) -> bool {
+        self.milli_used[g] == 0 && self.gpu_memory_used[g] == 0
     }
     pub fn phase(&self, job: u32) -> u8 {
         self.phase[job as usize]
@@ -289,9 +307,37 @@ impl<'a> Plan<'a> {
         self.free_cpu(node) >= j.cpu_milli() && self.free_memory(node) >= j.memory_mib()
     }
 
+    /// Whether one more worker of `job` fits on `node`. Whole-GPU workers are
+    /// answered from the plan's per-node counts in O(1), fractional ones by
+    /// scanning the node's GPUs; a node's GPUs are one model (`NodeSpec`).
+    pub fn worker_fits(&self, job: u32, node: u32) -> bool {
+        if !self.node_open_for(job, node) || !self.host_resources_fit(job, node) {
+            return false;
+        }
+        let j = self.cluster.job(job);
+        let need = j.gpus_per_worker();
+        if need == 0 {
+            return true;
+        }
+        let gpus = self.cluster.node(node).gpu_range();
+        if gpus.is_empty()
+            || !self
+                .cluster
+                .gpu_allowed_for(job as usize, gpus.start as usize)
+        {
+            return false;
+        }
+        if j.is_fractional() {
+            self.node_free_milli(node) >= j.gpu_milli()
+                && self.fitting_gpus(job, node).next().is_some()
+        } else {
+            self.node_idle_gpus(node) >= need
+        }
+    }
+
     /// One worker of `job` on `node` using the first GPUs that fit, if any.
     pub fn first_fit_worker(&self, job: u32, node: u32) -> Option<WorkerPlacement> {
-        if !self.node_open_for(job, node) || !self.host_resources_fit(job, node) {
+        if !self.worker_fits(job, node) {
             return None;
         }
         let need = self.cluster.job(job).gpus_per_worker() as usize;
@@ -682,9 +728,16 @@ impl<'a> Plan<'a> {
         apply(&mut self.cpu_used[n], j.cpu_milli());
         apply(&mut self.memory_used[n], j.memory_mib());
         for &gpu in &w.gpus {
-            let (milli, mem) = self.cluster.worker_gpu_share(job as usize, gpu as usize);
-            apply(&mut self.milli_used[gpu as usize], milli);
-            apply(&mut self.gpu_memory_used[gpu as usize], mem);
+            let g = gpu as usize;
+            let (milli, mem) = self.cluster.worker_gpu_share(job as usize, g);
+            let (free_before, idle_before) = (self.free_milli(gpu), self.gpu_idle(g));
+            apply(&mut self.milli_used[g], milli);
+            apply(&mut self.gpu_memory_used[g], mem);
+            let (free_after, idle_after) = (self.free_milli(gpu), self.gpu_idle(g));
+            let node = self.cluster.gpus.node[g] as usize;
+            self.node_free_milli[node] = self.node_free_milli[node] + free_after - free_before;
+            self.node_idle_gpus[node] =
+                self.node_idle_gpus[node] + u32::from(idle_after) - u32::from(idle_before);
         }
     }
 }

@@ -1,0 +1,78 @@
+//! Properties of the round planner: its incremental per-node aggregates
+//! always equal a recomputation, and nothing it accepts overcommits.
+
+use arbiter_policy_sdk::prelude::*;
+use proptest::prelude::*;
+
+fn check_aggregates(plan: &Plan<'_>) {
+    let cluster = plan.cluster();
+    for node in cluster.nodes() {
+        let n = node.index();
+        let free: u32 = node.gpu_range().map(|g| plan.free_milli(g)).sum();
+        let idle = node
+            .gpu_range()
+            .filter(|&g| {
+                plan.free_milli(g) == FULL_GPU_MILLI
+                    && plan.free_gpu_memory(g) == cluster.gpu(g).memory_mib()
+            })
+            .count() as u32;
+        assert_eq!(plan.node_free_milli(n), free, "free milli of node {n}");
+        assert_eq!(plan.node_idle_gpus(n), idle, "idle GPUs of node {n}");
+        for g in node.gpu_range() {
+            assert!(plan.free_milli(g) <= FULL_GPU_MILLI);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test]
+    fn aggregates_track_every_change(
+        nodes in prop::collection::vec((1u32..=8, 0usize..2), 1..6),
+        jobs in prop::collection::vec((1u32..=3, 1u32..=4, prop::sample::select(vec![250u32, 500, 1000])), 1..24),
+        preempt_mask in any::<u64>(),
+    ) {
+        let mut c = TestCluster::new();
+        for (i, (gpus, model)) in nodes.iter().enumerate() {
+            c.node(&format!("n{i}"), "p", 64_000, 512_000, ["A", "B"][*model], 16_000, *gpus);
+        }
+        let mut ids = Vec::new();
+        for (i, (workers, per_worker, milli)) in jobs.iter().enumerate() {
+            let (name, tenant) = (c.intern(&format!("j{i}")), c.intern("t"));
+            let fractional = *per_worker == 1 && *milli < 1000;
+            ids.push(c.job_spec(JobSpec {
+                name, tenant, workers: *workers, min_workers: *workers, max_workers: *workers,
+                cpu_milli: 1000, memory_mib: 1024, gpus_per_worker: *per_worker,
+                gpu_milli: if fractional { *milli } else { 1000 }, ..JobSpec::default()
+            }));
+        }
+        // Run half of the jobs first, so the plan starts from a used cluster.
+        let first: Vec<Decision> = {
+            let mut plan = Plan::new(c.cluster());
+            let half: Vec<_> = c.cluster().pending_jobs().filter(|j| j.index() % 2 == 0).collect();
+            plan.place_each(half, |p, j| p.first_fit_anywhere(j.index()));
+            plan.into_decisions()
+        };
+        for d in first {
+            if let Decision::Place(j, w) = d { c.run(j, w); }
+        }
+        let cluster = c.cluster();
+        let mut plan = Plan::new(cluster);
+        check_aggregates(&plan);
+        for (bit, job) in cluster.running_jobs().enumerate() {
+            if preempt_mask >> (bit % 64) & 1 == 1 {
+                plan.apply(Decision::Preempt(job.index())).unwrap();
+                check_aggregates(&plan);
+            }
+        }
+        let pending: Vec<_> = cluster.pending_jobs().collect();
+        plan.place_each(pending, |p, j| p.first_fit_anywhere(j.index()));
+        check_aggregates(&plan);
+        // worker_fits agrees with an exhaustive first fit on every node.
+        for job in cluster.pending_jobs() {
+            for node in 0..cluster.node_count() as u32 {
+                prop_assert_eq!(plan.worker_fits(job.index(), node), plan.first_fit_worker(job.index(), node).is_some());
+            }
+        }
+    }
+}
