@@ -9,20 +9,20 @@ use arbiter_policy_sdk::prelude::*;
 
 pub struct BestFit;
 
-/// Leftover (free milli-GPU, free CPU) on `node` after one worker of `job`,
-/// if the worker fits there. Allocation-free: it runs for every node and
-/// every worker of a round, so it must be cheap (in Wasm above all).
-fn leftover_after(plan: &Plan<'_>, job: Job<'_>, node: u32) -> Option<(u32, u32)> {
-    if !plan.worker_fits(job.index(), node) {
+/// Leftover (free milli-GPU, free CPU) on `node` after one worker, if it
+/// fits there. Runs for every node and every worker of a round: it must stay
+/// allocation-free and touch only node data (the job's needs are in `fit`).
+fn leftover_after(plan: &Plan<'_>, fit: &JobFit, node: u32) -> Option<(u32, u32)> {
+    if !plan.fits(fit, node) {
         return None;
     }
-    let per_gpu = if job.is_fractional() {
-        job.gpu_milli()
+    let per_gpu = if fit.fractional_milli > 0 {
+        fit.fractional_milli
     } else {
         FULL_GPU_MILLI
     };
-    let leftover_gpu = plan.node_free_milli(node) - per_gpu * job.gpus_per_worker();
-    Some((leftover_gpu, plan.free_cpu(node) - job.cpu_milli()))
+    let leftover_gpu = plan.node_free_milli(node) - per_gpu * fit.gpus;
+    Some((leftover_gpu, plan.free_cpu(node) - fit.cpu_milli))
 }
 
 /// The worker on the chosen node: its fullest GPUs that still fit, so
@@ -58,8 +58,9 @@ impl Policy for BestFit {
         let mut plan = Plan::new(cluster).with_max_decisions(round.max_decisions);
         let nodes = cluster.node_count() as u32;
         plan.place_each(pending, |plan, job| {
+            let fit = plan.job_fit(job.index());
             (0..nodes)
-                .filter_map(|n| leftover_after(plan, job, n).map(|score| (score, n)))
+                .filter_map(|n| leftover_after(plan, &fit, n).map(|score| (score, n)))
                 .min()
                 .map(|(_, n)| worker_on(plan, job, n))
         });

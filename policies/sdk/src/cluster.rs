@@ -581,6 +581,12 @@ impl Cluster {
         }
     }
     /// Whether `model` (its GPU's slot) is allowed for job `j`.
+    /// Whether a model mask allows GPU `g`'s model.
+    pub(crate) fn mask_allows_gpu(&self, mask: u64, g: usize) -> bool {
+        let slot = self.gpu_model_slot[g];
+        model_allowed(mask, (slot != NO_MODEL_SLOT).then_some(slot as usize))
+    }
+
     pub(crate) fn gpu_allowed_for(&self, j: usize, g: usize) -> bool {
         let slot = self.gpu_model_slot[g];
         model_allowed(

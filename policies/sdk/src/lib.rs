@@ -63,14 +63,14 @@ pub mod guest;
 
 pub use cluster::{Cluster, Gpu, Job, MirrorError, Node};
 pub use model::*;
-pub use plan::{DecisionError, Plan};
+pub use plan::{DecisionError, JobFit, Plan};
 pub use runtime::{Policy, Runtime};
 
 /// Everything a policy author needs, in one import.
 pub mod prelude {
     pub use crate::cluster::{Cluster, Gpu, Job, Node};
     pub use crate::model::*;
-    pub use crate::plan::{DecisionError, Plan};
+    pub use crate::plan::{DecisionError, JobFit, Plan};
     pub use crate::runtime::{Policy, Runtime};
     pub use crate::testing::TestCluster;
     pub use crate::{LogLevel, log, manifest};

@@ -161,6 +161,18 @@ impl core::fmt::Display for DecisionError {
 
 impl std::error::Error for DecisionError {}
 
+/// One worker's needs, hoisted out of per-node loops (see [`Plan::job_fit`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JobFit {
+    pub job: u32,
+    pub cpu_milli: u32,
+    pub memory_mib: u32,
+    pub gpus: u32,
+    /// Milli-GPU of a fractional worker; 0 for whole GPUs.
+    pub fractional_milli: u32,
+    pub model_mask: u64,
+}
+
 /// Tentative state of one round.
 #[derive(Clone)]
 pub struct Plan<'a> {
@@ -307,32 +319,53 @@ impl<'a> Plan<'a> {
         self.free_cpu(node) >= j.cpu_milli() && self.free_memory(node) >= j.memory_mib()
     }
 
-    /// Whether one more worker of `job` fits on `node`. Whole-GPU workers are
-    /// answered from the plan's per-node counts in O(1), fractional ones by
-    /// scanning the node's GPUs; a node's GPUs are one model (`NodeSpec`).
-    pub fn worker_fits(&self, job: u32, node: u32) -> bool {
-        if !self.node_open_for(job, node) || !self.host_resources_fit(job, node) {
-            return false;
-        }
+    /// What a node must offer one worker of `job`, read once so that
+    /// [`Plan::fits`] can test thousands of nodes touching only node data.
+    pub fn job_fit(&self, job: u32) -> JobFit {
         let j = self.cluster.job(job);
-        let need = j.gpus_per_worker();
-        if need == 0 {
-            return true;
+        JobFit {
+            job,
+            cpu_milli: j.cpu_milli(),
+            memory_mib: j.memory_mib(),
+            gpus: j.gpus_per_worker(),
+            fractional_milli: if j.is_fractional() { j.gpu_milli() } else { 0 },
+            model_mask: j.gpu_model_mask(),
         }
-        let gpus = self.cluster.node(node).gpu_range();
-        if gpus.is_empty()
-            || !self
-                .cluster
-                .gpu_allowed_for(job as usize, gpus.start as usize)
+    }
+
+    /// Whether one more worker described by `fit` fits on `node`. Whole-GPU
+    /// workers are answered from the plan's per-node counts in O(1),
+    /// fractional ones by scanning the node's GPUs; a node's GPUs are one
+    /// model (`NodeSpec`).
+    pub fn fits(&self, fit: &JobFit, node: u32) -> bool {
+        let n = node as usize;
+        let nodes = &self.cluster.nodes;
+        let reserved = self.cluster.node_reserved_by[n];
+        if nodes.state[n] != node_state::READY
+            || (reserved != 0 && reserved != fit.job + 1)
+            || nodes.cpu_milli[n].saturating_sub(self.cpu_used[n]) < fit.cpu_milli
+            || nodes.memory_mib[n].saturating_sub(self.memory_used[n]) < fit.memory_mib
         {
             return false;
         }
-        if j.is_fractional() {
-            self.node_free_milli(node) >= j.gpu_milli()
-                && self.fitting_gpus(job, node).next().is_some()
-        } else {
-            self.node_idle_gpus(node) >= need
+        if fit.gpus == 0 {
+            return true;
         }
+        let first = nodes.first_gpu[n] as usize;
+        if nodes.gpu_count[n] == 0 || !self.cluster.mask_allows_gpu(fit.model_mask, first) {
+            return false;
+        }
+        if fit.fractional_milli > 0 {
+            self.node_free_milli[n] >= fit.fractional_milli
+                && self.fitting_gpus(fit.job, node).next().is_some()
+        } else {
+            self.node_idle_gpus[n] >= fit.gpus
+        }
+    }
+
+    /// Whether one more worker of `job` fits on `node` (see [`Plan::fits`]).
+    pub fn worker_fits(&self, job: u32, node: u32) -> bool {
+        self.fits(&self.job_fit(job), node)
     }
 
     /// One worker of `job` on `node` using the first GPUs that fit, if any.
@@ -347,7 +380,9 @@ impl<'a> Plan<'a> {
 
     /// One worker of `job` on the first node (in index order) where it fits.
     pub fn first_fit_anywhere(&self, job: u32) -> Option<WorkerPlacement> {
-        (0..self.cluster.node_count() as u32).find_map(|node| self.first_fit_worker(job, node))
+        let fit = self.job_fit(job);
+        let node = (0..self.cluster.node_count() as u32).find(|&n| self.fits(&fit, n))?;
+        self.first_fit_worker(job, node)
     }
 
     // ---- decisions ----
