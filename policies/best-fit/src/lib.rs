@@ -9,22 +9,6 @@ use arbiter_policy_sdk::prelude::*;
 
 pub struct BestFit;
 
-/// Leftover (free milli-GPU, free CPU) on `node` after one worker, if it
-/// fits there. Runs for every node and every worker of a round: it must stay
-/// allocation-free and touch only node data (the job's needs are in `fit`).
-fn leftover_after(plan: &Plan<'_>, fit: &JobFit, node: u32) -> Option<(u32, u32)> {
-    if !plan.fits(fit, node) {
-        return None;
-    }
-    let per_gpu = if fit.fractional_milli > 0 {
-        fit.fractional_milli
-    } else {
-        FULL_GPU_MILLI
-    };
-    let leftover_gpu = plan.node_free_milli(node) - per_gpu * fit.gpus;
-    Some((leftover_gpu, plan.free_cpu(node) - fit.cpu_milli))
-}
-
 /// The worker on the chosen node: its fullest GPUs that still fit, so
 /// fractional workers fill partly used GPUs first.
 fn worker_on(plan: &Plan<'_>, job: Job<'_>, node: u32) -> WorkerPlacement {
@@ -56,13 +40,25 @@ impl Policy for BestFit {
         let mut pending: Vec<Job<'_>> = cluster.pending_jobs().collect();
         pending.sort_by_key(|j| (j.submit_ms(), j.index()));
         let mut plan = Plan::new(cluster).with_max_decisions(round.max_decisions);
-        let nodes = cluster.node_count() as u32;
         plan.place_each(pending, |plan, job| {
+            // Least free GPU capacity left behind, then least free CPU.
             let fit = plan.job_fit(job.index());
-            (0..nodes)
-                .filter_map(|n| leftover_after(plan, &fit, n).map(|score| (score, n)))
-                .min()
-                .map(|(_, n)| worker_on(plan, job, n))
+            let per_gpu = if fit.fractional_milli > 0 {
+                fit.fractional_milli
+            } else {
+                FULL_GPU_MILLI
+            };
+            let mut best: Option<((u32, u32), u32)> = None;
+            plan.each_fitting_node(&fit, |n| {
+                let leftover = (
+                    plan.node_free_milli(n) - per_gpu * fit.gpus,
+                    plan.free_cpu(n) - fit.cpu_milli,
+                );
+                if best.is_none_or(|(b, _)| leftover < b) {
+                    best = Some((leftover, n));
+                }
+            });
+            best.map(|(_, n)| worker_on(plan, job, n))
         });
         Ok(plan.into_decisions())
     }

@@ -363,6 +363,70 @@ impl<'a> Plan<'a> {
         }
     }
 
+    /// Calls `visit(node)` for every node where one worker of `fit` fits, in
+    /// index order: [`Plan::fits`] over all nodes, with the columns bound to
+    /// equal-length local slices once (no per-node reloads or bounds checks —
+    /// this loop is most of a placement policy's time at cluster scale).
+    pub fn each_fitting_node(&self, fit: &JobFit, mut visit: impl FnMut(u32)) {
+        let nodes = &self.cluster.nodes;
+        let len = nodes.state.len();
+        let (Some(state), Some(reserved), Some(cpu_cap), Some(mem_cap)) = (
+            nodes.state.get(..len),
+            self.cluster.node_reserved_by.get(..len),
+            nodes.cpu_milli.get(..len),
+            nodes.memory_mib.get(..len),
+        ) else {
+            return;
+        };
+        let (
+            Some(cpu_used),
+            Some(mem_used),
+            Some(first_gpu),
+            Some(gpu_count),
+            Some(idle),
+            Some(free),
+        ) = (
+            self.cpu_used.get(..len),
+            self.memory_used.get(..len),
+            nodes.first_gpu.get(..len),
+            nodes.gpu_count.get(..len),
+            self.node_idle_gpus.get(..len),
+            self.node_free_milli.get(..len),
+        )
+        else {
+            return;
+        };
+        let own_reservation = fit.job + 1;
+        for n in 0..len {
+            if state[n] != node_state::READY
+                || (reserved[n] != 0 && reserved[n] != own_reservation)
+                || cpu_cap[n].saturating_sub(cpu_used[n]) < fit.cpu_milli
+                || mem_cap[n].saturating_sub(mem_used[n]) < fit.memory_mib
+            {
+                continue;
+            }
+            if fit.gpus > 0 {
+                if gpu_count[n] == 0
+                    || !self
+                        .cluster
+                        .mask_allows_gpu(fit.model_mask, first_gpu[n] as usize)
+                {
+                    continue;
+                }
+                let room = if fit.fractional_milli > 0 {
+                    free[n] >= fit.fractional_milli
+                        && self.fitting_gpus(fit.job, n as u32).next().is_some()
+                } else {
+                    idle[n] >= fit.gpus
+                };
+                if !room {
+                    continue;
+                }
+            }
+            visit(n as u32);
+        }
+    }
+
     /// Whether one more worker of `job` fits on `node` (see [`Plan::fits`]).
     pub fn worker_fits(&self, job: u32, node: u32) -> bool {
         self.fits(&self.job_fit(job), node)
