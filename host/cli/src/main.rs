@@ -1,1 +1,63 @@
-fn main() {}
+//! `arbiter`: the Arbiter command line.
+//!
+//! Human output by default, `--json` for scripts. Every failure exits non-zero
+//! with a one-line cause chain on standard error.
+
+mod policy;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "arbiter", version, about = "WebAssembly-pluggable policy host for GPU clusters")]
+struct Cli {
+    /// Log filter (`RUST_LOG` syntax), e.g. `info` or `arbiter_host=debug`.
+    #[arg(long, global = true, default_value = "warn")]
+    log: String,
+    /// Logs as JSON lines.
+    #[arg(long, global = true)]
+    log_json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Inspect and manage policies.
+    #[command(subcommand)]
+    Policy(policy::PolicyCommand),
+    /// Run the simulator: a built-in example cluster, or real traces.
+    Sim(arbiter_sim::SimArgs),
+}
+
+fn init_logging(filter: &str, json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(filter))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+fn sim(args: &arbiter_sim::SimArgs) -> anyhow::Result<()> {
+    arbiter_sim::run(args)?.print(args.json)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(&cli.log, cli.log_json);
+    let result = match &cli.command {
+        Command::Policy(cmd) => policy::run(cmd),
+        Command::Sim(args) => sim(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("arbiter: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

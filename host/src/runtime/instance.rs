@@ -228,7 +228,7 @@ impl PolicyInstance {
             return self.native_call(|p| p.configure(config))?.map_err(PolicyFault::from_policy_error);
         }
         let r = self.wasm_call(0, |store, ex| Ok(ex.meta.call_configure(store, config)));
-        self.lift_result(r).map(|()| ())
+        self.lift_result(r)
     }
 
     /// Replaces the mirror with a full snapshot.

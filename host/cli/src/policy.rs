@@ -1,0 +1,197 @@
+//! `arbiter policy …`: check and list policy components.
+
+use anyhow::Context;
+use arbiter_host::runtime::{CompiledPolicy, ImportClass, PolicyEngine, RuntimeConfig, inspect_component};
+use clap::{Args, Subcommand};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+#[derive(Subcommand)]
+pub enum PolicyCommand {
+    /// Check a `.wasm` file: is it a policy component, which roles, manifest, imports.
+    Check(CheckArgs),
+    /// List the built-in policies and those in a policy directory.
+    Ls(LsArgs),
+}
+
+#[derive(Args)]
+pub struct CheckArgs {
+    /// The component to check, or the name of a built-in policy.
+    pub file: String,
+    /// Capability import prefixes to allow (e.g. `wasi:clocks/`); refused by default.
+    #[arg(long = "allow", value_name = "PREFIX")]
+    pub allow: Vec<String>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct LsArgs {
+    /// A policy directory to list besides the built-ins.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(cmd: &PolicyCommand) -> anyhow::Result<()> {
+    match cmd {
+        PolicyCommand::Check(args) => check(args),
+        PolicyCommand::Ls(args) => ls(args),
+    }
+}
+
+#[derive(Serialize)]
+struct Report {
+    source: String,
+    ok: bool,
+    error: Option<String>,
+    digest: Option<String>,
+    size_bytes: Option<usize>,
+    name: Option<String>,
+    version: Option<String>,
+    description: Option<String>,
+    roles: Vec<String>,
+    default_config: Option<String>,
+    imports: Vec<ImportReport>,
+}
+
+#[derive(Serialize)]
+struct ImportReport {
+    name: String,
+    class: ImportClass,
+}
+
+/// Bytes of a built-in policy name or a file path.
+fn read_source(source: &str) -> anyhow::Result<Vec<u8>> {
+    let path = Path::new(source);
+    if !path.exists()
+        && let Some(bytes) = arbiter_policies::get(source)
+    {
+        return Ok(bytes.to_vec());
+    }
+    std::fs::read(path).with_context(|| format!("reading {source}"))
+}
+
+fn report(source: &str, bytes: &[u8], result: Result<CompiledPolicy, String>) -> Report {
+    let imports = inspect_component(bytes)
+        .map(|i| i.imports.into_iter().map(|(name, class)| ImportReport { name, class }).collect())
+        .unwrap_or_default();
+    match result {
+        Ok(c) => Report {
+            source: source.into(),
+            ok: true,
+            error: None,
+            digest: Some(c.digest.clone()),
+            size_bytes: Some(c.inspection.size_bytes),
+            name: Some(c.manifest.name.clone()),
+            version: Some(c.manifest.version.clone()),
+            description: Some(c.manifest.description.clone()),
+            roles: c.manifest.roles.clone(),
+            default_config: Some(c.manifest.default_config.clone()),
+            imports,
+        },
+        Err(error) => Report {
+            source: source.into(),
+            ok: false,
+            error: Some(error),
+            digest: None,
+            size_bytes: Some(bytes.len()),
+            name: None,
+            version: None,
+            description: None,
+            roles: Vec::new(),
+            default_config: None,
+            imports,
+        },
+    }
+}
+
+fn check(args: &CheckArgs) -> anyhow::Result<()> {
+    let bytes = read_source(&args.file)?;
+    let engine = PolicyEngine::new(RuntimeConfig { allowed_capabilities: args.allow.clone(), ..RuntimeConfig::default() })?;
+    let result = engine.compile(&bytes).map_err(|e| e.to_string());
+    let r = report(&args.file, &bytes, result);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        print_report(&r);
+    }
+    if r.ok { Ok(()) } else { anyhow::bail!("{} is not a usable policy", args.file) }
+}
+
+fn print_report(r: &Report) {
+    if r.ok {
+        println!("✓ {} is a policy component", r.source);
+        println!("  name         {} {}", r.name.as_deref().unwrap_or(""), r.version.as_deref().unwrap_or(""));
+        println!("  roles        {}", r.roles.join(", "));
+        println!("  description  {}", r.description.as_deref().unwrap_or(""));
+        println!("  digest       sha256:{}", r.digest.as_deref().unwrap_or(""));
+        println!("  size         {} bytes", r.size_bytes.unwrap_or(0));
+        if let Some(cfg) = r.default_config.as_deref().filter(|c| !c.trim().is_empty()) {
+            println!("  default config:");
+            for line in cfg.lines() {
+                println!("    {line}");
+            }
+        }
+    } else {
+        println!("✗ {}: {}", r.source, r.error.as_deref().unwrap_or("unknown error"));
+    }
+    if !r.imports.is_empty() {
+        println!("  imports:");
+        for i in &r.imports {
+            let what = match i.class {
+                ImportClass::Host => "contract host interface",
+                ImportClass::InertWasi => "inert WASI plumbing (trapping stubs)",
+                ImportClass::FixedSeed => "hash seed (fixed, deterministic)",
+                ImportClass::Capability => "CAPABILITY — refused unless --allow",
+                ImportClass::Unknown => "UNKNOWN — refused",
+            };
+            println!("    {:<40} {what}", i.name);
+        }
+    }
+}
+
+fn ls(args: &LsArgs) -> anyhow::Result<()> {
+    let engine = PolicyEngine::new(RuntimeConfig::default())?;
+    let mut rows = Vec::new();
+    for name in arbiter_policies::names() {
+        let bytes = arbiter_policies::get(name).unwrap_or_default();
+        let r = engine.compile(bytes).map_err(|e| e.to_string());
+        rows.push(report(&format!("builtin:{name}"), bytes, r));
+    }
+    if let Some(dir) = &args.dir {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .with_context(|| format!("reading {}", dir.display()))?
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "wasm"))
+            .collect();
+        files.sort();
+        for file in files {
+            let bytes = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
+            let r = engine.compile(&bytes).map_err(|e| e.to_string());
+            rows.push(report(&file.display().to_string(), &bytes, r));
+        }
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
+    println!("{:<34} {:<22} {:<9} {:<20} DIGEST", "SOURCE", "NAME", "VERSION", "ROLES");
+    for r in &rows {
+        if r.ok {
+            println!(
+                "{:<34} {:<22} {:<9} {:<20} {}",
+                r.source,
+                r.name.as_deref().unwrap_or(""),
+                r.version.as_deref().unwrap_or(""),
+                r.roles.join(","),
+                &r.digest.as_deref().unwrap_or("")[..12.min(r.digest.as_deref().unwrap_or("").len())]
+            );
+        } else {
+            println!("{:<34} ERROR: {}", r.source, r.error.as_deref().unwrap_or(""));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,196 @@
+//! Simulator benchmarks (plain timing harness; numbers for BENCHMARKS.md).
+//!
+//! `cargo bench -p arbiter-sim` (add `-- fgd`, `-- grid` or `-- philly` to run one).
+//! Needs the shared traces folder; each benchmark says so and skips otherwise.
+//!
+//! * `fgd`: one FGD-protocol run on openb default with FGD as Wasm through
+//!   the host path, and the same with FGD compiled natively into the host
+//!   (the driver's native policy), to split policy cost from host cost;
+//! * `grid`: 6 policies × seeds 42–51, all cores;
+//! * `philly`: time-based replay of the 82k Philly jobs on the PAI cluster
+//!   with best-fit, with the process's peak RSS.
+
+use arbiter_host::runtime::NativePolicy;
+use arbiter_placement_core::{DEFAULT_POPULARITY, TargetWorkload};
+use arbiter_policy_sdk::Runtime;
+use arbiter_sim::{Protocol, RunOptions, fgd_summary, run_fgd, run_many, run_replay, scenario};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+fn openb() -> Option<scenario::Scenario> {
+    let nodes = arbiter_traces::trace_file(arbiter_traces::openb::GPU_NODES_FILE).ok()?;
+    let pods = arbiter_traces::trace_file("openb/openb_pod_list_default.csv").ok()?;
+    scenario::from_files(Some(&nodes), Some(&pods), None).ok()
+}
+
+fn bench_fgd(engine: &arbiter_host::runtime::PolicyEngine) {
+    let Some(s) = openb() else {
+        return eprintln!("fgd: traces missing, skipped");
+    };
+    let compile_start = Instant::now();
+    let compiled = engine
+        .compile(arbiter_policies::get("fgd").expect("fgd"))
+        .expect("compile");
+    let compile = compile_start.elapsed();
+    let opts = RunOptions {
+        keep_records: false,
+        ..RunOptions::default()
+    };
+    let wasm = run_fgd(&s, &compiled, "fgd", &opts).expect("run");
+    let m = wasm.fgd.as_ref().expect("fgd metrics");
+    println!(
+        "fgd/wasm: {:.2}s for {} rounds (compile {:.2}s; {:.2}s inside the policy; p50 {:.0} µs, p99 {:.0} µs), alloc@130 {:.2}%",
+        wasm.wall_seconds,
+        wasm.rounds,
+        compile.as_secs_f64(),
+        wasm.policy_seconds,
+        wasm.round_latency_p50_us,
+        wasm.round_latency_p99_us,
+        m.gpu_alloc_pct_at_130
+    );
+    // The same policy natively: a slot whose generation always refuses
+    // (`misbehave` in `fail` mode, quarantined after 3 rounds) hands every
+    // round to the driver's native policy, here FGD itself.
+    let refuse = engine
+        .compile(arbiter_policies::fixture("misbehave").expect("fixture"))
+        .expect("compile");
+    // Configured exactly as the Wasm run is: seed 42 and the tuned tasks' workload.
+    let tasks = arbiter_sim::tuned_tasks(&s, opts.seed, opts.tune);
+    let config = arbiter_sim::policy_config("fgd", opts.seed, || {
+        TargetWorkload::from_tasks(
+            tasks.iter().map(|t| arbiter_sim::task_shape(t)),
+            DEFAULT_POPULARITY,
+        )
+    })
+    .expect("fgd takes a configuration");
+    let native: arbiter_sim::NativeFactory = Arc::new(move || {
+        let mut fgd = Runtime::<policy_fgd::Fgd>::new();
+        fgd.configure(&config).expect("configure native fgd");
+        Box::new(fgd) as Box<dyn NativePolicy>
+    });
+    let opts = RunOptions {
+        config: Some("mode = fail".into()),
+        native_fallback: Some(native),
+        keep_records: false,
+        ..opts
+    };
+    let nat = run_fgd(&s, &refuse, "fgd (native)", &opts).expect("run");
+    println!(
+        "fgd/native-in-host: {:.2}s ({:.2}s inside the policy), alloc@130 {:.2}%",
+        nat.wall_seconds,
+        nat.policy_seconds,
+        nat.fgd
+            .as_ref()
+            .map_or(f64::NAN, |m| m.gpu_alloc_pct_at_130)
+    );
+}
+
+fn bench_grid(engine: &arbiter_host::runtime::PolicyEngine) {
+    let Some(s) = openb() else {
+        return eprintln!("grid: traces missing, skipped");
+    };
+    let started = Instant::now();
+    let mut jobs = Vec::new();
+    for name in [
+        "random",
+        "dot-product",
+        "gpu-clustering",
+        "gpu-packing",
+        "fgd-best-fit",
+        "fgd",
+    ] {
+        let compiled = engine
+            .compile(arbiter_policies::get(name).expect("built-in"))
+            .expect("compile");
+        for seed in 42..52 {
+            jobs.push((
+                name.to_string(),
+                compiled.clone(),
+                RunOptions {
+                    seed,
+                    keep_records: false,
+                    ..RunOptions::default()
+                },
+            ));
+        }
+    }
+    let threads = std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get);
+    let runs = run_many(&s, Protocol::Fgd, &jobs, threads).expect("grid");
+    println!(
+        "grid: {} runs on {threads} threads in {:.1}s (compiles included)",
+        runs.len(),
+        started.elapsed().as_secs_f64()
+    );
+    for m in fgd_summary(&runs) {
+        println!(
+            "  {:<15} alloc@100 {:.2}%  alloc@130 {:.2}% (sd {:.2})  unalloc {:.1} GPUs  frag@80 {:.1}%  cpu {:.1}s",
+            m.policy,
+            m.gpu_alloc_pct_at_100,
+            m.gpu_alloc_pct_at_130,
+            m.gpu_alloc_pct_at_130_sd,
+            m.unallocated_gpus_at_130,
+            m.frag_ratio_pct_at_80,
+            m.wall_seconds
+        );
+    }
+}
+
+fn bench_philly(engine: &arbiter_host::runtime::PolicyEngine) {
+    let (Ok(machines), Ok(jobs)) = (
+        arbiter_traces::trace_file(arbiter_traces::pai::MACHINE_SPEC_FILE),
+        arbiter_traces::trace_file(arbiter_traces::philly::JOBS_FILE),
+    ) else {
+        return eprintln!("philly: traces missing, skipped");
+    };
+    let started = Instant::now();
+    let s = scenario::from_files(Some(&machines), Some(&jobs), None).expect("philly scenario");
+    let load = started.elapsed();
+    let compiled = engine
+        .compile(arbiter_policies::get("best-fit").expect("best-fit"))
+        .expect("compile");
+    let opts = RunOptions {
+        keep_records: false,
+        ..RunOptions::default()
+    };
+    let out = run_replay(&s, &compiled, "best-fit", &opts).expect("replay");
+    let m = out.replay.as_ref().expect("replay metrics");
+    println!(
+        "philly/best-fit: {} jobs on {} GPUs, {} rounds, {:.2}s run + {:.2}s load, peak RSS {:.0} MiB; completed {}, avg JCT {:.0}s, avg queue {:.1}s, mean alloc {:.1}%",
+        s.tasks.len(),
+        s.gpu_count(),
+        out.rounds,
+        out.wall_seconds,
+        load.as_secs_f64(),
+        peak_rss_mib().unwrap_or(f64::NAN),
+        m.jobs_completed,
+        m.avg_jct_s,
+        m.avg_queue_s,
+        m.mean_gpu_alloc_pct
+    );
+}
+
+fn main() {
+    let filter: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let wants = |name: &str| filter.is_empty() || filter.iter().any(|f| name.contains(f.as_str()));
+    let engine = arbiter_sim::engine(Duration::from_secs(30)).expect("engine");
+    if wants("philly") {
+        // First, so its peak RSS is its own.
+        bench_philly(&engine);
+    }
+    if wants("fgd") {
+        bench_fgd(&engine);
+    }
+    if wants("grid") {
+        bench_grid(&engine);
+    }
+}
