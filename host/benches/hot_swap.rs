@@ -224,7 +224,7 @@ fn main() {
                 Served::Active(g) => Some(g),
                 _ => None,
             };
-            if report.epoch % SNAPSHOT_EVERY == 0 {
+            if report.epoch.is_multiple_of(SNAPSHOT_EVERY) {
                 // Between rounds only this round's placements are pending, and
                 // re-applying a placement is idempotent, so a mirror built from
                 // this snapshot catches up from here by delta.

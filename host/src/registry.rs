@@ -69,7 +69,11 @@ impl Generation {
     /// A fresh instance with this generation's configuration.
     pub fn new_instance(&self) -> Result<PolicyInstance, PolicyFault> {
         let mut instance = self.compiled.instantiate()?;
-        let config = if self.config.is_empty() { &self.compiled.manifest.default_config } else { &self.config };
+        let config = if self.config.is_empty() {
+            &self.compiled.manifest.default_config
+        } else {
+            &self.config
+        };
         instance.configure(config)?;
         Ok(instance)
     }
@@ -215,7 +219,9 @@ impl PolicySlot {
                     .rev()
                     .find(|g| Some(g.id) < active && !g.is_quarantined())
                     .cloned()
-                    .ok_or_else(|| RegistryError::NothingToRollBack { slot: self.name.clone() })?
+                    .ok_or_else(|| RegistryError::NothingToRollBack {
+                        slot: self.name.clone(),
+                    })?
             }
         };
         target.release_quarantine();
@@ -228,10 +234,19 @@ impl PolicySlot {
     pub fn unload(&self, id: u64) -> Result<(), RegistryError> {
         let removed = self.generations.write().remove(&id);
         if removed.is_none() {
-            return Err(RegistryError::NoSuchGeneration { slot: self.name.clone(), generation: id });
+            return Err(RegistryError::NoSuchGeneration {
+                slot: self.name.clone(),
+                generation: id,
+            });
         }
         if self.active_id() == Some(id) {
-            let next = self.generations.read().values().rev().find(|g| !g.is_quarantined()).cloned();
+            let next = self
+                .generations
+                .read()
+                .values()
+                .rev()
+                .find(|g| !g.is_quarantined())
+                .cloned();
             self.active.store(next);
         }
         Ok(())
@@ -242,7 +257,10 @@ impl PolicySlot {
             .read()
             .get(&id)
             .cloned()
-            .ok_or_else(|| RegistryError::NoSuchGeneration { slot: self.name.clone(), generation: id })
+            .ok_or_else(|| RegistryError::NoSuchGeneration {
+                slot: self.name.clone(),
+                generation: id,
+            })
     }
 
     pub fn active(&self) -> Option<Arc<Generation>> {
@@ -262,14 +280,20 @@ impl PolicySlot {
     /// older healthy ones, newest first.
     pub fn fallback_chain(&self) -> Vec<Arc<Generation>> {
         let active = self.active();
-        let mut chain: Vec<Arc<Generation>> = active.iter().filter(|g| !g.is_quarantined()).cloned().collect();
+        let mut chain: Vec<Arc<Generation>> = active
+            .iter()
+            .filter(|g| !g.is_quarantined())
+            .cloned()
+            .collect();
         let active_id = active.as_ref().map(|g| g.id);
         chain.extend(
             self.generations
                 .read()
                 .values()
                 .rev()
-                .filter(|g| Some(g.id) != active_id && Some(g.id) < active_id && !g.is_quarantined())
+                .filter(|g| {
+                    Some(g.id) != active_id && Some(g.id) < active_id && !g.is_quarantined()
+                })
                 .cloned(),
         );
         chain
@@ -284,7 +308,10 @@ pub struct Registry {
 
 impl Registry {
     pub fn new(engine: PolicyEngine) -> Self {
-        Registry { engine, slots: RwLock::new(BTreeMap::new()) }
+        Registry {
+            engine,
+            slots: RwLock::new(BTreeMap::new()),
+        }
     }
 
     pub fn engine(&self) -> &PolicyEngine {
@@ -296,7 +323,11 @@ impl Registry {
         if let Some(slot) = self.slots.read().get(name) {
             return slot.clone();
         }
-        self.slots.write().entry(name.to_string()).or_insert_with(|| Arc::new(PolicySlot::new(name))).clone()
+        self.slots
+            .write()
+            .entry(name.to_string())
+            .or_insert_with(|| Arc::new(PolicySlot::new(name)))
+            .clone()
     }
 
     pub fn find(&self, name: &str) -> Option<Arc<PolicySlot>> {
@@ -329,7 +360,9 @@ mod tests {
 
     fn compiled(name: &str) -> CompiledPolicy {
         let engine = PolicyEngine::new(RuntimeConfig::default()).unwrap();
-        engine.compile(arbiter_policies::get(name).unwrap()).unwrap()
+        engine
+            .compile(arbiter_policies::get(name).unwrap())
+            .unwrap()
     }
 
     #[test]
@@ -338,20 +371,33 @@ mod tests {
         let g1 = slot.swap(compiled("fifo"), None, None, None).unwrap();
         let g2 = slot.swap(compiled("fifo"), None, None, None).unwrap();
         assert_eq!(slot.active_id(), Some(g2.id));
-        assert_eq!(slot.fallback_chain().iter().map(|g| g.id).collect::<Vec<_>>(), vec![g2.id, g1.id]);
+        assert_eq!(
+            slot.fallback_chain()
+                .iter()
+                .map(|g| g.id)
+                .collect::<Vec<_>>(),
+            vec![g2.id, g1.id]
+        );
         assert_eq!(slot.rollback(None).unwrap().id, g1.id);
         assert_eq!(slot.active_id(), Some(g1.id));
         slot.activate(g2.id).unwrap();
         slot.unload(g2.id).unwrap();
         assert_eq!(slot.active_id(), Some(g1.id));
-        assert!(matches!(slot.rollback(None), Err(RegistryError::NothingToRollBack { .. })));
+        assert!(matches!(
+            slot.rollback(None),
+            Err(RegistryError::NothingToRollBack { .. })
+        ));
     }
 
     #[test]
     fn repeated_faults_quarantine() {
         let slot = PolicySlot::new("fifo").with_quarantine_after(2);
         let g = slot.swap(compiled("fifo"), None, None, None).unwrap();
-        let record = FaultRecord { epoch: 1, fault: PolicyFault::OutOfFuel, delta: None };
+        let record = FaultRecord {
+            epoch: 1,
+            fault: PolicyFault::OutOfFuel,
+            delta: None,
+        };
         assert!(!g.record_fault(record.clone(), slot.quarantine_after()));
         assert!(g.record_fault(record, slot.quarantine_after()));
         assert!(g.is_quarantined());

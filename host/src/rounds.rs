@@ -8,11 +8,11 @@
 //! round and never applies a partial or invalid answer.
 
 use crate::registry::{FaultRecord, Generation, PolicySlot};
-use crate::runtime::{PolicyFault, PolicyInstance};
 use crate::runtime::NativePolicy;
+use crate::runtime::{PolicyFault, PolicyInstance};
 use crate::state::{Applied, ClusterState};
-use arbiter_policy_sdk::model::{Decision, Delta, RoundInfo};
 use arbiter_policy_sdk::Runtime;
+use arbiter_policy_sdk::model::{Decision, Delta, RoundInfo};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,6 +29,9 @@ pub enum Served {
     Nobody,
 }
 
+/// Faults met during a round, by generation (`None` = the native policy).
+pub type RoundFaults = Vec<(Option<u64>, PolicyFault)>;
+
 /// What one round did.
 #[derive(Clone, Debug)]
 pub struct RoundReport {
@@ -37,7 +40,7 @@ pub struct RoundReport {
     pub decisions: Vec<Decision>,
     pub applied: Applied,
     /// Faults met on the way, by generation (`None` = native).
-    pub faults: Vec<(Option<u64>, PolicyFault)>,
+    pub faults: RoundFaults,
     /// Whole round, delta to applied state.
     pub latency: Duration,
     /// Time inside the answering policy's calls (sync + schedule).
@@ -58,7 +61,11 @@ impl RoundDriver {
     }
 
     pub fn with_native(slot: Arc<PolicySlot>, native: Box<dyn NativePolicy>) -> Self {
-        RoundDriver { slot, native: PolicyInstance::native(native), max_decisions: 10_000 }
+        RoundDriver {
+            slot,
+            native: PolicyInstance::native(native),
+            max_decisions: 10_000,
+        }
     }
 
     pub fn with_max_decisions(mut self, limit: u32) -> Self {
@@ -88,7 +95,15 @@ impl RoundDriver {
                     } else {
                         Served::Fallback(generation.id)
                     };
-                    return self.finish(state, round, served, decisions, faults, started, policy_time);
+                    return self.finish(
+                        state,
+                        round,
+                        served,
+                        decisions,
+                        faults,
+                        started,
+                        policy_time,
+                    );
                 }
                 Err(fault) => {
                     self.on_fault(&generation, &delta, round, &fault);
@@ -100,12 +115,28 @@ impl RoundDriver {
         match ask(&mut self.native, state, round) {
             Ok(decisions) => {
                 let policy_time = native_started.elapsed();
-                self.finish(state, round, Served::Native, decisions, faults, started, policy_time)
+                self.finish(
+                    state,
+                    round,
+                    Served::Native,
+                    decisions,
+                    faults,
+                    started,
+                    policy_time,
+                )
             }
             Err(fault) => {
                 tracing::error!(%fault, "native fallback policy failed; the round applies nothing");
                 faults.push((None, fault));
-                self.finish(state, round, Served::Nobody, Vec::new(), faults, started, Duration::ZERO)
+                self.finish(
+                    state,
+                    round,
+                    Served::Nobody,
+                    Vec::new(),
+                    faults,
+                    started,
+                    Duration::ZERO,
+                )
             }
         }
     }
@@ -129,13 +160,23 @@ impl RoundDriver {
         let started = Instant::now();
         let result = ask(instance, state, round);
         let elapsed = started.elapsed();
-        if result.as_ref().err().is_some_and(PolicyFault::poisons_instance) {
+        if result
+            .as_ref()
+            .err()
+            .is_some_and(PolicyFault::poisons_instance)
+        {
             *guard = None;
         }
         result.map(|d| (d, elapsed))
     }
 
-    fn on_fault(&self, generation: &Generation, delta: &Delta, round: RoundInfo, fault: &PolicyFault) {
+    fn on_fault(
+        &self,
+        generation: &Generation,
+        delta: &Delta,
+        round: RoundInfo,
+        fault: &PolicyFault,
+    ) {
         tracing::warn!(
             generation = generation.id,
             policy = %generation.manifest().name,
@@ -144,9 +185,16 @@ impl RoundDriver {
             %fault,
             "policy fault; falling back"
         );
-        let record = FaultRecord { epoch: round.epoch, fault: fault.clone(), delta: Some(delta.clone()) };
+        let record = FaultRecord {
+            epoch: round.epoch,
+            fault: fault.clone(),
+            delta: Some(delta.clone()),
+        };
         if generation.record_fault(record, self.slot.quarantine_after()) {
-            tracing::error!(generation = generation.id, "generation quarantined after repeated faults");
+            tracing::error!(
+                generation = generation.id,
+                "generation quarantined after repeated faults"
+            );
             if self.slot.active_id() == Some(generation.id) {
                 // Serve from the newest healthy older generation from now on.
                 let _ = self.slot.rollback(None);
@@ -161,7 +209,7 @@ impl RoundDriver {
         round: RoundInfo,
         served: Served,
         decisions: Vec<Decision>,
-        faults: Vec<(Option<u64>, PolicyFault)>,
+        faults: RoundFaults,
         started: Instant,
         policy_time: Duration,
     ) -> RoundReport {
@@ -173,12 +221,24 @@ impl RoundDriver {
                 Applied::default()
             }
         };
-        RoundReport { epoch: round.epoch, served, decisions, applied, faults, latency: started.elapsed(), policy_time }
+        RoundReport {
+            epoch: round.epoch,
+            served,
+            decisions,
+            applied,
+            faults,
+            latency: started.elapsed(),
+            policy_time,
+        }
     }
 }
 
 /// Brings an instance's mirror to the round's epoch, asks it, validates the answer.
-fn ask(instance: &mut PolicyInstance, state: &ClusterState, round: RoundInfo) -> Result<Vec<Decision>, PolicyFault> {
+fn ask(
+    instance: &mut PolicyInstance,
+    state: &ClusterState,
+    round: RoundInfo,
+) -> Result<Vec<Decision>, PolicyFault> {
     instance.sync_to(state)?;
     let decisions = match instance.schedule(round) {
         Err(PolicyFault::Stale(_)) => {

@@ -6,12 +6,16 @@
 //! ids, tenants' quotas, timing) lives beside the cluster in tables that
 //! follow the same swap-remove rule.
 
-use arbiter_policy_sdk::model::{self, job_phase, Decision, Delta, Event, JobSpec, NodeSpec, RoundInfo, Snapshot};
+use arbiter_policy_sdk::model::{
+    self, Decision, Delta, Event, JobSpec, NodeSpec, RoundInfo, Snapshot, job_phase,
+};
 use arbiter_policy_sdk::{Cluster, DecisionError, Plan};
 use std::collections::{HashMap, VecDeque};
 
 /// A job's stable identity (indices change; this does not).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct JobId(pub u64);
 
 impl std::fmt::Display for JobId {
@@ -86,7 +90,12 @@ pub struct JobRequest {
 
 impl JobRequest {
     /// A gang of `workers` × `gpus_per_worker` whole GPUs with modest CPU and memory.
-    pub fn gpus(name: impl Into<String>, tenant: impl Into<String>, workers: u32, gpus_per_worker: u32) -> Self {
+    pub fn gpus(
+        name: impl Into<String>,
+        tenant: impl Into<String>,
+        workers: u32,
+        gpus_per_worker: u32,
+    ) -> Self {
         JobRequest {
             name: name.into(),
             tenant: tenant.into(),
@@ -169,7 +178,9 @@ impl ClusterState {
     }
 
     fn emit(&mut self, event: Event) -> Result<(), StateError> {
-        self.cluster.apply_event(&event).map_err(|e| StateError::Event(e.to_string()))?;
+        self.cluster
+            .apply_event(&event)
+            .map_err(|e| StateError::Event(e.to_string()))?;
         self.events.push(event);
         Ok(())
     }
@@ -208,7 +219,10 @@ impl ClusterState {
             return Err(StateError::DuplicateNode(req.name));
         }
         if req.gpu_count > 0 && req.gpu_model.is_empty() {
-            return Err(StateError::InvalidNode(format!("node `{}` has GPUs but no model", req.name)));
+            return Err(StateError::InvalidNode(format!(
+                "node `{}` has GPUs but no model",
+                req.name
+            )));
         }
         if req.gpu_count > 0 {
             self.model_slot(&req.gpu_model, true)?;
@@ -231,13 +245,19 @@ impl ClusterState {
 
     /// Marks a node ready / cordoned / lost / reclaiming.
     pub fn set_node_state(&mut self, name: &str, state: u8) -> Result<(), StateError> {
-        let index = *self.node_index.get(name).ok_or_else(|| StateError::UnknownNode(name.to_string()))?;
+        let index = *self
+            .node_index
+            .get(name)
+            .ok_or_else(|| StateError::UnknownNode(name.to_string()))?;
         self.emit(Event::NodeStateChanged(index, state))
     }
 
     /// Marks a node as on loan (or back).
     pub fn set_node_loan(&mut self, name: &str, on_loan: bool) -> Result<(), StateError> {
-        let index = *self.node_index.get(name).ok_or_else(|| StateError::UnknownNode(name.to_string()))?;
+        let index = *self
+            .node_index
+            .get(name)
+            .ok_or_else(|| StateError::UnknownNode(name.to_string()))?;
         self.emit(Event::NodeLoanChanged(index, on_loan))
     }
 
@@ -332,13 +352,25 @@ impl ClusterState {
     pub fn begin_round(&mut self, max_decisions: u32) -> (Delta, RoundInfo) {
         let base_epoch = self.cluster.epoch();
         let epoch = base_epoch + 1;
-        let delta = Delta { base_epoch, epoch, now_ms: self.now_ms, events: std::mem::take(&mut self.events) };
+        let delta = Delta {
+            base_epoch,
+            epoch,
+            now_ms: self.now_ms,
+            events: std::mem::take(&mut self.events),
+        };
         self.cluster.set_epoch(epoch, self.now_ms);
         if self.history.len() == DELTA_HISTORY {
             self.history.pop_front();
         }
         self.history.push_back(delta.clone());
-        (delta, RoundInfo { epoch, now_ms: self.now_ms, max_decisions })
+        (
+            delta,
+            RoundInfo {
+                epoch,
+                now_ms: self.now_ms,
+                max_decisions,
+            },
+        )
     }
 
     /// One delta that takes a mirror at `epoch` to the current epoch, if the
@@ -346,14 +378,24 @@ impl ClusterState {
     pub fn delta_since(&self, epoch: u64) -> Option<Delta> {
         let current = self.cluster.epoch();
         if epoch == current {
-            return Some(Delta { base_epoch: epoch, epoch, now_ms: self.now_ms, events: Vec::new() });
+            return Some(Delta {
+                base_epoch: epoch,
+                epoch,
+                now_ms: self.now_ms,
+                events: Vec::new(),
+            });
         }
         let first = self.history.iter().position(|d| d.base_epoch == epoch)?;
         let mut events = Vec::new();
         for d in self.history.iter().skip(first) {
             events.extend(d.events.iter().cloned());
         }
-        Some(Delta { base_epoch: epoch, epoch: current, now_ms: self.now_ms, events })
+        Some(Delta {
+            base_epoch: epoch,
+            epoch: current,
+            now_ms: self.now_ms,
+            events,
+        })
     }
 
     /// Whether events are waiting for the next round.
@@ -385,9 +427,18 @@ impl ClusterState {
 
     /// Checks a policy's decisions against the current epoch: all valid, or
     /// the first invalid one with its position.
-    pub fn validate(&self, decisions: &[Decision], max_decisions: u32) -> Result<(), (usize, DecisionError)> {
+    pub fn validate(
+        &self,
+        decisions: &[Decision],
+        max_decisions: u32,
+    ) -> Result<(), (usize, DecisionError)> {
         if decisions.len() > max_decisions as usize {
-            return Err((max_decisions as usize, DecisionError::TooManyDecisions { limit: max_decisions }));
+            return Err((
+                max_decisions as usize,
+                DecisionError::TooManyDecisions {
+                    limit: max_decisions,
+                },
+            ));
         }
         let mut plan = Plan::new(&self.cluster).with_max_decisions(max_decisions);
         if !self.tenant_quota_gpus.is_empty() {
@@ -395,7 +446,9 @@ impl ClusterState {
                 .tenant_quota_gpus
                 .iter()
                 .filter_map(|(t, &q)| {
-                    self.interned.get(t).map(|&id| (id, u64::from(q) * u64::from(model::FULL_GPU_MILLI)))
+                    self.interned
+                        .get(t)
+                        .map(|&id| (id, u64::from(q) * u64::from(model::FULL_GPU_MILLI)))
                 })
                 .collect();
             plan = plan.with_tenant_quotas(quotas);
@@ -412,7 +465,9 @@ impl ClusterState {
         for d in decisions {
             let job = d.job();
             let Some(record) = self.jobs.get(job as usize) else {
-                return Err(StateError::Event(format!("decision for unknown job index {job}")));
+                return Err(StateError::Event(format!(
+                    "decision for unknown job index {job}"
+                )));
             };
             let id = record.id;
             match d {
@@ -570,7 +625,13 @@ mod tests {
         let j2 = s.submit(JobRequest::gpus("j2", "t", 1, 1)).unwrap();
         let (delta, _) = s.begin_round(10);
         mirror.apply(&delta).unwrap();
-        let decisions = vec![Decision::Place(0, vec![WorkerPlacement { node: 0, gpus: vec![0, 1] }])];
+        let decisions = vec![Decision::Place(
+            0,
+            vec![WorkerPlacement {
+                node: 0,
+                gpus: vec![0, 1],
+            }],
+        )];
         s.validate(&decisions, 10).unwrap();
         s.apply(decisions).unwrap();
         s.remove(j2).unwrap();
@@ -617,14 +678,23 @@ mod tests {
     fn invalid_requests_are_refused_with_reasons() {
         let mut s = ClusterState::new();
         s.add_node(node("a", 1)).unwrap();
-        assert_eq!(s.add_node(node("a", 1)), Err(StateError::DuplicateNode("a".into())));
+        assert_eq!(
+            s.add_node(node("a", 1)),
+            Err(StateError::DuplicateNode("a".into()))
+        );
         let mut bad = JobRequest::gpus("x", "t", 1, 2);
         bad.gpu_milli = 500;
         assert!(matches!(s.submit(bad), Err(StateError::InvalidJob(_))));
         let mut unknown = JobRequest::gpus("y", "t", 1, 1);
         unknown.gpu_models = vec!["H100".into()];
-        assert_eq!(s.submit(unknown), Err(StateError::UnknownGpuModel("H100".into())));
-        assert!(matches!(s.submit(JobRequest::gpus("z", "t", 0, 1)), Err(StateError::InvalidJob(_))));
+        assert_eq!(
+            s.submit(unknown),
+            Err(StateError::UnknownGpuModel("H100".into()))
+        );
+        assert!(matches!(
+            s.submit(JobRequest::gpus("z", "t", 0, 1)),
+            Err(StateError::InvalidJob(_))
+        ));
     }
 
     #[test]
@@ -634,7 +704,16 @@ mod tests {
         s.submit(JobRequest::gpus("j", "team", 1, 3)).unwrap();
         s.set_tenant_quota("team", Some(2));
         s.begin_round(10);
-        let d = vec![Decision::Place(0, vec![WorkerPlacement { node: 0, gpus: vec![0, 1, 2] }])];
-        assert!(matches!(s.validate(&d, 10), Err((0, DecisionError::QuotaExceeded { .. }))));
+        let d = vec![Decision::Place(
+            0,
+            vec![WorkerPlacement {
+                node: 0,
+                gpus: vec![0, 1, 2],
+            }],
+        )];
+        assert!(matches!(
+            s.validate(&d, 10),
+            Err((0, DecisionError::QuotaExceeded { .. }))
+        ));
     }
 }

@@ -85,7 +85,11 @@ impl PolicyDirectory {
             }
         }
         let mut loaded = self.loaded.lock();
-        let gone: Vec<PathBuf> = loaded.keys().filter(|p| !present.contains_key(*p)).cloned().collect();
+        let gone: Vec<PathBuf> = loaded
+            .keys()
+            .filter(|p| !present.contains_key(*p))
+            .cloned()
+            .collect();
         for path in gone {
             if let Some(l) = loaded.remove(&path) {
                 if let Some(slot) = self.registry.find(&l.slot) {
@@ -99,15 +103,24 @@ impl PolicyDirectory {
         failed.retain(|p, _| present.contains_key(p));
         for (path, bytes) in present {
             let digest = hex::encode(Sha256::digest(&bytes));
-            if loaded.get(&path).is_some_and(|l| l.digest == digest) || failed.get(&path) == Some(&digest) {
+            if loaded.get(&path).is_some_and(|l| l.digest == digest)
+                || failed.get(&path) == Some(&digest)
+            {
                 continue;
             }
             let config = std::fs::read_to_string(path.with_extension("toml")).ok();
-            match self.registry.load_bytes(&bytes, config, Some(path.clone()), None) {
+            match self
+                .registry
+                .load_bytes(&bytes, config, Some(path.clone()), None)
+            {
                 Ok((slot, generation)) => {
                     if let Some(previous) = loaded.insert(
                         path.clone(),
-                        Loaded { digest, slot: slot.name().to_string(), generation: generation.id },
+                        Loaded {
+                            digest,
+                            slot: slot.name().to_string(),
+                            generation: generation.id,
+                        },
                     ) && let Some(old_slot) = self.registry.find(&previous.slot)
                     {
                         // The file's previous version stays loaded as an older
@@ -118,7 +131,8 @@ impl PolicyDirectory {
                     }
                     failed.remove(&path);
                     tracing::info!(file = %path.display(), slot = %slot.name(), generation = generation.id, "policy loaded");
-                    out.loaded.push((path, slot.name().to_string(), generation.id));
+                    out.loaded
+                        .push((path, slot.name().to_string(), generation.id));
                 }
                 Err(e) => {
                     tracing::warn!(file = %path.display(), error = %e, "policy file failed to load");
@@ -133,36 +147,44 @@ impl PolicyDirectory {
     /// Reconciles now, then watches the directory on a background thread
     /// until the returned guard is dropped.
     pub fn watch(self: Arc<Self>, poll: Duration) -> anyhow::Result<WatchGuard> {
-        std::fs::create_dir_all(&self.dir)
-            .map_err(|e| anyhow::anyhow!("creating policy directory {}: {e}", self.dir.display()))?;
+        std::fs::create_dir_all(&self.dir).map_err(|e| {
+            anyhow::anyhow!("creating policy directory {}: {e}", self.dir.display())
+        })?;
         self.reconcile();
         let (tx, rx) = mpsc::channel::<()>();
-        let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-            if event.is_ok() {
-                let _ = tx.send(());
-            }
-        })?;
+        let mut watcher =
+            notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+                if event.is_ok() {
+                    let _ = tx.send(());
+                }
+            })?;
         watcher.watch(&self.dir, RecursiveMode::NonRecursive)?;
         let stop = Arc::new(AtomicBool::new(false));
         let stop_thread = stop.clone();
         let dir = self.clone();
-        let thread = std::thread::Builder::new().name("arbiter-policies-d".into()).spawn(move || {
-            while !stop_thread.load(Ordering::Relaxed) {
-                match rx.recv_timeout(poll) {
-                    Ok(()) => {
-                        // Let a burst of events (a copy in progress) settle.
-                        std::thread::sleep(Duration::from_millis(50));
-                        while rx.try_recv().is_ok() {}
+        let thread = std::thread::Builder::new()
+            .name("arbiter-policies-d".into())
+            .spawn(move || {
+                while !stop_thread.load(Ordering::Relaxed) {
+                    match rx.recv_timeout(poll) {
+                        Ok(()) => {
+                            // Let a burst of events (a copy in progress) settle.
+                            std::thread::sleep(Duration::from_millis(50));
+                            while rx.try_recv().is_ok() {}
+                        }
+                        Err(mpsc::RecvTimeoutError::Timeout) => {}
+                        Err(mpsc::RecvTimeoutError::Disconnected) => break,
                     }
-                    Err(mpsc::RecvTimeoutError::Timeout) => {}
-                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                    if !stop_thread.load(Ordering::Relaxed) {
+                        dir.reconcile();
+                    }
                 }
-                if !stop_thread.load(Ordering::Relaxed) {
-                    dir.reconcile();
-                }
-            }
-        })?;
-        Ok(WatchGuard { watcher: Some(watcher), stop, thread: Some(thread) })
+            })?;
+        Ok(WatchGuard {
+            watcher: Some(watcher),
+            stop,
+            thread: Some(thread),
+        })
     }
 }
 

@@ -3,7 +3,7 @@
 //! exactly what the healthy fallback would have produced.
 
 use arbiter_host::registry::PolicySlot;
-use arbiter_host::rounds::{RoundDriver, Served};
+use arbiter_host::rounds::{RoundDriver, RoundFaults, Served};
 use arbiter_host::runtime::{PolicyEngine, PolicyFault, RuntimeConfig};
 use arbiter_host::state::{ClusterState, JobRequest, NodeRequest};
 use arbiter_policy_sdk::DecisionError;
@@ -35,7 +35,8 @@ fn cluster() -> ClusterState {
         .unwrap();
     }
     for j in 0..6 {
-        s.submit(JobRequest::gpus(format!("job{j}"), "t", 2, 2)).unwrap();
+        s.submit(JobRequest::gpus(format!("job{j}"), "t", 2, 2))
+            .unwrap();
     }
     s
 }
@@ -43,15 +44,28 @@ fn cluster() -> ClusterState {
 /// A slot whose older generation is healthy `fifo` and whose active one misbehaves in `mode`.
 fn slot_with(engine: &PolicyEngine, mode: &str) -> (Arc<PolicySlot>, u64, u64) {
     let slot = Arc::new(PolicySlot::new("under-test"));
-    let good = slot.swap(engine.compile(arbiter_policies::get("fifo").unwrap()).unwrap(), None, None, None).unwrap();
-    let bad = engine.compile(arbiter_policies::fixture("misbehave").unwrap()).unwrap();
-    let bad = slot.swap(bad, Some(format!("mode = {mode}")), None, None).unwrap();
+    let good = slot
+        .swap(
+            engine
+                .compile(arbiter_policies::get("fifo").unwrap())
+                .unwrap(),
+            None,
+            None,
+            None,
+        )
+        .unwrap();
+    let bad = engine
+        .compile(arbiter_policies::fixture("misbehave").unwrap())
+        .unwrap();
+    let bad = slot
+        .swap(bad, Some(format!("mode = {mode}")), None, None)
+        .unwrap();
     (slot, good.id, bad.id)
 }
 
 /// Runs `rounds` rounds with the misbehaving policy, and the same rounds with
 /// healthy fifo alone; the states must end identical.
-fn run_mode(mode: &str, rounds: usize) -> Vec<(Served, Vec<(Option<u64>, PolicyFault)>)> {
+fn run_mode(mode: &str, rounds: usize) -> Vec<(Served, RoundFaults)> {
     let engine = engine();
     let (slot, good, bad) = slot_with(&engine, mode);
     let mut state = cluster();
@@ -62,23 +76,49 @@ fn run_mode(mode: &str, rounds: usize) -> Vec<(Served, Vec<(Option<u64>, PolicyF
         out.push((r.served, r.faults));
     }
     let reference_slot = Arc::new(PolicySlot::new("reference"));
-    reference_slot.swap(engine.compile(arbiter_policies::get("fifo").unwrap()).unwrap(), None, None, None).unwrap();
+    reference_slot
+        .swap(
+            engine
+                .compile(arbiter_policies::get("fifo").unwrap())
+                .unwrap(),
+            None,
+            None,
+            None,
+        )
+        .unwrap();
     let mut reference = cluster();
     let mut ref_driver = RoundDriver::new(reference_slot).with_max_decisions(100);
     for _ in 0..rounds {
         ref_driver.run_round(&mut reference);
     }
-    assert_eq!(state.snapshot(), reference.snapshot(), "mode {mode}: state diverged from the healthy run");
-    let expected = [Served::Active(bad), Served::Fallback(good), Served::Active(good)];
-    assert!(out.iter().all(|(served, _)| expected.contains(served)), "{out:?}");
+    assert_eq!(
+        state.snapshot(),
+        reference.snapshot(),
+        "mode {mode}: state diverged from the healthy run"
+    );
+    let expected = [
+        Served::Active(bad),
+        Served::Fallback(good),
+        Served::Active(good),
+    ];
+    assert!(
+        out.iter().all(|(served, _)| expected.contains(served)),
+        "{out:?}"
+    );
     out
 }
 
 fn first_fault(mode: &str) -> PolicyFault {
     let rounds = run_mode(mode, 1);
     let (served, faults) = &rounds[0];
-    assert!(matches!(served, Served::Fallback(_)), "mode {mode}: served by {served:?}");
-    faults.first().map(|(_, f)| f.clone()).unwrap_or_else(|| panic!("mode {mode}: no fault"))
+    assert!(
+        matches!(served, Served::Fallback(_)),
+        "mode {mode}: served by {served:?}"
+    );
+    faults
+        .first()
+        .map(|(_, f)| f.clone())
+        .unwrap_or_else(|| panic!("mode {mode}: no fault"))
 }
 
 #[test]
@@ -91,21 +131,37 @@ fn not_wasm_is_refused() {
 fn core_module_is_refused() {
     let core = wat::parse_str("(module (func (export \"schedule\")))").unwrap();
     let err = engine().compile(&core).err().unwrap();
-    assert!(err.to_string().contains("core WebAssembly module, not a component"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("core WebAssembly module, not a component"),
+        "{err}"
+    );
 }
 
 #[test]
 fn foreign_world_is_refused() {
-    let err = engine().compile(arbiter_policies::fixture("foreign-world").unwrap()).err().unwrap();
+    let err = engine()
+        .compile(arbiter_policies::fixture("foreign-world").unwrap())
+        .err()
+        .unwrap();
     let msg = err.to_string();
-    assert!(msg.contains("does not export `arbiter:policy/meta@0.1.0`"), "{msg}");
+    assert!(
+        msg.contains("does not export `arbiter:policy/meta@0.1.0`"),
+        "{msg}"
+    );
 }
 
 #[test]
 fn older_contract_version_is_refused_naming_the_versions() {
-    let err = engine().compile(arbiter_policies::fixture("old-contract").unwrap()).err().unwrap();
+    let err = engine()
+        .compile(arbiter_policies::fixture("old-contract").unwrap())
+        .err()
+        .unwrap();
     let msg = err.to_string();
-    assert!(msg.contains("arbiter:policy/meta@0.1.0") && msg.contains("@0.0.9"), "{msg}");
+    assert!(
+        msg.contains("arbiter:policy/meta@0.1.0") && msg.contains("@0.0.9"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -131,13 +187,19 @@ fn trapping_policy_falls_back_and_is_quarantined() {
 
 #[test]
 fn infinite_loop_hits_the_deadline() {
-    assert_eq!(first_fault("loop"), PolicyFault::Deadline(Duration::from_millis(100)));
+    assert_eq!(
+        first_fault("loop"),
+        PolicyFault::Deadline(Duration::from_millis(100))
+    );
 }
 
 #[test]
 fn unbounded_recursion_traps() {
     let fault = first_fault("recurse");
-    assert!(matches!(&fault, PolicyFault::Trap(msg) if msg.contains("stack")), "{fault}");
+    assert!(
+        matches!(&fault, PolicyFault::Trap(msg) if msg.contains("stack")),
+        "{fault}"
+    );
 }
 
 #[test]
@@ -148,14 +210,29 @@ fn allocation_past_the_cap_is_stopped() {
 #[test]
 fn unknown_job_is_rejected() {
     let fault = first_fault("unknown-job");
-    assert!(matches!(fault, PolicyFault::InvalidDecision { index: 0, error: DecisionError::UnknownJob(_) }), "{fault}");
+    assert!(
+        matches!(
+            fault,
+            PolicyFault::InvalidDecision {
+                index: 0,
+                error: DecisionError::UnknownJob(_)
+            }
+        ),
+        "{fault}"
+    );
 }
 
 #[test]
 fn unknown_gpu_is_rejected() {
     let fault = first_fault("unknown-gpu");
     assert!(
-        matches!(fault, PolicyFault::InvalidDecision { error: DecisionError::UnknownGpu(u32::MAX), .. }),
+        matches!(
+            fault,
+            PolicyFault::InvalidDecision {
+                error: DecisionError::UnknownGpu(u32::MAX),
+                ..
+            }
+        ),
         "{fault}"
     );
 }
@@ -164,7 +241,13 @@ fn unknown_gpu_is_rejected() {
 fn overcommitted_gpu_is_rejected() {
     let fault = first_fault("overcommit");
     assert!(
-        matches!(&fault, PolicyFault::InvalidDecision { error: DecisionError::Overcommit { .. }, .. }),
+        matches!(
+            &fault,
+            PolicyFault::InvalidDecision {
+                error: DecisionError::Overcommit { .. },
+                ..
+            }
+        ),
         "{fault}"
     );
 }
@@ -172,18 +255,33 @@ fn overcommitted_gpu_is_rejected() {
 #[test]
 fn split_gang_is_rejected() {
     let fault = first_fault("split-gang");
-    assert!(matches!(&fault, PolicyFault::InvalidDecision { error: DecisionError::GangSize { .. }, .. }), "{fault}");
+    assert!(
+        matches!(
+            &fault,
+            PolicyFault::InvalidDecision {
+                error: DecisionError::GangSize { .. },
+                ..
+            }
+        ),
+        "{fault}"
+    );
 }
 
 #[test]
 fn huge_decision_list_is_rejected() {
     let fault = first_fault("huge");
-    assert!(matches!(fault, PolicyFault::TooManyDecisions { limit: 100, .. }), "{fault}");
+    assert!(
+        matches!(fault, PolicyFault::TooManyDecisions { limit: 100, .. }),
+        "{fault}"
+    );
 }
 
 #[test]
 fn policy_reported_failure_falls_back() {
-    assert_eq!(first_fault("fail"), PolicyFault::Reported("fixture refuses".into()));
+    assert_eq!(
+        first_fault("fail"),
+        PolicyFault::Reported("fixture refuses".into())
+    );
 }
 
 #[test]
@@ -197,7 +295,12 @@ fn log_flood_is_capped_and_bounded() {
     // bounds the time spent; either way the round is served.
     let rounds = run_mode("log-flood", 2);
     for (served, faults) in &rounds {
-        assert!(faults.iter().all(|(_, f)| matches!(f, PolicyFault::Deadline(_))), "{served:?} {faults:?}");
+        assert!(
+            faults
+                .iter()
+                .all(|(_, f)| matches!(f, PolicyFault::Deadline(_))),
+            "{served:?} {faults:?}"
+        );
     }
 }
 

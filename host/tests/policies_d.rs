@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn registry() -> Arc<Registry> {
-    Arc::new(Registry::new(PolicyEngine::new(RuntimeConfig::default()).unwrap()))
+    Arc::new(Registry::new(
+        PolicyEngine::new(RuntimeConfig::default()).unwrap(),
+    ))
 }
 
 fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
@@ -59,14 +61,21 @@ fn reconcile_loads_replaces_and_unloads() {
 fn watcher_follows_the_directory() {
     let tmp = tempfile::tempdir().unwrap();
     let reg = registry();
-    let dir = Arc::new(PolicyDirectory::new(tmp.path().join("policies.d"), reg.clone()));
+    let dir = Arc::new(PolicyDirectory::new(
+        tmp.path().join("policies.d"),
+        reg.clone(),
+    ));
     let _guard = dir.clone().watch(Duration::from_millis(200)).unwrap();
     let file = tmp.path().join("policies.d").join("best-fit.wasm");
     // Write elsewhere and rename in, as an operator's `install` or `mv` does.
     let staged = tmp.path().join("staged.wasm");
     std::fs::write(&staged, arbiter_policies::get("best-fit").unwrap()).unwrap();
     std::fs::rename(&staged, &file).unwrap();
-    wait_for("best-fit to load", || reg.find("best-fit").is_some_and(|s| s.active().is_some()));
+    wait_for("best-fit to load", || {
+        reg.find("best-fit").is_some_and(|s| s.active().is_some())
+    });
     std::fs::remove_file(&file).unwrap();
-    wait_for("best-fit to unload", || reg.find("best-fit").is_some_and(|s| s.active().is_none()));
+    wait_for("best-fit to unload", || {
+        reg.find("best-fit").is_some_and(|s| s.active().is_none())
+    });
 }

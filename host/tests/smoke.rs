@@ -4,7 +4,9 @@ use arbiter_host::state::{ClusterState, JobRequest, NodeRequest};
 #[test]
 fn fifo_component_places_a_job() {
     let engine = PolicyEngine::new(RuntimeConfig::default()).unwrap();
-    let compiled = engine.compile(arbiter_policies::get("fifo").unwrap()).unwrap();
+    let compiled = engine
+        .compile(arbiter_policies::get("fifo").unwrap())
+        .unwrap();
     assert_eq!(compiled.manifest.name, "fifo");
     let mut state = ClusterState::new();
     state

@@ -47,7 +47,10 @@ fn run() -> Result<(), String> {
     // The directory itself catches new crates; every file below it, edits
     // (cargo does not look inside a watched directory's subdirectories).
     println!("cargo:rerun-if-changed={}", policies_dir.display());
-    println!("cargo:rerun-if-changed={}", workspace.join("wit").join("policy.wit").display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        workspace.join("wit").join("policy.wit").display()
+    );
     watch_files(&policies_dir)?;
     let mut crates = Vec::new();
     let entries =
@@ -102,17 +105,40 @@ fn run() -> Result<(), String> {
 
     let mut generated = String::new();
     for (kind, constant, doc) in [
-        (Kind::Builtin, "BUILTIN", "Built-in policies: (name, component bytes)."),
-        (Kind::Fixture, "FIXTURES", "Test fixtures (misbehaving or foreign components): (name, bytes)."),
+        (
+            Kind::Builtin,
+            "BUILTIN",
+            "Built-in policies: (name, component bytes).",
+        ),
+        (
+            Kind::Fixture,
+            "FIXTURES",
+            "Test fixtures (misbehaving or foreign components): (name, bytes).",
+        ),
     ] {
-        writeln!(generated, "/// {doc}\npub const {constant}: &[(&str, &[u8])] = &[").map_err(|e| e.to_string())?;
+        writeln!(
+            generated,
+            "/// {doc}\npub const {constant}: &[(&str, &[u8])] = &["
+        )
+        .map_err(|e| e.to_string())?;
         for (name, _) in crates.iter().filter(|(_, k)| *k == kind) {
-            let file = target_dir.join(TARGET).join(PROFILE).join(format!("policy_{}.wasm", name.replace('-', "_")));
+            let file = target_dir
+                .join(TARGET)
+                .join(PROFILE)
+                .join(format!("policy_{}.wasm", name.replace('-', "_")));
             if !file.is_file() {
-                return Err(format!("expected component {} was not produced", file.display()));
+                return Err(format!(
+                    "expected component {} was not produced",
+                    file.display()
+                ));
             }
             let short = name.strip_prefix("fixture-").unwrap_or(name);
-            writeln!(generated, "    ({short:?}, include_bytes!({:?})),", path_str(&file)?).map_err(|e| e.to_string())?;
+            writeln!(
+                generated,
+                "    ({short:?}, include_bytes!({:?})),",
+                path_str(&file)?
+            )
+            .map_err(|e| e.to_string())?;
         }
         generated.push_str("];\n");
     }

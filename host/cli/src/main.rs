@@ -9,7 +9,11 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "arbiter", version, about = "WebAssembly-pluggable policy host for GPU clusters")]
+#[command(
+    name = "arbiter",
+    version,
+    about = "WebAssembly-pluggable policy host for GPU clusters"
+)]
 struct Cli {
     /// Log filter (`RUST_LOG` syntax), e.g. `info` or `arbiter_host=debug`.
     #[arg(long, global = true, default_value = "warn")]
@@ -34,7 +38,9 @@ fn init_logging(filter: &str, json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(filter))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if json {
         builder.json().init();
     } else {

@@ -1,7 +1,9 @@
 //! `arbiter policy …`: check and list policy components.
 
 use anyhow::Context;
-use arbiter_host::runtime::{CompiledPolicy, ImportClass, PolicyEngine, RuntimeConfig, inspect_component};
+use arbiter_host::runtime::{
+    CompiledPolicy, ImportClass, PolicyEngine, RuntimeConfig, inspect_component,
+};
 use clap::{Args, Subcommand};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -75,7 +77,12 @@ fn read_source(source: &str) -> anyhow::Result<Vec<u8>> {
 
 fn report(source: &str, bytes: &[u8], result: Result<CompiledPolicy, String>) -> Report {
     let imports = inspect_component(bytes)
-        .map(|i| i.imports.into_iter().map(|(name, class)| ImportReport { name, class }).collect())
+        .map(|i| {
+            i.imports
+                .into_iter()
+                .map(|(name, class)| ImportReport { name, class })
+                .collect()
+        })
         .unwrap_or_default();
     match result {
         Ok(c) => Report {
@@ -109,7 +116,10 @@ fn report(source: &str, bytes: &[u8], result: Result<CompiledPolicy, String>) ->
 
 fn check(args: &CheckArgs) -> anyhow::Result<()> {
     let bytes = read_source(&args.file)?;
-    let engine = PolicyEngine::new(RuntimeConfig { allowed_capabilities: args.allow.clone(), ..RuntimeConfig::default() })?;
+    let engine = PolicyEngine::new(RuntimeConfig {
+        allowed_capabilities: args.allow.clone(),
+        ..RuntimeConfig::default()
+    })?;
     let result = engine.compile(&bytes).map_err(|e| e.to_string());
     let r = report(&args.file, &bytes, result);
     if args.json {
@@ -117,16 +127,27 @@ fn check(args: &CheckArgs) -> anyhow::Result<()> {
     } else {
         print_report(&r);
     }
-    if r.ok { Ok(()) } else { anyhow::bail!("{} is not a usable policy", args.file) }
+    if r.ok {
+        Ok(())
+    } else {
+        anyhow::bail!("{} is not a usable policy", args.file)
+    }
 }
 
 fn print_report(r: &Report) {
     if r.ok {
         println!("✓ {} is a policy component", r.source);
-        println!("  name         {} {}", r.name.as_deref().unwrap_or(""), r.version.as_deref().unwrap_or(""));
+        println!(
+            "  name         {} {}",
+            r.name.as_deref().unwrap_or(""),
+            r.version.as_deref().unwrap_or("")
+        );
         println!("  roles        {}", r.roles.join(", "));
         println!("  description  {}", r.description.as_deref().unwrap_or(""));
-        println!("  digest       sha256:{}", r.digest.as_deref().unwrap_or(""));
+        println!(
+            "  digest       sha256:{}",
+            r.digest.as_deref().unwrap_or("")
+        );
         println!("  size         {} bytes", r.size_bytes.unwrap_or(0));
         if let Some(cfg) = r.default_config.as_deref().filter(|c| !c.trim().is_empty()) {
             println!("  default config:");
@@ -135,7 +156,11 @@ fn print_report(r: &Report) {
             }
         }
     } else {
-        println!("✗ {}: {}", r.source, r.error.as_deref().unwrap_or("unknown error"));
+        println!(
+            "✗ {}: {}",
+            r.source,
+            r.error.as_deref().unwrap_or("unknown error")
+        );
     }
     if !r.imports.is_empty() {
         println!("  imports:");
@@ -169,7 +194,8 @@ fn ls(args: &LsArgs) -> anyhow::Result<()> {
             .collect();
         files.sort();
         for file in files {
-            let bytes = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
+            let bytes =
+                std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
             let r = engine.compile(&bytes).map_err(|e| e.to_string());
             rows.push(report(&file.display().to_string(), &bytes, r));
         }
@@ -178,7 +204,10 @@ fn ls(args: &LsArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }
-    println!("{:<34} {:<22} {:<9} {:<20} DIGEST", "SOURCE", "NAME", "VERSION", "ROLES");
+    println!(
+        "{:<34} {:<22} {:<9} {:<20} DIGEST",
+        "SOURCE", "NAME", "VERSION", "ROLES"
+    );
     for r in &rows {
         if r.ok {
             println!(
@@ -187,10 +216,15 @@ fn ls(args: &LsArgs) -> anyhow::Result<()> {
                 r.name.as_deref().unwrap_or(""),
                 r.version.as_deref().unwrap_or(""),
                 r.roles.join(","),
-                &r.digest.as_deref().unwrap_or("")[..12.min(r.digest.as_deref().unwrap_or("").len())]
+                &r.digest.as_deref().unwrap_or("")
+                    [..12.min(r.digest.as_deref().unwrap_or("").len())]
             );
         } else {
-            println!("{:<34} ERROR: {}", r.source, r.error.as_deref().unwrap_or(""));
+            println!(
+                "{:<34} ERROR: {}",
+                r.source,
+                r.error.as_deref().unwrap_or("")
+            );
         }
     }
     Ok(())

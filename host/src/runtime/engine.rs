@@ -127,7 +127,11 @@ pub struct CompiledPolicy {
 impl CompiledPolicy {
     /// Roles the component both exports and declares in its manifest.
     pub fn roles(&self) -> Vec<Role> {
-        self.manifest.roles.iter().filter_map(|r| Role::parse(r)).collect()
+        self.manifest
+            .roles
+            .iter()
+            .filter_map(|r| Role::parse(r))
+            .collect()
     }
 
     pub fn has_role(&self, role: Role) -> bool {
@@ -188,29 +192,38 @@ impl PolicyEngine {
         let ticker_engine = engine.weak();
         let stop = stop_ticker.clone();
         let tick = config.epoch_tick;
-        std::thread::Builder::new().name("arbiter-epoch".into()).spawn(move || {
-            // Tick against absolute times: sleeping `tick` in a loop lets each
-            // oversleep add up, stretching deadlines by ~1.5x on a busy host.
-            let start = std::time::Instant::now();
-            let mut ticks: u32 = 0;
-            while !stop.load(Ordering::Relaxed) {
-                ticks = ticks.wrapping_add(1);
-                let next = start + tick.saturating_mul(ticks);
-                if let Some(wait) = next.checked_duration_since(std::time::Instant::now()) {
-                    std::thread::sleep(wait);
-                }
-                let Some(engine) = ticker_engine.upgrade() else { break };
-                // Catch up on ticks missed while descheduled.
-                let now = std::time::Instant::now();
-                engine.increment_epoch();
-                while ticks < u32::MAX && start + tick.saturating_mul(ticks + 1) <= now {
-                    ticks += 1;
+        std::thread::Builder::new()
+            .name("arbiter-epoch".into())
+            .spawn(move || {
+                // Tick against absolute times: sleeping `tick` in a loop lets each
+                // oversleep add up, stretching deadlines by ~1.5x on a busy host.
+                let start = std::time::Instant::now();
+                let mut ticks: u32 = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    ticks = ticks.wrapping_add(1);
+                    let next = start + tick.saturating_mul(ticks);
+                    if let Some(wait) = next.checked_duration_since(std::time::Instant::now()) {
+                        std::thread::sleep(wait);
+                    }
+                    let Some(engine) = ticker_engine.upgrade() else {
+                        break;
+                    };
+                    // Catch up on ticks missed while descheduled.
+                    let now = std::time::Instant::now();
                     engine.increment_epoch();
+                    while ticks < u32::MAX && start + tick.saturating_mul(ticks + 1) <= now {
+                        ticks += 1;
+                        engine.increment_epoch();
+                    }
                 }
-            }
-        })?;
+            })?;
         Ok(PolicyEngine {
-            inner: Arc::new(EngineInner { engine, config, compiled: Mutex::new(HashMap::new()), stop_ticker }),
+            inner: Arc::new(EngineInner {
+                engine,
+                config,
+                compiled: Mutex::new(HashMap::new()),
+                stop_ticker,
+            }),
         })
     }
 
@@ -251,9 +264,12 @@ impl PolicyEngine {
         for (name, class) in &inspection.imports {
             let allowed = match class {
                 ImportClass::Host | ImportClass::InertWasi | ImportClass::FixedSeed => true,
-                ImportClass::Capability => {
-                    self.inner.config.allowed_capabilities.iter().any(|p| name.starts_with(p.as_str()))
-                }
+                ImportClass::Capability => self
+                    .inner
+                    .config
+                    .allowed_capabilities
+                    .iter()
+                    .any(|p| name.starts_with(p.as_str())),
                 ImportClass::Unknown => false,
             };
             if !allowed {
@@ -276,19 +292,22 @@ impl PolicyEngine {
             }
         };
         let mut linker: Linker<HostState> = Linker::new(&self.inner.engine);
-        bindings::arbiter::policy::host::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(
-            &mut linker,
-            |s| s,
-        )
+        bindings::arbiter::policy::host::add_to_linker::<
+            HostState,
+            wasmtime::component::HasSelf<HostState>,
+        >(&mut linker, |s| s)
         .map_err(|e| PolicyFault::Abi(format!("linking host imports: {e:#}")))?;
         for (name, class) in &inspection.imports {
             if *class == ImportClass::FixedSeed {
                 linker
                     .instance(name)
                     .and_then(|mut i| {
-                        i.func_wrap("insecure-seed", |_store, (): ()| -> wasmtime::Result<((u64, u64),)> {
-                            Ok((HASH_SEED,))
-                        })
+                        i.func_wrap(
+                            "insecure-seed",
+                            |_store, (): ()| -> wasmtime::Result<((u64, u64),)> {
+                                Ok((HASH_SEED,))
+                            },
+                        )
                     })
                     .map_err(|e| PolicyFault::Abi(format!("linking `{name}`: {e:#}")))?;
             }
@@ -339,7 +358,9 @@ fn check_manifest(manifest: &Manifest, roles: &RoleIndices) -> Result<(), Policy
         return Err(PolicyFault::BadAnswer("manifest declares no roles".into()));
     }
     for name in &manifest.roles {
-        let role = Role::parse(name).ok_or_else(|| PolicyFault::BadAnswer(format!("manifest declares unknown role `{name}`")))?;
+        let role = Role::parse(name).ok_or_else(|| {
+            PolicyFault::BadAnswer(format!("manifest declares unknown role `{name}`"))
+        })?;
         let exported = match role {
             Role::Scheduler => roles.scheduler.is_some() && roles.sync.is_some(),
             Role::Reclaim => roles.reclaim.is_some() && roles.sync.is_some(),
@@ -348,7 +369,9 @@ fn check_manifest(manifest: &Manifest, roles: &RoleIndices) -> Result<(), Policy
             Role::Tenant => roles.tenant.is_some(),
         };
         if !exported {
-            return Err(PolicyFault::Abi(format!("manifest declares role `{role}` but the component does not export it")));
+            return Err(PolicyFault::Abi(format!(
+                "manifest declares role `{role}` but the component does not export it"
+            )));
         }
     }
     Ok(())

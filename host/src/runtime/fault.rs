@@ -32,7 +32,11 @@ pub enum PolicyFault {
 
 impl PolicyFault {
     /// Classifies an error from a guest call.
-    pub fn from_call_error(err: &wasmtime::Error, deadline: Duration, memory_cap: usize) -> PolicyFault {
+    pub fn from_call_error(
+        err: &wasmtime::Error,
+        deadline: Duration,
+        memory_cap: usize,
+    ) -> PolicyFault {
         if let Some(trap) = err.downcast_ref::<wasmtime::Trap>() {
             return match trap {
                 wasmtime::Trap::Interrupt => PolicyFault::Deadline(deadline),
@@ -43,7 +47,10 @@ impl PolicyFault {
         // A memory-cap failure is not a `Trap` value: it surfaces as a message
         // in the chain ("forcing trap when growing memory ...").
         let chain: Vec<String> = err.chain().map(|e| e.to_string()).collect();
-        if chain.iter().any(|m| m.contains("growing memory") || m.contains("memory limit")) {
+        if chain
+            .iter()
+            .any(|m| m.contains("growing memory") || m.contains("memory limit"))
+        {
             return PolicyFault::MemoryCap(memory_cap);
         }
         PolicyFault::Trap(chain.join(": "))

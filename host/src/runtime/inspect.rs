@@ -33,7 +33,9 @@ pub struct Inspection {
 pub enum InspectError {
     #[error("not a WebAssembly file (no `\\0asm` header)")]
     NotWasm,
-    #[error("a core WebAssembly module, not a component: build for wasm32-wasip2 (or wrap it with `wasm-tools component new`)")]
+    #[error(
+        "a core WebAssembly module, not a component: build for wasm32-wasip2 (or wrap it with `wasm-tools component new`)"
+    )]
     CoreModule,
     #[error("malformed component: {0}")]
     Malformed(String),
@@ -66,8 +68,14 @@ pub fn classify_import(name: &str) -> ImportClass {
     if INERT.contains(&interface) || interface.starts_with("wasi:io/") {
         return ImportClass::InertWasi;
     }
-    const CAPABILITIES: [&str; 6] =
-        ["wasi:filesystem/", "wasi:sockets/", "wasi:clocks/", "wasi:random/", "wasi:http/", "wasi:keyvalue/"];
+    const CAPABILITIES: [&str; 6] = [
+        "wasi:filesystem/",
+        "wasi:sockets/",
+        "wasi:clocks/",
+        "wasi:random/",
+        "wasi:http/",
+        "wasi:keyvalue/",
+    ];
     // (`wasi:clocks/monotonic-clock` matched INERT above; `wall-clock` stays a capability.)
     if CAPABILITIES.iter().any(|c| interface.starts_with(c)) {
         return ImportClass::Capability;
@@ -80,12 +88,19 @@ pub fn inspect_component(bytes: &[u8]) -> Result<Inspection, InspectError> {
     if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
         return Err(InspectError::NotWasm);
     }
-    let mut inspection = Inspection { size_bytes: bytes.len(), imports: Vec::new(), exports: Vec::new() };
+    let mut inspection = Inspection {
+        size_bytes: bytes.len(),
+        imports: Vec::new(),
+        exports: Vec::new(),
+    };
     let mut depth = 0usize;
     for payload in Parser::new(0).parse_all(bytes) {
         let payload = payload.map_err(|e| InspectError::Malformed(e.to_string()))?;
         match payload {
-            Payload::Version { encoding: Encoding::Module, .. } if depth == 0 => {
+            Payload::Version {
+                encoding: Encoding::Module,
+                ..
+            } if depth == 0 => {
                 return Err(InspectError::CoreModule);
             }
             Payload::ModuleSection { .. } | Payload::ComponentSection { .. } => depth += 1,
@@ -116,22 +131,55 @@ mod tests {
 
     #[test]
     fn classifies_imports() {
-        assert_eq!(classify_import("arbiter:policy/host@0.1.0"), ImportClass::Host);
-        assert_eq!(classify_import("wasi:cli/stderr@0.2.4"), ImportClass::InertWasi);
-        assert_eq!(classify_import("wasi:io/streams@0.2.4"), ImportClass::InertWasi);
-        assert_eq!(classify_import("wasi:random/insecure-seed@0.2.6"), ImportClass::FixedSeed);
-        assert_eq!(classify_import("wasi:random/random@0.2.6"), ImportClass::Capability);
-        assert_eq!(classify_import("wasi:filesystem/preopens@0.2.4"), ImportClass::Capability);
-        assert_eq!(classify_import("wasi:sockets/tcp@0.2.4"), ImportClass::Capability);
-        assert_eq!(classify_import("wasi:clocks/monotonic-clock@0.2.12"), ImportClass::InertWasi);
-        assert_eq!(classify_import("wasi:clocks/wall-clock@0.2.12"), ImportClass::Capability);
+        assert_eq!(
+            classify_import("arbiter:policy/host@0.1.0"),
+            ImportClass::Host
+        );
+        assert_eq!(
+            classify_import("wasi:cli/stderr@0.2.4"),
+            ImportClass::InertWasi
+        );
+        assert_eq!(
+            classify_import("wasi:io/streams@0.2.4"),
+            ImportClass::InertWasi
+        );
+        assert_eq!(
+            classify_import("wasi:random/insecure-seed@0.2.6"),
+            ImportClass::FixedSeed
+        );
+        assert_eq!(
+            classify_import("wasi:random/random@0.2.6"),
+            ImportClass::Capability
+        );
+        assert_eq!(
+            classify_import("wasi:filesystem/preopens@0.2.4"),
+            ImportClass::Capability
+        );
+        assert_eq!(
+            classify_import("wasi:sockets/tcp@0.2.4"),
+            ImportClass::Capability
+        );
+        assert_eq!(
+            classify_import("wasi:clocks/monotonic-clock@0.2.12"),
+            ImportClass::InertWasi
+        );
+        assert_eq!(
+            classify_import("wasi:clocks/wall-clock@0.2.12"),
+            ImportClass::Capability
+        );
         assert_eq!(classify_import("evil:backdoor/open"), ImportClass::Unknown);
     }
 
     #[test]
     fn refuses_non_wasm_and_core_modules() {
-        assert_eq!(inspect_component(b"#!/bin/sh\necho hi\n").unwrap_err(), InspectError::NotWasm);
+        assert_eq!(
+            inspect_component(b"#!/bin/sh\necho hi\n").unwrap_err(),
+            InspectError::NotWasm
+        );
         let core = wat::parse_str("(module (func (export \"f\")))").unwrap();
-        assert_eq!(inspect_component(&core).unwrap_err(), InspectError::CoreModule);
+        assert_eq!(
+            inspect_component(&core).unwrap_err(),
+            InspectError::CoreModule
+        );
     }
 }

@@ -114,7 +114,9 @@ impl PolicyInstance {
         let deadline_ticks = engine.deadline_ticks();
         store.set_epoch_deadline(deadline_ticks);
         if let Some(fuel) = config.fuel {
-            store.set_fuel(fuel).map_err(|e| PolicyFault::Abi(e.to_string()))?;
+            store
+                .set_fuel(fuel)
+                .map_err(|e| PolicyFault::Abi(e.to_string()))?;
         }
         let instance = compiled
             .pre
@@ -139,7 +141,12 @@ impl PolicyInstance {
 
     /// Wraps a native policy.
     pub fn native(policy: Box<dyn NativePolicy>) -> PolicyInstance {
-        PolicyInstance { backend: Backend::Native(policy), mirror_epoch: None, poisoned: None, last: CallStats::default() }
+        PolicyInstance {
+            backend: Backend::Native(policy),
+            mirror_epoch: None,
+            poisoned: None,
+            last: CallStats::default(),
+        }
     }
 
     /// Whether a fault made this instance unusable.
@@ -167,14 +174,18 @@ impl PolicyInstance {
         call: impl FnOnce(&mut Store<HostState>, &WasmExports) -> Result<R, PolicyFault>,
     ) -> Result<R, PolicyFault> {
         if let Some(fault) = &self.poisoned {
-            return Err(PolicyFault::Abi(format!("instance unusable after an earlier fault: {fault}")));
+            return Err(PolicyFault::Abi(format!(
+                "instance unusable after an earlier fault: {fault}"
+            )));
         }
         let Backend::Wasm(w) = &mut self.backend else {
             return Err(PolicyFault::Abi("not a Wasm instance".into()));
         };
         w.store.set_epoch_deadline(w.deadline_ticks);
         if let Some(fuel) = w.fuel {
-            w.store.set_fuel(fuel).map_err(|e| PolicyFault::Abi(e.to_string()))?;
+            w.store
+                .set_fuel(fuel)
+                .map_err(|e| PolicyFault::Abi(e.to_string()))?;
         }
         {
             let data = w.store.data_mut();
@@ -183,8 +194,13 @@ impl PolicyInstance {
         }
         let start = Instant::now();
         let result = call(&mut w.store, &w.exports);
-        let fuel = w.fuel.and_then(|f| w.store.get_fuel().ok().map(|left| f.saturating_sub(left)));
-        self.last = CallStats { wall: start.elapsed(), fuel };
+        let fuel = w
+            .fuel
+            .and_then(|f| w.store.get_fuel().ok().map(|left| f.saturating_sub(left)));
+        self.last = CallStats {
+            wall: start.elapsed(),
+            fuel,
+        };
         let dropped = std::mem::take(&mut w.store.data_mut().logs_dropped);
         if dropped > 0 {
             tracing::warn!(dropped, "policy log lines over budget were dropped");
@@ -205,13 +221,19 @@ impl PolicyInstance {
         }
     }
 
-    fn native_call<R>(&mut self, call: impl FnOnce(&mut dyn NativePolicy) -> R) -> Result<R, PolicyFault> {
+    fn native_call<R>(
+        &mut self,
+        call: impl FnOnce(&mut dyn NativePolicy) -> R,
+    ) -> Result<R, PolicyFault> {
         let Backend::Native(p) = &mut self.backend else {
             return Err(PolicyFault::Abi("not a native instance".into()));
         };
         let start = Instant::now();
         let out = call(p.as_mut());
-        self.last = CallStats { wall: start.elapsed(), fuel: None };
+        self.last = CallStats {
+            wall: start.elapsed(),
+            fuel: None,
+        };
         Ok(out)
     }
 
@@ -225,7 +247,9 @@ impl PolicyInstance {
 
     pub fn configure(&mut self, config: &str) -> Result<(), PolicyFault> {
         if self.is_native() {
-            return self.native_call(|p| p.configure(config))?.map_err(PolicyFault::from_policy_error);
+            return self
+                .native_call(|p| p.configure(config))?
+                .map_err(PolicyFault::from_policy_error);
         }
         let r = self.wasm_call(0, |store, ex| Ok(ex.meta.call_configure(store, config)));
         self.lift_result(r)
@@ -236,11 +260,15 @@ impl PolicyInstance {
         let epoch = snapshot.epoch;
         let now = snapshot.now_ms;
         let r = if self.is_native() {
-            self.native_call(|p| p.resync(snapshot))?.map_err(PolicyFault::from_policy_error)
+            self.native_call(|p| p.resync(snapshot))?
+                .map_err(PolicyFault::from_policy_error)
         } else {
             let snapshot: wit::Snapshot = snapshot.into();
             let r = self.wasm_call(now, |store, ex| {
-                let sync = ex.sync.as_ref().ok_or_else(|| unsupported(Role::Scheduler))?;
+                let sync = ex
+                    .sync
+                    .as_ref()
+                    .ok_or_else(|| unsupported(Role::Scheduler))?;
                 Ok(sync.call_resync(store, &snapshot))
             });
             self.lift_result(r)
@@ -253,11 +281,15 @@ impl PolicyInstance {
     pub fn apply(&mut self, delta: &Delta) -> Result<(), PolicyFault> {
         let epoch = delta.epoch;
         let r = if self.is_native() {
-            self.native_call(|p| p.apply(delta))?.map_err(PolicyFault::from_policy_error)
+            self.native_call(|p| p.apply(delta))?
+                .map_err(PolicyFault::from_policy_error)
         } else {
             let wdelta: wit::Delta = delta.clone().into();
             let r = self.wasm_call(delta.now_ms, |store, ex| {
-                let sync = ex.sync.as_ref().ok_or_else(|| unsupported(Role::Scheduler))?;
+                let sync = ex
+                    .sync
+                    .as_ref()
+                    .ok_or_else(|| unsupported(Role::Scheduler))?;
                 Ok(sync.call_apply(store, &wdelta))
             });
             self.lift_result(r)
@@ -282,37 +314,49 @@ impl PolicyInstance {
 
     /// Replaces the mirror with the state's snapshot at its current epoch.
     pub fn resync_to(&mut self, state: &ClusterState) -> Result<(), PolicyFault> {
-        let snapshot = state
-            .snapshot_at_epoch()
-            .ok_or_else(|| PolicyFault::Abi("cluster state has unsealed changes; seal it before syncing".into()))?;
+        let snapshot = state.snapshot_at_epoch().ok_or_else(|| {
+            PolicyFault::Abi("cluster state has unsealed changes; seal it before syncing".into())
+        })?;
         self.resync(snapshot)
     }
 
     pub fn schedule(&mut self, round: RoundInfo) -> Result<Vec<Decision>, PolicyFault> {
         let decisions = if self.is_native() {
-            self.native_call(|p| p.schedule(round))?.map_err(PolicyFault::from_policy_error)?
+            self.native_call(|p| p.schedule(round))?
+                .map_err(PolicyFault::from_policy_error)?
         } else {
             let wround: wit::RoundInfo = round.into();
             let r = self.wasm_call(round.now_ms, |store, ex| {
-                let s = ex.scheduler.as_ref().ok_or_else(|| unsupported(Role::Scheduler))?;
+                let s = ex
+                    .scheduler
+                    .as_ref()
+                    .ok_or_else(|| unsupported(Role::Scheduler))?;
                 Ok(s.call_schedule(store, wround))
             });
             let list: Vec<wit::Decision> = self.lift_result(r)?;
             list.into_iter().map(Into::into).collect()
         };
         if decisions.len() > round.max_decisions as usize {
-            return Err(PolicyFault::TooManyDecisions { count: decisions.len(), limit: round.max_decisions });
+            return Err(PolicyFault::TooManyDecisions {
+                count: decisions.len(),
+                limit: round.max_decisions,
+            });
         }
         Ok(decisions)
     }
 
     pub fn reclaim(&mut self, request: ReclaimRequest) -> Result<ReclaimPlan, PolicyFault> {
         if self.is_native() {
-            return self.native_call(|p| p.reclaim(request))?.map_err(PolicyFault::from_policy_error);
+            return self
+                .native_call(|p| p.reclaim(request))?
+                .map_err(PolicyFault::from_policy_error);
         }
         let wreq: wit::ReclaimRequest = request.into();
         let r = self.wasm_call(0, |store, ex| {
-            let s = ex.reclaim.as_ref().ok_or_else(|| unsupported(Role::Reclaim))?;
+            let s = ex
+                .reclaim
+                .as_ref()
+                .ok_or_else(|| unsupported(Role::Reclaim))?;
             Ok(s.call_reclaim(store, &wreq))
         });
         self.lift_result(r).map(Into::into)
@@ -320,11 +364,16 @@ impl PolicyInstance {
 
     pub fn match_workloads(&mut self, request: MatchRequest) -> Result<Vec<Pairing>, PolicyFault> {
         if self.is_native() {
-            return self.native_call(|p| p.match_workloads(request))?.map_err(PolicyFault::from_policy_error);
+            return self
+                .native_call(|p| p.match_workloads(request))?
+                .map_err(PolicyFault::from_policy_error);
         }
         let wreq: wit::MatchRequest = request.into();
         let r = self.wasm_call(0, |store, ex| {
-            let s = ex.matcher.as_ref().ok_or_else(|| unsupported(Role::Matcher))?;
+            let s = ex
+                .matcher
+                .as_ref()
+                .ok_or_else(|| unsupported(Role::Matcher))?;
             Ok(s.call_match_workloads(store, &wreq))
         });
         let list: Vec<wit::Pairing> = self.lift_result(r)?;
@@ -333,12 +382,17 @@ impl PolicyInstance {
 
     pub fn tick(&mut self, view: NodeView) -> Result<Vec<NodeAction>, PolicyFault> {
         if self.is_native() {
-            return self.native_call(|p| p.tick(view))?.map_err(PolicyFault::from_policy_error);
+            return self
+                .native_call(|p| p.tick(view))?
+                .map_err(PolicyFault::from_policy_error);
         }
         let now = view.now_ms;
         let wview: wit::NodeView = view.into();
         let r = self.wasm_call(now, |store, ex| {
-            let s = ex.coordinator.as_ref().ok_or_else(|| unsupported(Role::Coordinator))?;
+            let s = ex
+                .coordinator
+                .as_ref()
+                .ok_or_else(|| unsupported(Role::Coordinator))?;
             Ok(s.call_tick(store, &wview))
         });
         let list: Vec<wit::NodeAction> = self.lift_result(r)?;
@@ -347,12 +401,17 @@ impl PolicyInstance {
 
     pub fn order(&mut self, view: TenantView) -> Result<TenantVerdict, PolicyFault> {
         if self.is_native() {
-            return self.native_call(|p| p.order(view))?.map_err(PolicyFault::from_policy_error);
+            return self
+                .native_call(|p| p.order(view))?
+                .map_err(PolicyFault::from_policy_error);
         }
         let now = view.now_ms;
         let wview: wit::TenantView = view.into();
         let r = self.wasm_call(now, |store, ex| {
-            let s = ex.tenant.as_ref().ok_or_else(|| unsupported(Role::Tenant))?;
+            let s = ex
+                .tenant
+                .as_ref()
+                .ok_or_else(|| unsupported(Role::Tenant))?;
             Ok(s.call_order(store, &wview))
         });
         self.lift_result(r).map(Into::into)
@@ -377,7 +436,8 @@ impl PolicyInstance {
         &mut self,
         r: Result<wasmtime::Result<Result<T, wit::PolicyError>>, PolicyFault>,
     ) -> Result<T, PolicyFault> {
-        self.lift(r)?.map_err(|e| PolicyFault::from_policy_error(e.into()))
+        self.lift(r)?
+            .map_err(|e| PolicyFault::from_policy_error(e.into()))
     }
 }
 
@@ -389,11 +449,41 @@ fn load_exports(
     let abi = |e: wasmtime::Error| PolicyFault::Abi(format!("loading exports: {e:#}"));
     Ok(WasmExports {
         meta: roles.meta.load(&mut *store, instance).map_err(abi)?,
-        sync: roles.sync.as_ref().map(|i| i.load(&mut *store, instance)).transpose().map_err(abi)?,
-        scheduler: roles.scheduler.as_ref().map(|i| i.load(&mut *store, instance)).transpose().map_err(abi)?,
-        reclaim: roles.reclaim.as_ref().map(|i| i.load(&mut *store, instance)).transpose().map_err(abi)?,
-        matcher: roles.matcher.as_ref().map(|i| i.load(&mut *store, instance)).transpose().map_err(abi)?,
-        coordinator: roles.coordinator.as_ref().map(|i| i.load(&mut *store, instance)).transpose().map_err(abi)?,
-        tenant: roles.tenant.as_ref().map(|i| i.load(&mut *store, instance)).transpose().map_err(abi)?,
+        sync: roles
+            .sync
+            .as_ref()
+            .map(|i| i.load(&mut *store, instance))
+            .transpose()
+            .map_err(abi)?,
+        scheduler: roles
+            .scheduler
+            .as_ref()
+            .map(|i| i.load(&mut *store, instance))
+            .transpose()
+            .map_err(abi)?,
+        reclaim: roles
+            .reclaim
+            .as_ref()
+            .map(|i| i.load(&mut *store, instance))
+            .transpose()
+            .map_err(abi)?,
+        matcher: roles
+            .matcher
+            .as_ref()
+            .map(|i| i.load(&mut *store, instance))
+            .transpose()
+            .map_err(abi)?,
+        coordinator: roles
+            .coordinator
+            .as_ref()
+            .map(|i| i.load(&mut *store, instance))
+            .transpose()
+            .map_err(abi)?,
+        tenant: roles
+            .tenant
+            .as_ref()
+            .map(|i| i.load(&mut *store, instance))
+            .transpose()
+            .map_err(abi)?,
     })
 }

@@ -24,5 +24,8 @@ pub fn names() -> impl Iterator<Item = &'static str> {
 
 /// The bytes of a test fixture component (see `policies/fixture-*`).
 pub fn fixture(name: &str) -> Option<&'static [u8]> {
-    FIXTURES.iter().find(|(n, _)| *n == name).map(|(_, bytes)| *bytes)
+    FIXTURES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, bytes)| *bytes)
 }

@@ -10,6 +10,8 @@ pub struct Misbehave {
     mode: String,
 }
 
+// Unbounded on purpose: the host must survive the stack overflow.
+#[allow(unconditional_recursion)]
 fn recurse(depth: u64) -> u64 {
     // Not a tail call: every level keeps a frame alive.
     std::hint::black_box(depth);
@@ -27,7 +29,12 @@ fn first_fit_one(cluster: &Cluster) -> Vec<Decision> {
 
 impl Policy for Misbehave {
     fn manifest() -> Manifest {
-        let mut m = manifest("fixture-misbehave", "0.1.0", &[Role::Scheduler], "Misbehaves on purpose.");
+        let mut m = manifest(
+            "fixture-misbehave",
+            "0.1.0",
+            &[Role::Scheduler],
+            "Misbehaves on purpose.",
+        );
         m.default_config = "mode = ok".into();
         m
     }
@@ -46,7 +53,11 @@ impl Policy for Misbehave {
         Ok(())
     }
 
-    fn schedule(&mut self, cluster: &Cluster, round: &RoundInfo) -> Result<Vec<Decision>, PolicyError> {
+    fn schedule(
+        &mut self,
+        cluster: &Cluster,
+        round: &RoundInfo,
+    ) -> Result<Vec<Decision>, PolicyError> {
         log(LogLevel::Debug, &format!("misbehaving as `{}`", self.mode));
         match self.mode.as_str() {
             "ok" => Ok(first_fit_one(cluster)),
@@ -73,13 +84,19 @@ impl Policy for Misbehave {
             }
             "unknown-job" => Ok(vec![Decision::Place(
                 cluster.job_count() as u32 + 7,
-                vec![WorkerPlacement { node: 0, gpus: vec![0] }],
+                vec![WorkerPlacement {
+                    node: 0,
+                    gpus: vec![0],
+                }],
             )]),
             "unknown-gpu" => Ok(cluster
                 .pending_jobs()
                 .take(1)
                 .map(|j| {
-                    let worker = WorkerPlacement { node: 0, gpus: vec![u32::MAX; j.gpus_per_worker() as usize] };
+                    let worker = WorkerPlacement {
+                        node: 0,
+                        gpus: vec![u32::MAX; j.gpus_per_worker() as usize],
+                    };
                     Decision::Place(j.index(), vec![worker; j.workers() as usize])
                 })
                 .collect()),
@@ -87,7 +104,10 @@ impl Policy for Misbehave {
                 .pending_jobs()
                 .map(|j| {
                     // Every worker of every pending job onto the first GPUs of node 0.
-                    let worker = WorkerPlacement { node: 0, gpus: (0..j.gpus_per_worker()).collect() };
+                    let worker = WorkerPlacement {
+                        node: 0,
+                        gpus: (0..j.gpus_per_worker()).collect(),
+                    };
                     Decision::Place(j.index(), vec![worker; j.workers() as usize])
                 })
                 .collect()),
@@ -97,12 +117,16 @@ impl Policy for Misbehave {
                 Ok(job
                     .map(|j| {
                         let plan = Plan::new(cluster);
-                        let w: Vec<WorkerPlacement> = plan.first_fit_anywhere(j.index()).into_iter().collect();
+                        let w: Vec<WorkerPlacement> =
+                            plan.first_fit_anywhere(j.index()).into_iter().collect();
                         vec![Decision::Place(j.index(), w)]
                     })
                     .unwrap_or_default())
             }
-            "huge" => Ok(vec![Decision::Preempt(0); round.max_decisions as usize * 4 + 1000]),
+            "huge" => Ok(vec![
+                Decision::Preempt(0);
+                round.max_decisions as usize * 4 + 1000
+            ]),
             "stale" => Err(PolicyError::Stale(0)),
             "fail" => Err(PolicyError::Failed("fixture refuses".into())),
             other => Err(PolicyError::Failed(format!("unknown mode `{other}`"))),

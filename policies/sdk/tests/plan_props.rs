@@ -81,10 +81,26 @@ proptest! {
 fn each_fitting_node_agrees_with_fits() {
     let mut c = TestCluster::new();
     for i in 0..6 {
-        c.node(&format!("n{i}"), "p", 8_000, 64_000, if i % 2 == 0 { "A" } else { "B" }, 16_000, i % 3 + 1);
+        c.node(
+            &format!("n{i}"),
+            "p",
+            8_000,
+            64_000,
+            if i % 2 == 0 { "A" } else { "B" },
+            16_000,
+            i % 3 + 1,
+        );
     }
-    let jobs: Vec<u32> = (0..5).map(|i| c.job(&format!("j{i}"), "t", 1, i % 3 + 1)).collect();
-    c.run(jobs[4], vec![WorkerPlacement { node: 2, gpus: c.cluster().node(2).gpu_range().take(1).collect() }]);
+    let jobs: Vec<u32> = (0..5)
+        .map(|i| c.job(&format!("j{i}"), "t", 1, i % 3 + 1))
+        .collect();
+    c.run(
+        jobs[4],
+        vec![WorkerPlacement {
+            node: 2,
+            gpus: c.cluster().node(2).gpu_range().take(1).collect(),
+        }],
+    );
     let mut plan = Plan::new(c.cluster());
     plan.apply(Decision::Preempt(jobs[4])).unwrap();
     for &job in &jobs[..4] {
