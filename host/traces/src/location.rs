@@ -1,7 +1,7 @@
 //! Finding the shared traces folder.
 
 use std::env;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::error::{Result, TraceError};
 
@@ -65,9 +65,16 @@ pub fn trace_file(relative: &str) -> Result<PathBuf> {
 }
 
 fn find_shared_traces(starts: &[PathBuf]) -> Result<PathBuf> {
+    find_shared_traces_below(starts, None)
+}
+
+/// Like [`find_shared_traces`], but never looks above `boundary` (tests run
+/// in temporary directories whose real ancestors may hold a `shared/traces`).
+fn find_shared_traces_below(starts: &[PathBuf], boundary: Option<&Path>) -> Result<PathBuf> {
     let mut searched = Vec::new();
     for start in starts {
-        for ancestor in start.ancestors() {
+        let within = |a: &&Path| boundary.is_none_or(|b| a.starts_with(b));
+        for ancestor in start.ancestors().take_while(within) {
             let candidate = ancestor.join(SHARED_TRACES);
             if candidate.is_dir() {
                 return Ok(candidate);
@@ -102,7 +109,8 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let start = root.path().join("a/b");
         std::fs::create_dir_all(&start).unwrap();
-        let error = find_shared_traces(std::slice::from_ref(&start)).unwrap_err();
+        let error =
+            find_shared_traces_below(std::slice::from_ref(&start), Some(root.path())).unwrap_err();
         let TraceError::TracesDirNotFound { searched, .. } = &error else {
             panic!("unexpected error {error}");
         };
