@@ -49,6 +49,8 @@ enum Phase {
 
 struct RoundRecord {
     epoch: u64,
+    /// Epochs sealed after this round without a round (snapshots).
+    sealed_after: u64,
     generation: Option<u64>,
     clean: bool,
     start: Instant,
@@ -225,13 +227,15 @@ fn main() {
                 _ => None,
             };
             if report.epoch.is_multiple_of(SNAPSHOT_EVERY) {
-                // Between rounds only this round's placements are pending, and
-                // re-applying a placement is idempotent, so a mirror built from
-                // this snapshot catches up from here by delta.
+                // `snapshot` seals this round's pending placements into an
+                // epoch of their own (not a round), so the snapshot is exact
+                // and a mirror built from it catches up by delta.
                 *published.lock() = Some(state.snapshot());
             }
+            let sealed = state.epoch() - report.epoch;
             rounds.push(RoundRecord {
                 epoch: report.epoch,
+                sealed_after: sealed,
                 generation,
                 clean: report.faults.is_empty(),
                 start: t,
@@ -254,7 +258,7 @@ fn main() {
         if b <= a {
             doubled += 1;
         } else {
-            missed += b - a - 1;
+            missed += b - a - 1 - w[0].sealed_after;
         }
     }
     let not_active = rounds
