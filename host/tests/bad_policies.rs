@@ -207,64 +207,39 @@ fn allocation_past_the_cap_is_stopped() {
     assert_eq!(first_fault("alloc"), PolicyFault::MemoryCap(16 << 20));
 }
 
+/// The validator's verdict on the first decision of a misbehaving round.
+fn rejected_decision(mode: &str) -> (usize, DecisionError) {
+    match first_fault(mode) {
+        PolicyFault::InvalidDecision { index, error } => (index, error),
+        other => panic!("mode {mode}: expected an invalid decision, got {other}"),
+    }
+}
+
 #[test]
 fn unknown_job_is_rejected() {
-    let fault = first_fault("unknown-job");
+    let (index, error) = rejected_decision("unknown-job");
     assert!(
-        matches!(
-            fault,
-            PolicyFault::InvalidDecision {
-                index: 0,
-                error: DecisionError::UnknownJob(_)
-            }
-        ),
-        "{fault}"
+        index == 0 && matches!(error, DecisionError::UnknownJob(_)),
+        "{error}"
     );
 }
 
 #[test]
 fn unknown_gpu_is_rejected() {
-    let fault = first_fault("unknown-gpu");
-    assert!(
-        matches!(
-            fault,
-            PolicyFault::InvalidDecision {
-                error: DecisionError::UnknownGpu(u32::MAX),
-                ..
-            }
-        ),
-        "{fault}"
-    );
+    let (_, error) = rejected_decision("unknown-gpu");
+    assert_eq!(error, DecisionError::UnknownGpu(u32::MAX));
 }
 
 #[test]
 fn overcommitted_gpu_is_rejected() {
-    let fault = first_fault("overcommit");
-    assert!(
-        matches!(
-            &fault,
-            PolicyFault::InvalidDecision {
-                error: DecisionError::Overcommit { .. },
-                ..
-            }
-        ),
-        "{fault}"
-    );
+    let (_, error) = rejected_decision("overcommit");
+    assert!(matches!(error, DecisionError::Overcommit { .. }), "{error}");
 }
 
 #[test]
 fn split_gang_is_rejected() {
-    let fault = first_fault("split-gang");
-    assert!(
-        matches!(
-            &fault,
-            PolicyFault::InvalidDecision {
-                error: DecisionError::GangSize { .. },
-                ..
-            }
-        ),
-        "{fault}"
-    );
+    let (_, error) = rejected_decision("split-gang");
+    assert!(matches!(error, DecisionError::GangSize { .. }), "{error}");
 }
 
 #[test]
@@ -291,16 +266,33 @@ fn permanently_stale_policy_falls_back() {
 
 #[test]
 fn log_flood_is_capped_and_bounded() {
-    // 100k lines of 10 KB: the host keeps 64 lines per call and the deadline
-    // bounds the time spent; either way the round is served.
-    let rounds = run_mode("log-flood", 2);
-    for (served, faults) in &rounds {
-        assert!(
-            faults
-                .iter()
-                .all(|(_, f)| matches!(f, PolicyFault::Deadline(_))),
-            "{served:?} {faults:?}"
-        );
+    // 100k lines of 10 KB. The host keeps 64 lines per call and drops the
+    // rest; the deadline bounds the time. Which of the two happens first
+    // depends on the machine's speed, so both outcomes are legitimate — and
+    // nothing else is.
+    let engine = engine();
+    let (slot, good, bad) = slot_with(&engine, "log-flood");
+    let mut state = cluster();
+    let mut driver = RoundDriver::new(slot).with_max_decisions(100);
+    for _ in 0..2 {
+        let r = driver.run_round(&mut state);
+        match r.served {
+            // Finished in time: its (empty) answer stands.
+            Served::Active(g) => {
+                assert_eq!(g, bad);
+                assert!(r.faults.is_empty() && r.decisions.is_empty(), "{r:?}");
+            }
+            // Stopped by the deadline: fifo answered instead.
+            Served::Fallback(g) => {
+                assert_eq!(g, good);
+                assert!(
+                    matches!(r.faults[..], [(Some(b), PolicyFault::Deadline(_))] if b == bad),
+                    "{:?}",
+                    r.faults
+                );
+            }
+            other => panic!("served by {other:?}"),
+        }
     }
 }
 
