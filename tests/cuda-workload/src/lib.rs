@@ -109,31 +109,10 @@ pub fn build(work: &Path) -> Result<Fixtures, String> {
     })
 }
 
-/// Index of each counter in the fake driver's state file (mirrors `fake-cuda`'s `Slot`).
-#[derive(Clone, Copy, Debug)]
-pub enum FakeSlot {
-    Magic = 0,
-    MemTotal,
-    MemUsed,
-    MemPeak,
-    Allocs,
-    Frees,
-    Launches,
-    LaunchesPtsz,
-    GraphLaunches,
-    KernelNs,
-    CtxLive,
-    CtxDestroyed,
-    Syncs,
-    Inits,
-    BusyUntil,
-    CoopLaunches,
-    LaunchesEx,
-    VmmBytes,
-    ManagedBytes,
-    AsyncBytes,
-    PitchBytes,
-}
+#[path = "../../fake-cuda/src/layout.rs"]
+mod fake_layout;
+/// Index of each counter in the fake driver's state file.
+pub use fake_layout::{SLOTS as FAKE_SLOTS, STATE_MAGIC as FAKE_STATE_MAGIC, Slot as FakeSlot};
 
 /// A snapshot of the fake driver's accounting (`FAKE_CUDA_STATE` file).
 #[derive(Debug, Clone)]
@@ -151,7 +130,7 @@ impl FakeState {
                 u64::from_le_bytes(a)
             })
             .collect();
-        if v.first() != Some(&u64::from_le_bytes(*b"FAKECUDA")) {
+        if v.first() != Some(&FAKE_STATE_MAGIC) {
             return Err(format!("{}: not a fake-cuda state file", path.display()));
         }
         Ok(FakeState(v))

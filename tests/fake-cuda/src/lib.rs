@@ -29,36 +29,8 @@ const INVALID_DEVICE: CUresult = 101;
 const INVALID_CONTEXT: CUresult = 201;
 const NOT_FOUND: CUresult = 500;
 
-/// Index of each counter in the state file.
-#[repr(usize)]
-#[derive(Clone, Copy)]
-pub enum Slot {
-    Magic = 0,
-    MemTotal,
-    MemUsed,
-    MemPeak,
-    Allocs,
-    Frees,
-    Launches,
-    LaunchesPtsz,
-    GraphLaunches,
-    KernelNs,
-    CtxLive,
-    CtxDestroyed,
-    Syncs,
-    Inits,
-    BusyUntil,
-    CoopLaunches,
-    LaunchesEx,
-    VmmBytes,
-    ManagedBytes,
-    AsyncBytes,
-    PitchBytes,
-}
-/// Number of u64 slots in the state file.
-pub const SLOTS: usize = 32;
-/// Value of slot 0 once the fake initialised the file.
-pub const STATE_MAGIC: u64 = u64::from_le_bytes(*b"FAKECUDA");
+mod layout;
+pub use layout::{SLOTS, STATE_MAGIC, Slot};
 
 struct Device {
     slots: &'static [AtomicU64; SLOTS],
