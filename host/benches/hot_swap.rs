@@ -2,16 +2,18 @@
 //!
 //! The main thread runs scheduling rounds at 1 kHz on a 64-node cluster with
 //! arrivals and completions every round; another thread hot-swaps a new
-//! generation of `best-fit` every 100 ms (`PolicySlot::swap` of a
+//! generation of `best-fit` every 100 ms (`PolicySlot::swap_with_feed` of a
 //! pre-compiled `CompiledPolicy`: instantiate + configure + resync with a
-//! recent snapshot), unloading old generations. Phases: no swaps
+//! recent snapshot + catch up through the state's `DeltaFeed`; `--swap plain`
+//! measures `PolicySlot::swap`, which leaves the catch-up to the first
+//! round), unloading old generations. Phases: no swaps
 //! (`--baseline-seconds`/2), swaps (`--seconds`, default 60), no swaps again.
 //!
 //! Checks: every epoch served exactly once, by exactly one generation,
 //! generations never go backwards; swap latency p99 ≤ 5 ms; round-latency p99
 //! with swaps ≤ 2× without. Exits non-zero when a target is missed.
 //!
-//! `cargo bench -p arbiter-host --bench hot_swap [-- --seconds 60 --baseline-seconds 20]`
+//! `cargo bench -p arbiter-host --bench hot_swap [-- --seconds 60 --baseline-seconds 20 --swap feed|plain]`
 
 mod common;
 
@@ -51,6 +53,9 @@ struct RoundRecord {
     epoch: u64,
     /// Epochs sealed after this round without a round (snapshots).
     sealed_after: u64,
+    /// Whether the round's `begin_round` first opened a resync epoch
+    /// (a string-table compaction), one epoch that is not a round.
+    compacted_before: bool,
     generation: Option<u64>,
     clean: bool,
     start: Instant,
@@ -61,6 +66,7 @@ struct RoundRecord {
 struct SwapRecord {
     generation: u64,
     latency: Duration,
+    started: Instant,
     activated: Instant,
 }
 
@@ -122,6 +128,11 @@ fn main() {
     let baseline_seconds: u64 = arg("--baseline-seconds")
         .and_then(|s| s.parse().ok())
         .unwrap_or(20);
+    let plain_swap = match arg("--swap").as_deref() {
+        None | Some("feed") => false,
+        Some("plain") => true,
+        Some(other) => panic!("--swap {other}: expected `feed` or `plain`"),
+    };
     let engine = PolicyEngine::new(common::runtime_config()).expect("engine");
     let compiled = engine
         .compile(arbiter_policies::get("best-fit").expect("best-fit bytes"))
@@ -140,6 +151,7 @@ fn main() {
     let mut driver = RoundDriver::with_native(slot.clone(), Box::new(Runtime::<BestFit>::new()))
         .with_max_decisions(MAX_DECISIONS);
     let mut state = cluster();
+    let feed = state.delta_feed();
     let mut rng = ChaCha8Rng::seed_from_u64(7);
     let mut next_job = 0u64;
 
@@ -147,12 +159,13 @@ fn main() {
     let swapping = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
     let swapper = {
-        let (slot, compiled, published, swapping, stop) = (
+        let (slot, compiled, published, swapping, stop, feed) = (
             slot.clone(),
             compiled.clone(),
             published.clone(),
             swapping.clone(),
             stop.clone(),
+            feed,
         );
         std::thread::Builder::new()
             .name("swapper".into())
@@ -170,13 +183,17 @@ fn main() {
                     }
                     let snapshot = published.lock().clone();
                     let t = Instant::now();
-                    let g = slot
-                        .swap(compiled.clone(), None, None, snapshot)
-                        .expect("hot swap");
+                    let g = if plain_swap {
+                        slot.swap(compiled.clone(), None, None, snapshot)
+                    } else {
+                        slot.swap_with_feed(compiled.clone(), None, None, snapshot, &feed)
+                    }
+                    .expect("hot swap");
                     let latency = t.elapsed();
                     swaps.push(SwapRecord {
                         generation: g.id,
                         latency,
+                        started: t,
                         activated: Instant::now(),
                     });
                     let all = slot.generations();
@@ -201,6 +218,7 @@ fn main() {
     let total_rounds: usize = plan.iter().map(|(_, d)| d.as_millis() as usize).sum();
     let mut rounds: Vec<RoundRecord> = Vec::with_capacity(total_rounds + 16);
     let mut overruns = 0usize;
+    let mut max_strings = 0usize;
     let started = Instant::now();
     let mut tick = started;
     for (phase, length) in plan {
@@ -233,9 +251,12 @@ fn main() {
                 *published.lock() = Some(state.snapshot());
             }
             let sealed = state.epoch() - report.epoch;
+            let stats = state.string_stats();
+            max_strings = max_strings.max(stats.total);
             rounds.push(RoundRecord {
                 epoch: report.epoch,
                 sealed_after: sealed,
+                compacted_before: stats.resync_epoch > 0 && stats.resync_epoch + 1 == report.epoch,
                 generation,
                 clean: report.faults.is_empty(),
                 start: t,
@@ -258,7 +279,7 @@ fn main() {
         if b <= a {
             doubled += 1;
         } else {
-            missed += b - a - 1 - w[0].sealed_after;
+            missed += b - a - 1 - w[0].sealed_after - u64::from(w[1].compacted_before);
         }
     }
     let not_active = rounds
@@ -330,9 +351,14 @@ fn main() {
 
     println!();
     println!(
-        "## hot_swap: {NODES} nodes / {} GPUs, 1 kHz rounds, swap every {} ms for {seconds} s, baseline {baseline_seconds} s",
+        "## hot_swap: {NODES} nodes / {} GPUs, 1 kHz rounds, swap every {} ms for {seconds} s ({}), baseline {baseline_seconds} s",
         NODES * 8,
-        SWAP_EVERY.as_millis()
+        SWAP_EVERY.as_millis(),
+        if plain_swap {
+            "PolicySlot::swap"
+        } else {
+            "PolicySlot::swap_with_feed"
+        }
     );
     println!();
     println!(
@@ -363,6 +389,56 @@ fn main() {
         ms(cached_compile),
         ms(pickup_max)
     );
+    // Where the slow rounds of the swap phase are: a new generation's first
+    // round, rounds that overlap a swap in progress, or neither.
+    let swap_rounds: Vec<&&RoundRecord> = measured
+        .iter()
+        .filter(|r| r.phase == Phase::Swapping)
+        .collect();
+    let first_rounds: Vec<Instant> = served_by.values().map(|&(_, first)| first).collect();
+    let mut pickup = Vec::new();
+    let mut overlapping = Vec::new();
+    let mut other = Vec::new();
+    for r in swap_rounds {
+        let end = r.start + r.latency;
+        if first_rounds.contains(&r.start) {
+            pickup.push(r.latency);
+        } else if swaps
+            .iter()
+            .any(|s| s.started < end && r.start < s.activated)
+        {
+            overlapping.push(r.latency);
+        } else {
+            other.push(r.latency);
+        }
+    }
+    for v in [&mut pickup, &mut overlapping, &mut other] {
+        v.sort();
+    }
+    let describe = |v: &[Duration]| {
+        if v.is_empty() {
+            "-".to_string()
+        } else {
+            format!(
+                "{} rounds, p50/p99/max {:.0}/{:.0}/{:.0} µs",
+                v.len(),
+                quantile(v, 0.5).as_secs_f64() * 1e6,
+                quantile(v, 0.99).as_secs_f64() * 1e6,
+                v.last().map_or(0.0, |d| d.as_secs_f64() * 1e6)
+            )
+        }
+    };
+    println!(
+        "swap-phase rounds — a generation's first round: {}; during a swap: {}; others: {}",
+        describe(&pickup),
+        describe(&overlapping),
+        describe(&other)
+    );
+    let stats = state.string_stats();
+    println!(
+        "string table: {} strings at the end ({} live), at most {max_strings} over the run; {} compactions",
+        stats.total, stats.live, stats.compactions
+    );
     println!();
     println!("| measured | result | baseline | ratio | target | met |");
     println!("|---|---|---|---|---|---|");
@@ -373,7 +449,13 @@ fn main() {
         verdict(integrity)
     );
     println!(
-        "| `PolicySlot::swap` latency, cached `CompiledPolicy` (instantiate + configure + resync, {NODES}-node snapshot), p99 | {:.3} ms (max {:.3} ms) | - | - | ≤ 5 ms | {} |",
+        "| `{}` latency, cached `CompiledPolicy` (instantiate + configure + resync, {NODES}-node snapshot{}), p99 | {:.3} ms (max {:.3} ms) | - | - | ≤ 5 ms | {} |",
+        if plain_swap {
+            "PolicySlot::swap"
+        } else {
+            "PolicySlot::swap_with_feed"
+        },
+        if plain_swap { "" } else { " + catch-up" },
         ms(swap_p99_lat),
         ms(*swap_lat.last().expect("swaps")),
         verdict(swap_p99_lat <= Duration::from_millis(5))

@@ -5,9 +5,17 @@
 //! construction (a round reads the active generation once, at its start), so
 //! no round is lost or run twice. Loading — compile, instantiate, configure,
 //! and optionally a first resync — happens on the caller's thread, off the
-//! round loop.
+//! round loop; with a [`DeltaFeed`] ([`PolicySlot::swap_with_feed`]) the new
+//! mirror is also caught up to the state's latest round there, so the switch
+//! leaves the round loop one round's delta to apply.
+//!
+//! A slot keeps at most [`DEFAULT_MAX_GENERATIONS`] generations (older ones
+//! are unloaded as new ones load), and a generation that leaves the slot is
+//! freed on a control thread (the next load or unload), never by the round
+//! that happened to hold it last.
 
 use crate::runtime::{CompiledPolicy, PolicyEngine, PolicyFault, PolicyInstance};
+use crate::state::DeltaFeed;
 use arbiter_policy_sdk::model::{Delta, Manifest, Snapshot};
 use arc_swap::ArcSwapOption;
 use parking_lot::{Mutex, RwLock};
@@ -19,6 +27,12 @@ use std::time::{Duration, Instant};
 
 /// Consecutive faults after which a generation is quarantined.
 pub const DEFAULT_QUARANTINE_AFTER: u32 = 3;
+
+/// Generations a slot keeps loaded (the active one and its rollback targets).
+/// Each holds a sandboxed instance (a pooling-allocator slot and its memory),
+/// so without a cap a slot whose policy file keeps changing would grow until
+/// instantiation fails.
+pub const DEFAULT_MAX_GENERATIONS: usize = 8;
 
 /// The input that made a generation fault, kept for diagnosis and replay.
 #[derive(Clone, Debug)]
@@ -78,6 +92,23 @@ impl Generation {
         Ok(instance)
     }
 
+    /// Brings this generation's idle mirror up to the feed's epoch (see
+    /// [`PolicyInstance::catch_up`]); `Ok(None)` if it needs a resync.
+    pub fn catch_up(&self, feed: &DeltaFeed) -> Result<Option<u64>, PolicyFault> {
+        match self.instance.lock().as_mut() {
+            Some(instance) => instance.catch_up(feed),
+            None => Ok(None),
+        }
+    }
+
+    /// Epoch of this generation's mirror, if it has a synchronised instance.
+    pub fn mirror_epoch(&self) -> Option<u64> {
+        self.instance
+            .lock()
+            .as_ref()
+            .and_then(PolicyInstance::mirror_epoch)
+    }
+
     /// Records a fault; returns true if this fault quarantined the generation.
     pub(crate) fn record_fault(&self, record: FaultRecord, quarantine_after: u32) -> bool {
         self.total_faults.fetch_add(1, Ordering::Relaxed);
@@ -92,6 +123,13 @@ impl Generation {
     pub(crate) fn record_success(&self) {
         self.consecutive_faults.store(0, Ordering::Relaxed);
         self.rounds_served.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Drops the cached instance, so the next round starts a fresh one. Needed
+    /// when the state it mirrors is replaced by a new `ClusterState` (whose
+    /// epochs start over and could collide with the old mirror's).
+    pub fn discard_instance(&self) {
+        *self.instance.lock() = None;
     }
 
     /// Lifts a quarantine (an operator's decision, e.g. on rollback to it).
@@ -122,6 +160,10 @@ pub struct PolicySlot {
     active: ArcSwapOption<Generation>,
     next_id: AtomicU64,
     quarantine_after: u32,
+    max_generations: usize,
+    /// Generations out of the slot that a round may still hold; freed by
+    /// [`PolicySlot::reap`] once nothing else does.
+    retired: Mutex<Vec<Arc<Generation>>>,
 }
 
 impl PolicySlot {
@@ -132,6 +174,60 @@ impl PolicySlot {
             active: ArcSwapOption::empty(),
             next_id: AtomicU64::new(1),
             quarantine_after: DEFAULT_QUARANTINE_AFTER,
+            max_generations: DEFAULT_MAX_GENERATIONS,
+            retired: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// How many generations the slot keeps (at least 1); the oldest inactive
+    /// ones are unloaded when a load goes past it.
+    pub fn with_max_generations(mut self, generations: usize) -> Self {
+        self.max_generations = generations.max(1);
+        self
+    }
+
+    pub fn max_generations(&self) -> usize {
+        self.max_generations
+    }
+
+    /// Frees retired generations that no round holds any more. Called by
+    /// every load and unload; a control thread may call it too.
+    pub fn reap(&self) -> usize {
+        let mut retired = self.retired.lock();
+        let before = retired.len();
+        // Only the slot holds these, and nothing can take a new reference to
+        // them (they left the map and the active pointer): dropping here is
+        // the last drop, on this thread.
+        retired.retain(|g| Arc::strong_count(g) > 1);
+        before - retired.len()
+    }
+
+    fn retire(&self, generation: Arc<Generation>) {
+        self.retired.lock().push(generation);
+    }
+
+    /// Unloads the oldest generations beyond the cap, sparing the active one and `keep`.
+    fn prune(&self, keep: u64) {
+        let active = self.active_id();
+        let mut pruned = Vec::new();
+        {
+            let mut generations = self.generations.write();
+            while generations.len() > self.max_generations {
+                let Some(oldest) = generations
+                    .keys()
+                    .copied()
+                    .find(|&id| Some(id) != active && id != keep)
+                else {
+                    break;
+                };
+                if let Some(g) = generations.remove(&oldest) {
+                    pruned.push(g);
+                }
+            }
+        }
+        for g in pruned {
+            tracing::info!(slot = %self.name, generation = g.id, "oldest generation unloaded (slot at its cap)");
+            self.retire(g);
         }
     }
 
@@ -181,6 +277,8 @@ impl PolicySlot {
         generation.load_time = started.elapsed();
         let generation = Arc::new(generation);
         self.generations.write().insert(id, generation.clone());
+        self.prune(id);
+        self.reap();
         tracing::info!(slot = %self.name, generation = id, digest = %generation.digest(), "policy generation loaded");
         Ok(generation)
     }
@@ -202,6 +300,42 @@ impl PolicySlot {
         snapshot: Option<Snapshot>,
     ) -> Result<Arc<Generation>, RegistryError> {
         let generation = self.load(compiled, config, source, snapshot)?;
+        self.activate(generation.id)?;
+        Ok(generation)
+    }
+
+    /// A hot swap that leaves the round loop almost nothing to do: load (with
+    /// `snapshot`, off the round loop), catch the new mirror up to the state's
+    /// latest round through `feed`, then activate. The first round of the new
+    /// generation applies only the rounds that ran since the catch-up (about
+    /// one), instead of every round since the snapshot; a mirror the feed
+    /// cannot reach (the snapshot predates a resync epoch) resyncs in that
+    /// round, as with [`PolicySlot::swap`]. A fault while catching up fails
+    /// the swap and unloads the generation; the active one keeps serving.
+    pub fn swap_with_feed(
+        &self,
+        compiled: CompiledPolicy,
+        config: Option<String>,
+        source: Option<PathBuf>,
+        snapshot: Option<Snapshot>,
+        feed: &DeltaFeed,
+    ) -> Result<Arc<Generation>, RegistryError> {
+        let generation = self.load(compiled, config, source, snapshot)?;
+        let span = tracing::debug_span!("catch_up", slot = %self.name, generation = generation.id);
+        let _guard = span.enter();
+        // Twice: rounds run while the first (larger) delta is applied.
+        for _ in 0..2 {
+            match generation.catch_up(feed) {
+                Ok(Some(epoch)) if epoch == feed.epoch() => break,
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                Err(fault) => {
+                    tracing::warn!(slot = %self.name, generation = generation.id, %fault, "new generation failed to catch up; not activated");
+                    let _ = self.unload(generation.id);
+                    return Err(RegistryError::Load(fault));
+                }
+            }
+        }
         self.activate(generation.id)?;
         Ok(generation)
     }
@@ -233,12 +367,13 @@ impl PolicySlot {
     /// Removes a generation; if it was active, the slot falls back to the newest healthy other one.
     pub fn unload(&self, id: u64) -> Result<(), RegistryError> {
         let removed = self.generations.write().remove(&id);
-        if removed.is_none() {
+        let Some(removed) = removed else {
             return Err(RegistryError::NoSuchGeneration {
                 slot: self.name.clone(),
                 generation: id,
             });
-        }
+        };
+        self.retire(removed);
         if self.active_id() == Some(id) {
             let next = self
                 .generations
@@ -249,6 +384,7 @@ impl PolicySlot {
                 .cloned();
             self.active.store(next);
         }
+        self.reap();
         Ok(())
     }
 
@@ -274,6 +410,18 @@ impl PolicySlot {
     /// All generations, oldest first.
     pub fn generations(&self) -> Vec<Arc<Generation>> {
         self.generations.read().values().cloned().collect()
+    }
+
+    /// The healthy generations older than `active`, newest first: where a
+    /// round falls back to when the active generation faults.
+    pub fn fallbacks_below(&self, active: Option<u64>) -> Vec<Arc<Generation>> {
+        self.generations
+            .read()
+            .values()
+            .rev()
+            .filter(|g| Some(g.id) < active && !g.is_quarantined())
+            .cloned()
+            .collect()
     }
 
     /// The order in which a round tries generations: the active one, then
@@ -402,5 +550,95 @@ mod tests {
         assert!(g.record_fault(record, slot.quarantine_after()));
         assert!(g.is_quarantined());
         assert!(slot.fallback_chain().is_empty());
+    }
+
+    #[test]
+    fn a_slot_keeps_at_most_its_cap_of_generations() {
+        let slot = PolicySlot::new("fifo").with_max_generations(3);
+        let c = compiled("fifo");
+        let ids: Vec<u64> = (0..6)
+            .map(|_| slot.swap(c.clone(), None, None, None).unwrap().id)
+            .collect();
+        let loaded =
+            |slot: &PolicySlot| slot.generations().iter().map(|g| g.id).collect::<Vec<_>>();
+        assert_eq!(loaded(&slot), ids[3..]);
+        assert_eq!(slot.active_id(), Some(ids[5]));
+        // The active generation is spared even when it is the oldest.
+        slot.rollback(Some(ids[3])).unwrap();
+        let newest = slot.swap(c, None, None, None).unwrap().id;
+        assert_eq!(loaded(&slot), vec![ids[3], ids[5], newest]);
+    }
+
+    #[test]
+    fn a_generation_leaving_the_slot_is_freed_by_a_control_call_not_by_a_round() {
+        let slot = PolicySlot::new("fifo");
+        let first = slot.swap(compiled("fifo"), None, None, None).unwrap();
+        let weak = Arc::downgrade(&first);
+        let held_by_round = first.clone();
+        drop(first);
+        slot.swap(compiled("fifo"), None, None, None).unwrap();
+        slot.unload(held_by_round.id).unwrap();
+        // The round lets go: not the last reference, so nothing is freed here.
+        drop(held_by_round);
+        assert!(weak.upgrade().is_some());
+        assert_eq!(slot.reap(), 1);
+        assert!(weak.upgrade().is_none());
+    }
+
+    #[test]
+    fn swap_with_feed_catches_the_new_mirror_up_before_activation() {
+        use crate::rounds::{RoundDriver, Served};
+        use crate::state::{ClusterState, JobRequest, NodeRequest};
+        let mut state = ClusterState::new();
+        state
+            .add_node(NodeRequest {
+                name: "n0".into(),
+                pool: "default".into(),
+                cpu_milli: 64_000,
+                memory_mib: 512_000,
+                gpu_model: "A100".into(),
+                gpu_memory_mib: 81_920,
+                gpu_count: 8,
+                on_loan: false,
+            })
+            .unwrap();
+        let feed = state.delta_feed();
+        let slot = Arc::new(PolicySlot::new("fifo"));
+        let mut driver = RoundDriver::new(slot.clone());
+        let first = slot.swap(compiled("fifo"), None, None, None).unwrap();
+        let mut round = |state: &mut ClusterState, i: usize| {
+            state
+                .submit(JobRequest::gpus(format!("j{i}"), "t", 1, 1))
+                .unwrap();
+            driver.run_round(state)
+        };
+        for i in 0..3 {
+            assert_eq!(round(&mut state, i).served, Served::Active(first.id));
+        }
+        // A snapshot a few rounds old: the feed brings the new mirror to the last round.
+        let snapshot = state.snapshot();
+        for i in 3..6 {
+            round(&mut state, i);
+        }
+        let second = slot
+            .swap_with_feed(compiled("fifo"), None, None, Some(snapshot), &feed)
+            .unwrap();
+        assert_eq!(second.mirror_epoch(), Some(state.epoch()));
+        let report = round(&mut state, 6);
+        assert_eq!(report.served, Served::Active(second.id));
+        assert!(report.faults.is_empty());
+        // A snapshot from before a resync epoch cannot be caught up: the swap
+        // still succeeds and the first round resyncs.
+        let stale = state.snapshot();
+        state.compact_strings().unwrap();
+        round(&mut state, 7);
+        let third = slot
+            .swap_with_feed(compiled("fifo"), None, None, Some(stale.clone()), &feed)
+            .unwrap();
+        assert_eq!(third.mirror_epoch(), Some(stale.epoch));
+        let report = round(&mut state, 8);
+        assert_eq!(report.served, Served::Active(third.id));
+        assert!(report.faults.is_empty());
+        assert_eq!(third.mirror_epoch(), Some(state.epoch()));
     }
 }

@@ -84,9 +84,24 @@ impl RoundDriver {
         let span = tracing::info_span!("round", epoch = round.epoch, events = delta.events.len());
         let _guard = span.enter();
         let mut faults = Vec::new();
-        let chain = self.slot.fallback_chain();
-        let active_id = self.slot.active_id();
-        for generation in chain {
+        // The active generation is read once; the older ones (and the lock
+        // on the slot's map) only when it faults.
+        let active = self.slot.active();
+        let active_id = active.as_ref().map(|g| g.id);
+        let mut next = active.filter(|g| !g.is_quarantined());
+        let mut fallbacks: Option<std::vec::IntoIter<Arc<Generation>>> = None;
+        loop {
+            let generation = match next.take() {
+                Some(g) => g,
+                None => {
+                    let rest = fallbacks
+                        .get_or_insert_with(|| self.slot.fallbacks_below(active_id).into_iter());
+                    match rest.next() {
+                        Some(g) => g,
+                        None => break,
+                    }
+                }
+            };
             match self.ask_generation(&generation, state, round) {
                 Ok((decisions, policy_time)) => {
                     generation.record_success();

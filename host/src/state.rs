@@ -5,12 +5,22 @@
 //! recorded for the next round's delta. Host-only bookkeeping (stable job
 //! ids, tenants' quotas, timing) lives beside the cluster in tables that
 //! follow the same swap-remove rule.
+//!
+//! Strings (job and node names, tenants, pools, GPU models) are interned once
+//! and reference-counted by the columns that name them. When dead strings
+//! (those of jobs long gone) dominate the table, the next round first opens a
+//! *resync epoch* ([`ClusterState::compact_strings`]): live strings are
+//! renumbered, the delta history is dropped, and every mirror resyncs from a
+//! snapshot of live state only. So a long-lived host's memory, snapshots and
+//! resyncs stay bounded by its live state, not by every job it ever saw.
 
 use arbiter_policy_sdk::model::{
     self, Decision, Delta, Event, JobSpec, NodeSpec, RoundInfo, Snapshot, job_phase,
 };
 use arbiter_policy_sdk::{Cluster, DecisionError, Plan};
+use parking_lot::RwLock;
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 /// A job's stable identity (indices change; this does not).
 #[derive(
@@ -29,6 +39,14 @@ pub const MAX_GPU_MODELS: usize = 64;
 
 /// How many rounds of deltas are kept to catch a lagging mirror up without a resync.
 const DELTA_HISTORY: usize = 64;
+
+/// Dead strings tolerated before the string table is compacted (when they
+/// also outnumber the live ones). At ~100 ns per string in a resync, 1,024
+/// dead strings cost a snapshot at most ~0.1 ms.
+pub const DEFAULT_COMPACTION_FLOOR: usize = 1024;
+
+/// Id marker of a string not (yet) renumbered during a compaction.
+const UNMAPPED: u32 = u32::MAX;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum StateError {
@@ -130,6 +148,36 @@ pub struct JobRecord {
     pub preemptions: u32,
 }
 
+/// The interned string table: its size, how much of it is referenced, compactions.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StringStats {
+    /// Strings in the table (what a snapshot carries).
+    pub total: usize,
+    /// Strings some node, GPU model or job refers to.
+    pub live: usize,
+    /// Compactions so far.
+    pub compactions: u64,
+    /// The epoch the last compaction opened (0 = none): a mirror at an older
+    /// epoch can only catch up with a snapshot.
+    pub resync_epoch: u64,
+}
+
+impl StringStats {
+    /// Strings nothing refers to any more.
+    pub fn dead(&self) -> usize {
+        self.total - self.live
+    }
+}
+
+/// What one compaction of the string table did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Compaction {
+    /// The resync epoch it opened.
+    pub epoch: u64,
+    pub strings_before: usize,
+    pub strings_after: usize,
+}
+
 /// What applying a round's decisions changed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Applied {
@@ -150,8 +198,17 @@ pub struct ClusterState {
     next_job: u64,
     tenant_quota_gpus: HashMap<String, u32>,
     events: Vec<Event>,
-    history: VecDeque<Delta>,
+    /// The last rounds' deltas, shared with [`DeltaFeed`]s.
+    history: Arc<RwLock<DeltaLog>>,
     now_ms: u64,
+    /// Per string id: how many columns entries (and GPU-model slots) name it.
+    string_refs: Vec<u32>,
+    /// Strings with a non-zero count in `string_refs`.
+    live_strings: usize,
+    /// Dead strings tolerated before compacting; `None` = never automatically.
+    compaction_floor: Option<usize>,
+    compactions: u64,
+    resync_epoch: u64,
 }
 
 impl Default for ClusterState {
@@ -172,8 +229,46 @@ impl ClusterState {
             next_job: 1,
             tenant_quota_gpus: HashMap::new(),
             events: Vec::new(),
-            history: VecDeque::new(),
+            history: Arc::new(RwLock::new(DeltaLog::default())),
             now_ms: 0,
+            string_refs: Vec::new(),
+            live_strings: 0,
+            compaction_floor: Some(DEFAULT_COMPACTION_FLOOR),
+            compactions: 0,
+            resync_epoch: 0,
+        }
+    }
+
+    /// Sets when the string table is compacted automatically (at the start of
+    /// a round): once dead strings outnumber live ones and reach `floor`.
+    /// `None` turns the automatic compaction off.
+    pub fn with_compaction_floor(mut self, floor: Option<usize>) -> Self {
+        self.set_compaction_floor(floor);
+        self
+    }
+
+    /// See [`ClusterState::with_compaction_floor`].
+    pub fn set_compaction_floor(&mut self, floor: Option<usize>) {
+        self.compaction_floor = floor;
+    }
+
+    fn retain_string(&mut self, id: u32) {
+        if let Some(count) = self.string_refs.get_mut(id as usize) {
+            if *count == 0 {
+                self.live_strings += 1;
+            }
+            *count += 1;
+        }
+    }
+
+    fn release_string(&mut self, id: u32) {
+        if let Some(count) = self.string_refs.get_mut(id as usize)
+            && *count > 0
+        {
+            *count -= 1;
+            if *count == 0 {
+                self.live_strings -= 1;
+            }
         }
     }
 
@@ -186,6 +281,8 @@ impl ClusterState {
     }
 
     /// Id of an interned string, interning it (and telling the policies) if new.
+    /// Ids hold until the next compaction renumbers them; a string nothing
+    /// refers to (one only interned here) counts as dead.
     pub fn intern(&mut self, s: &str) -> Result<u32, StateError> {
         if let Some(&id) = self.interned.get(s) {
             return Ok(id);
@@ -193,6 +290,7 @@ impl ClusterState {
         let id = self.cluster.strings().len() as u32;
         self.emit(Event::StringsAdded(vec![s.to_string()]))?;
         self.interned.insert(s.to_string(), id);
+        self.string_refs.push(0);
         Ok(id)
     }
 
@@ -210,6 +308,7 @@ impl ClusterState {
         }
         let id = self.intern(model)?;
         self.emit(Event::GpuModelsAdded(vec![id]))?;
+        self.retain_string(id);
         Ok(self.cluster.gpu_models().len() - 1)
     }
 
@@ -238,7 +337,13 @@ impl ClusterState {
             on_loan: req.on_loan,
         };
         let index = self.cluster.node_count() as u32;
+        let (name, pool, model) = (spec.name, spec.pool, spec.gpu_model);
         self.emit(Event::NodeAdded(spec))?;
+        self.retain_string(name);
+        self.retain_string(pool);
+        if req.gpu_count > 0 {
+            self.retain_string(model);
+        }
         self.node_index.insert(req.name, index);
         Ok(index)
     }
@@ -302,7 +407,10 @@ impl ClusterState {
         let id = JobId(self.next_job);
         self.next_job += 1;
         let index = self.cluster.job_count() as u32;
+        let (name, tenant) = (spec.name, spec.tenant);
         self.emit(Event::JobAdded(spec))?;
+        self.retain_string(name);
+        self.retain_string(tenant);
         self.jobs.push(JobRecord {
             id,
             name: req.name.clone(),
@@ -320,7 +428,16 @@ impl ClusterState {
     /// Removes a job (finished, cancelled or failed), freeing what it held.
     pub fn remove(&mut self, id: JobId) -> Result<JobRecord, StateError> {
         let index = *self.job_index.get(&id).ok_or(StateError::UnknownJob(id))?;
+        let columns = self.cluster.job_columns();
+        let strings = (
+            columns.name.get(index as usize).copied(),
+            columns.tenant.get(index as usize).copied(),
+        );
         self.emit(Event::JobRemoved(index))?;
+        if let (Some(name), Some(tenant)) = strings {
+            self.release_string(name);
+            self.release_string(tenant);
+        }
         let record = self.jobs.swap_remove(index as usize);
         self.job_index.remove(&id);
         self.job_names.remove(&record.name);
@@ -349,7 +466,20 @@ impl ClusterState {
     }
 
     /// Closes the current epoch: returns the delta since the last round and the round's info.
+    ///
+    /// When the string table is due for compaction
+    /// ([`ClusterState::compaction_due`]), the round first opens a resync
+    /// epoch of its own ([`ClusterState::compact_strings`]), so the round's
+    /// epoch is two past the last one and its delta starts at the resync
+    /// epoch (a mirror from before it resyncs).
     pub fn begin_round(&mut self, max_decisions: u32) -> (Delta, RoundInfo) {
+        if self.compaction_due()
+            && let Err(e) = self.compact_strings()
+        {
+            // Unreachable for a consistent state; never fail a round for it.
+            tracing::error!(error = %e, "string compaction failed; automatic compaction is off");
+            self.compaction_floor = None;
+        }
         let base_epoch = self.cluster.epoch();
         let epoch = base_epoch + 1;
         let delta = Delta {
@@ -359,10 +489,7 @@ impl ClusterState {
             events: std::mem::take(&mut self.events),
         };
         self.cluster.set_epoch(epoch, self.now_ms);
-        if self.history.len() == DELTA_HISTORY {
-            self.history.pop_front();
-        }
-        self.history.push_back(delta.clone());
+        self.history.write().push(Arc::new(delta.clone()));
         (
             delta,
             RoundInfo {
@@ -377,6 +504,9 @@ impl ClusterState {
     /// history still reaches back that far (else the mirror must resync).
     pub fn delta_since(&self, epoch: u64) -> Option<Delta> {
         let current = self.cluster.epoch();
+        if epoch < self.resync_epoch {
+            return None;
+        }
         if epoch == current {
             return Some(Delta {
                 base_epoch: epoch,
@@ -385,17 +515,19 @@ impl ClusterState {
                 events: Vec::new(),
             });
         }
-        let first = self.history.iter().position(|d| d.base_epoch == epoch)?;
-        let mut events = Vec::new();
-        for d in self.history.iter().skip(first) {
-            events.extend(d.events.iter().cloned());
+        let log = self.history.read();
+        let parts = log.since(epoch)?;
+        Some(merge(epoch, current, self.now_ms, parts))
+    }
+
+    /// A handle on this state's delta history that other threads can read:
+    /// a policy generation loaded off the round loop catches up with it
+    /// before it is activated, so its first round applies one round's delta
+    /// instead of every delta since its snapshot.
+    pub fn delta_feed(&self) -> DeltaFeed {
+        DeltaFeed {
+            log: self.history.clone(),
         }
-        Some(Delta {
-            base_epoch: epoch,
-            epoch: current,
-            now_ms: self.now_ms,
-            events,
-        })
     }
 
     /// Whether events are waiting for the next round.
@@ -423,6 +555,169 @@ impl ClusterState {
     /// pending. Within a round (after `begin_round`) it is always `Some`.
     pub fn snapshot_at_epoch(&self) -> Option<Snapshot> {
         self.events.is_empty().then(|| self.cluster.to_snapshot())
+    }
+
+    /// The string table's size, live part and compactions.
+    pub fn string_stats(&self) -> StringStats {
+        StringStats {
+            total: self.cluster.strings().len(),
+            live: self.live_strings,
+            compactions: self.compactions,
+            resync_epoch: self.resync_epoch,
+        }
+    }
+
+    /// The epoch the last compaction opened (0 = none). A mirror at an older
+    /// epoch cannot be caught up by a delta; it resyncs.
+    pub fn resync_epoch(&self) -> u64 {
+        self.resync_epoch
+    }
+
+    /// Whether the next round compacts the string table first: dead strings
+    /// outnumber live ones and reach the floor.
+    pub fn compaction_due(&self) -> bool {
+        let stats = self.string_stats();
+        self.compaction_floor
+            .is_some_and(|floor| stats.dead() > stats.live && stats.dead() >= floor.max(1))
+    }
+
+    /// Drops the strings nothing refers to and renumbers the live ones, in a
+    /// new epoch of its own — a resync epoch.
+    ///
+    /// Pending changes are folded into that epoch and the delta history is
+    /// dropped: a mirror at any earlier epoch gets `None` from
+    /// [`ClusterState::delta_since`] and resyncs from a snapshot, which is
+    /// exact at this epoch and carries live strings only. Deltas after it
+    /// work as before. Live strings are numbered in the order a fresh state
+    /// interns them (per node: GPU model, name, pool; then per job: name,
+    /// tenant), so a compacted state snapshots like a fresh state built from
+    /// the same nodes and jobs. The GPU-model table keeps its order, so job
+    /// model masks keep their meaning. Reservations and GPU utilization,
+    /// which a snapshot does not carry, are kept on the host.
+    ///
+    /// On error the state is unchanged.
+    pub fn compact_strings(&mut self) -> Result<Compaction, StateError> {
+        let strings_before = self.cluster.strings().len();
+        let epoch = self.cluster.epoch() + 1;
+        let span = tracing::info_span!(
+            "compact_strings",
+            epoch,
+            strings_before,
+            live = self.live_strings
+        );
+        let _guard = span.enter();
+        let mut snapshot = self.cluster.to_snapshot();
+        let old = std::mem::take(&mut snapshot.strings);
+        let mut renumber = Renumber {
+            old: &old,
+            new_id: vec![UNMAPPED; old.len()],
+            strings: Vec::with_capacity(self.live_strings),
+        };
+        {
+            let (nodes, gpus) = (&mut snapshot.nodes, &mut snapshot.gpus);
+            for n in 0..nodes.name.len() {
+                if nodes.gpu_count[n] > 0
+                    && let Some(&model) = gpus.model.get(nodes.first_gpu[n] as usize)
+                {
+                    renumber.id(model)?; // numbered here; rewritten with all GPUs below
+                }
+                nodes.name[n] = renumber.id(nodes.name[n])?;
+                nodes.pool[n] = renumber.id(nodes.pool[n])?;
+            }
+            for model in gpus.model.iter_mut() {
+                *model = renumber.id(*model)?;
+            }
+        }
+        for model in snapshot.gpu_models.iter_mut() {
+            *model = renumber.id(*model)?;
+        }
+        let jobs = &mut snapshot.jobs;
+        for (name, tenant) in jobs.name.iter_mut().zip(jobs.tenant.iter_mut()) {
+            *name = renumber.id(*name)?;
+            *tenant = renumber.id(*tenant)?;
+        }
+        let strings = renumber.strings;
+        snapshot.strings = strings.clone();
+        let mut cluster =
+            Cluster::from_snapshot(snapshot).map_err(|e| StateError::Event(e.to_string()))?;
+        // What a snapshot leaves out: reservations and utilization samples.
+        let old_cluster = &self.cluster;
+        for job in old_cluster
+            .jobs()
+            .filter(|j| !j.reserved_nodes().is_empty())
+        {
+            cluster
+                .apply_event(&Event::JobReserved(
+                    job.index(),
+                    job.reserved_nodes().to_vec(),
+                ))
+                .map_err(|e| StateError::Event(e.to_string()))?;
+        }
+        let metrics: Vec<model::GpuMetric> = (0..old_cluster.gpu_count() as u32)
+            .map(|g| old_cluster.gpu(g))
+            .filter(|g| g.utilization_pct() > 0 || g.sm_activity_pct() > 0)
+            .map(|g| model::GpuMetric {
+                gpu: g.index(),
+                utilization_pct: g.utilization_pct(),
+                sm_activity_pct: g.sm_activity_pct(),
+                memory_used_mib: 0, // not kept by the cluster; ignored by it
+            })
+            .collect();
+        if !metrics.is_empty() {
+            cluster
+                .apply_event(&Event::GpuMetrics(metrics))
+                .map_err(|e| StateError::Event(e.to_string()))?;
+        }
+        cluster.set_epoch(epoch, self.now_ms);
+
+        // Recount references over the new numbering (as the incremental
+        // counts would have it: GPU-model slots, per node name, pool and model
+        // if it has GPUs, per job name and tenant).
+        let mut refs = vec![0u32; strings.len()];
+        let mut count = |id: u32| {
+            if let Some(r) = refs.get_mut(id as usize) {
+                *r += 1;
+            }
+        };
+        cluster.gpu_models().iter().for_each(|&m| count(m));
+        for node in cluster.nodes() {
+            let n = node.index() as usize;
+            count(cluster.node_columns().name[n]);
+            count(cluster.node_columns().pool[n]);
+            if let Some(gpu) = node.gpus().next() {
+                count(cluster.gpu_columns().model[gpu.index() as usize]);
+            }
+        }
+        let jobs = cluster.job_columns();
+        jobs.name
+            .iter()
+            .chain(jobs.tenant.iter())
+            .for_each(|&s| count(s));
+
+        self.interned = strings
+            .into_iter()
+            .enumerate()
+            .map(|(id, s)| (s, id as u32))
+            .collect();
+        self.live_strings = refs.iter().filter(|&&r| r > 0).count();
+        self.string_refs = refs;
+        self.cluster = cluster;
+        self.events.clear();
+        self.history.write().reset(epoch, self.now_ms);
+        self.resync_epoch = epoch;
+        self.compactions += 1;
+        let strings_after = self.cluster.strings().len();
+        tracing::info!(
+            epoch,
+            strings_before,
+            strings_after,
+            "string table compacted; mirrors resync"
+        );
+        Ok(Compaction {
+            epoch,
+            strings_before,
+            strings_after,
+        })
     }
 
     /// Checks a policy's decisions against the current epoch: all valid, or
@@ -563,6 +858,135 @@ impl ClusterState {
         }
         let used: u64 = g.milli_used.iter().map(|&m| u64::from(m)).sum();
         100.0 * used as f64 / (g.node.len() as f64 * f64::from(model::FULL_GPU_MILLI))
+    }
+}
+
+/// The rounds' deltas since the last resync epoch, newest last, at most
+/// [`DELTA_HISTORY`] of them.
+#[derive(Debug, Default)]
+struct DeltaLog {
+    /// The epoch after the newest delta (the state's epoch).
+    epoch: u64,
+    now_ms: u64,
+    /// Mirrors older than this epoch cannot catch up by delta.
+    resync_epoch: u64,
+    deltas: VecDeque<Arc<Delta>>,
+}
+
+impl DeltaLog {
+    fn push(&mut self, delta: Arc<Delta>) {
+        if self.deltas.len() == DELTA_HISTORY {
+            self.deltas.pop_front();
+        }
+        self.epoch = delta.epoch;
+        self.now_ms = delta.now_ms;
+        self.deltas.push_back(delta);
+    }
+
+    /// Forgets every delta: `epoch` is a resync epoch.
+    fn reset(&mut self, epoch: u64, now_ms: u64) {
+        self.deltas.clear();
+        self.epoch = epoch;
+        self.now_ms = now_ms;
+        self.resync_epoch = epoch;
+    }
+
+    /// The deltas from `epoch` to the newest, if the log reaches back to it.
+    fn since(&self, epoch: u64) -> Option<impl Iterator<Item = &Arc<Delta>> + Clone> {
+        if epoch < self.resync_epoch {
+            return None;
+        }
+        let first = self.deltas.iter().position(|d| d.base_epoch == epoch)?;
+        Some(self.deltas.iter().skip(first))
+    }
+}
+
+/// Concatenates consecutive deltas into one from `base_epoch` to `epoch`.
+fn merge<'a>(
+    base_epoch: u64,
+    epoch: u64,
+    now_ms: u64,
+    parts: impl Iterator<Item = &'a Arc<Delta>> + Clone,
+) -> Delta {
+    let mut events = Vec::with_capacity(parts.clone().map(|d| d.events.len()).sum());
+    for d in parts {
+        events.extend(d.events.iter().cloned());
+    }
+    Delta {
+        base_epoch,
+        epoch,
+        now_ms,
+        events,
+    }
+}
+
+/// A read-only handle on a [`ClusterState`]'s recent deltas that another
+/// thread can hold ([`ClusterState::delta_feed`]): what a policy generation
+/// loaded off the round loop needs to follow the state up to the round
+/// before its activation.
+#[derive(Clone, Debug)]
+pub struct DeltaFeed {
+    log: Arc<RwLock<DeltaLog>>,
+}
+
+impl DeltaFeed {
+    /// The state's epoch as of its last round (or seal, or compaction).
+    pub fn epoch(&self) -> u64 {
+        self.log.read().epoch
+    }
+
+    /// The last resync epoch: a mirror older than it needs a snapshot.
+    pub fn resync_epoch(&self) -> u64 {
+        self.log.read().resync_epoch
+    }
+
+    /// One delta from `epoch` to the feed's epoch, like
+    /// [`ClusterState::delta_since`]; `None` if the history no longer
+    /// reaches back to `epoch` (or `epoch` is ahead of it). The lock is held
+    /// only to copy a few pointers, never while events are cloned, so the
+    /// round loop is not held up.
+    pub fn delta_since(&self, epoch: u64) -> Option<Delta> {
+        let (parts, current, now_ms) = {
+            let log = self.log.read();
+            if epoch == log.epoch {
+                return Some(Delta {
+                    base_epoch: epoch,
+                    epoch,
+                    now_ms: log.now_ms,
+                    events: Vec::new(),
+                });
+            }
+            let parts: Vec<Arc<Delta>> = log.since(epoch)?.cloned().collect();
+            (parts, log.epoch, log.now_ms)
+        };
+        Some(merge(epoch, current, now_ms, parts.iter()))
+    }
+}
+
+/// Old string id → new, numbering strings in the order they are first met.
+struct Renumber<'a> {
+    old: &'a [String],
+    new_id: Vec<u32>,
+    strings: Vec<String>,
+}
+
+impl Renumber<'_> {
+    /// The new id of old id `id` (every column is rewritten from old ids once).
+    fn id(&mut self, id: u32) -> Result<u32, StateError> {
+        let old = id as usize;
+        let (Some(&mapped), Some(s)) = (self.new_id.get(old), self.old.get(old)) else {
+            return Err(StateError::Event(format!(
+                "string id {old} out of range ({} strings)",
+                self.old.len()
+            )));
+        };
+        if mapped != UNMAPPED {
+            return Ok(mapped);
+        }
+        let new = self.strings.len() as u32;
+        self.new_id[old] = new;
+        self.strings.push(s.clone());
+        Ok(new)
     }
 }
 
@@ -715,5 +1139,434 @@ mod tests {
             s.validate(&d, 10),
             Err((0, DecisionError::QuotaExceeded { .. }))
         ));
+    }
+
+    // ---- string-table compaction ----
+
+    fn gpu_node(name: &str, pool: &str, model: &str, gpus: u32) -> NodeRequest {
+        NodeRequest {
+            name: name.into(),
+            pool: pool.into(),
+            gpu_model: model.into(),
+            ..node(name, gpus)
+        }
+    }
+
+    /// Distinct string ids the columns refer to, found by a full scan (what
+    /// the incremental reference counts must agree with).
+    fn live_by_scan(s: &ClusterState) -> usize {
+        let c = s.cluster();
+        let mut ids: std::collections::BTreeSet<u32> = c.gpu_models().iter().copied().collect();
+        ids.extend(&c.node_columns().name);
+        ids.extend(&c.node_columns().pool);
+        ids.extend(&c.gpu_columns().model);
+        ids.extend(&c.job_columns().name);
+        ids.extend(&c.job_columns().tenant);
+        ids.len()
+    }
+
+    /// A job as names and indices: name, tenant, phase, model mask,
+    /// placement, reserved nodes.
+    type JobView = (String, String, u8, u64, Vec<WorkerPlacement>, Vec<u32>);
+
+    /// Everything a string id stands for, as strings, plus what refers to indices.
+    #[derive(Debug, PartialEq)]
+    struct View {
+        nodes: Vec<(String, String, Option<u32>)>,
+        gpu_models: Vec<String>,
+        gpus: Vec<(u32, String, u8, u8)>,
+        jobs: Vec<JobView>,
+    }
+
+    fn view(s: &ClusterState) -> View {
+        let c = s.cluster();
+        View {
+            nodes: c
+                .nodes()
+                .map(|n| (n.name().into(), n.pool().into(), c.reserved_by(n.index())))
+                .collect(),
+            gpu_models: c
+                .gpu_models()
+                .iter()
+                .map(|&m| c.string(m).to_string())
+                .collect(),
+            gpus: (0..c.gpu_count() as u32)
+                .map(|g| {
+                    let g = c.gpu(g);
+                    (
+                        g.node(),
+                        g.model().to_string(),
+                        g.utilization_pct(),
+                        g.sm_activity_pct(),
+                    )
+                })
+                .collect(),
+            jobs: c
+                .jobs()
+                .map(|j| {
+                    (
+                        j.name().into(),
+                        j.tenant().into(),
+                        j.phase(),
+                        j.gpu_model_mask(),
+                        j.placement().to_vec(),
+                        j.reserved_nodes().to_vec(),
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    fn place(s: &mut ClusterState, job: u32, node: u32, gpus: Vec<u32>) {
+        let d = vec![Decision::Place(job, vec![WorkerPlacement { node, gpus }])];
+        s.validate(&d, 10).unwrap();
+        s.apply(d).unwrap();
+    }
+
+    /// Three nodes (two models, two pools), 200 jobs of which 12 live on:
+    /// running, reserved, pending with a model constraint.
+    fn churned_state() -> ClusterState {
+        let mut s = ClusterState::new().with_compaction_floor(None);
+        s.add_node(gpu_node("a", "train", "V100", 4)).unwrap();
+        s.add_node(gpu_node("b", "infer", "T4", 2)).unwrap();
+        s.add_node(gpu_node("c", "train", "V100", 2)).unwrap();
+        let mut ids = Vec::new();
+        for i in 0..200 {
+            let mut req = JobRequest::gpus(format!("j{i}"), format!("t{}", i % 7), 1, 1);
+            if i % 3 == 0 {
+                req.gpu_models = vec!["T4".into()];
+            }
+            ids.push(s.submit(req).unwrap());
+        }
+        s.begin_round(10);
+        // Keep every 17th job (12 of them).
+        for (i, id) in ids.iter().enumerate() {
+            if i % 17 != 0 {
+                s.remove(*id).unwrap();
+            }
+        }
+        s.begin_round(10);
+        let by_name = |s: &ClusterState, n: &str| {
+            let id = s.job_by_name(n).unwrap();
+            s.job_index(id).unwrap()
+        };
+        let j0 = by_name(&s, "j0"); // T4 only
+        place(&mut s, j0, 1, vec![4]);
+        let j17 = by_name(&s, "j17");
+        place(&mut s, j17, 0, vec![2]);
+        let j34 = by_name(&s, "j34");
+        let d = vec![Decision::Reserve(j34, vec![2])];
+        s.validate(&d, 10).unwrap();
+        s.apply(d).unwrap();
+        s.record_gpu_metrics(vec![model::GpuMetric {
+            gpu: 2,
+            utilization_pct: 80,
+            sm_activity_pct: 40,
+            memory_used_mib: 1000,
+        }])
+        .unwrap();
+        s.begin_round(10);
+        s
+    }
+
+    #[test]
+    fn string_counts_follow_submissions_and_removals() {
+        let mut s = ClusterState::new().with_compaction_floor(None);
+        s.add_node(gpu_node("a", "p", "V100", 2)).unwrap();
+        // A CPU node's empty model string is interned but never referred to.
+        s.add_node(gpu_node("cpu", "p", "", 0)).unwrap();
+        assert_eq!(s.string_stats().live, live_by_scan(&s));
+        assert_eq!(s.string_stats().dead(), 1);
+        let a = s.submit(JobRequest::gpus("x", "t", 1, 1)).unwrap();
+        let b = s.submit(JobRequest::gpus("y", "t", 1, 1)).unwrap();
+        assert_eq!(s.string_stats().live, live_by_scan(&s));
+        s.remove(a).unwrap();
+        // `t` is still the tenant of `y`.
+        assert_eq!(s.string_stats().live, live_by_scan(&s));
+        s.remove(b).unwrap();
+        let stats = s.string_stats();
+        assert_eq!(stats.live, live_by_scan(&s));
+        assert_eq!((stats.total, stats.dead()), (8, 4));
+        assert!(!s.compaction_due(), "automatic compaction is off");
+        s.set_compaction_floor(Some(4));
+        assert!(
+            !s.compaction_due(),
+            "dead strings do not outnumber live ones"
+        );
+        s.intern("unused").unwrap();
+        assert!(s.compaction_due());
+        s.set_compaction_floor(Some(6));
+        assert!(!s.compaction_due(), "below the floor");
+    }
+
+    #[test]
+    fn compaction_renumbers_every_column_that_names_a_string() {
+        let mut s = churned_state();
+        let before = view(&s);
+        let stats = s.string_stats();
+        assert_eq!(stats.live, live_by_scan(&s));
+        assert!(stats.dead() > 150, "{stats:?}");
+        let epoch = s.epoch();
+        let c = s.compact_strings().unwrap();
+        assert_eq!(c.epoch, epoch + 1);
+        assert_eq!(c.strings_before, stats.total);
+        // 3 names + 2 pools + 2 models + 12 job names + 7 tenants.
+        assert_eq!(c.strings_after, 26);
+        assert_eq!(
+            view(&s),
+            before,
+            "every name, placement and reservation kept"
+        );
+        let stats = s.string_stats();
+        assert_eq!((stats.total, stats.live, stats.compactions), (26, 26, 1));
+        assert_eq!(stats.live, live_by_scan(&s));
+        // The host's own maps follow the new numbering.
+        let n = s.cluster().strings().len();
+        let j17 = s.job_index(s.job_by_name("j17").unwrap()).unwrap();
+        assert_eq!(
+            s.intern("j17").unwrap(),
+            s.cluster().job_columns().name[j17 as usize]
+        );
+        assert_eq!(s.cluster().strings().len(), n, "no string interned twice");
+        for r in s.records() {
+            let i = s.job_index(r.id).unwrap();
+            assert_eq!(s.cluster().job(i).name(), r.name);
+            assert_eq!(s.cluster().job(i).tenant(), r.tenant);
+        }
+        // A model constraint still means the same model.
+        let mut t4 = JobRequest::gpus("new", "t1", 1, 1);
+        t4.gpu_models = vec!["T4".into()];
+        let id = s.submit(t4).unwrap();
+        let j = s.job_index(id).unwrap();
+        assert!(s.cluster().job(j).allows_gpu(4) && !s.cluster().job(j).allows_gpu(0));
+        assert_eq!(s.string_stats().total, 27, "only the new job's name is new");
+        // Quotas are looked up through the rebuilt table.
+        s.set_tenant_quota("t1", Some(0));
+        s.begin_round(10);
+        let d = vec![Decision::Place(
+            j,
+            vec![WorkerPlacement {
+                node: 1,
+                gpus: vec![5],
+            }],
+        )];
+        assert!(matches!(
+            s.validate(&d, 10),
+            Err((0, DecisionError::QuotaExceeded { .. }))
+        ));
+    }
+
+    #[test]
+    fn snapshot_after_compaction_equals_a_fresh_state_of_the_live_jobs() {
+        let mut s = churned_state();
+        s.compact_strings().unwrap();
+        // Build the same cluster from scratch: nodes, then the live jobs in
+        // job-table order, their placements and reservations.
+        let mut fresh = ClusterState::new();
+        fresh.add_node(gpu_node("a", "train", "V100", 4)).unwrap();
+        fresh.add_node(gpu_node("b", "infer", "T4", 2)).unwrap();
+        fresh.add_node(gpu_node("c", "train", "V100", 2)).unwrap();
+        for job in s.cluster().jobs() {
+            let i: u32 = job.name()[1..].parse().unwrap();
+            let mut req = JobRequest::gpus(job.name(), job.tenant(), 1, 1);
+            if i.is_multiple_of(3) {
+                req.gpu_models = vec!["T4".into()];
+            }
+            fresh.submit(req).unwrap();
+        }
+        fresh.begin_round(10);
+        for job in s.cluster().jobs() {
+            if !job.placement().is_empty() {
+                let w = &job.placement()[0];
+                place(&mut fresh, job.index(), w.node, w.gpus.clone());
+            }
+            if !job.reserved_nodes().is_empty() {
+                let d = vec![Decision::Reserve(
+                    job.index(),
+                    job.reserved_nodes().to_vec(),
+                )];
+                fresh.apply(d).unwrap();
+            }
+        }
+        let (mut compacted, mut built) = (s.snapshot(), fresh.snapshot());
+        compacted.epoch = 0;
+        built.epoch = 0;
+        assert_eq!(compacted, built);
+        assert_eq!(view(&s).jobs, view(&fresh).jobs);
+    }
+
+    #[test]
+    fn compaction_opens_a_resync_epoch() {
+        let mut s = churned_state();
+        let feed = s.delta_feed();
+        let old_mirror_epoch = s.epoch();
+        s.begin_round(10);
+        assert!(s.delta_since(old_mirror_epoch).is_some());
+        // Pending changes are folded into the resync epoch.
+        let late = s.submit(JobRequest::gpus("late", "t0", 1, 1)).unwrap();
+        let before = s.epoch();
+        let c = s.compact_strings().unwrap();
+        assert_eq!(
+            (c.epoch, s.epoch(), s.resync_epoch()),
+            (before + 1, before + 1, before + 1)
+        );
+        assert!(!s.has_pending_events());
+        assert!(s.job_index(late).is_some());
+        // Mirrors from before must resync; none can be caught up by delta.
+        for e in [old_mirror_epoch, before] {
+            assert!(s.delta_since(e).is_none());
+            assert!(feed.delta_since(e).is_none());
+        }
+        assert_eq!(feed.epoch(), c.epoch);
+        assert_eq!(feed.resync_epoch(), c.epoch);
+        assert!(s.delta_since(c.epoch).unwrap().events.is_empty());
+        // A mirror built at the resync epoch follows by deltas as before.
+        let snapshot = s.snapshot_at_epoch().unwrap();
+        assert_eq!(snapshot.epoch, c.epoch);
+        assert_eq!(snapshot.strings.len(), c.strings_after);
+        let mut mirror = Cluster::from_snapshot(snapshot).unwrap();
+        s.submit(JobRequest::gpus("after", "t9", 1, 1)).unwrap();
+        let (delta, round) = s.begin_round(10);
+        assert_eq!((delta.base_epoch, round.epoch), (c.epoch, c.epoch + 1));
+        mirror.apply(&delta).unwrap();
+        assert_eq!(mirror.to_snapshot(), s.snapshot());
+        assert_eq!(feed.delta_since(c.epoch).unwrap().events, delta.events);
+    }
+
+    #[test]
+    fn a_round_compacts_first_when_dead_strings_dominate() {
+        let mut s = ClusterState::new().with_compaction_floor(Some(20));
+        s.add_node(node("a", 8)).unwrap();
+        let mut last_epoch = s.epoch();
+        let mut resync_epochs = Vec::new();
+        for i in 0..100 {
+            let id = s
+                .submit(JobRequest::gpus(format!("job-{i}"), "t", 1, 1))
+                .unwrap();
+            let due = s.compaction_due();
+            let (delta, round) = s.begin_round(10);
+            if due {
+                // The round's epoch follows the resync epoch it opened.
+                assert_eq!(round.epoch, last_epoch + 2);
+                assert_eq!(delta.base_epoch, s.resync_epoch());
+                assert!(delta.events.is_empty());
+                resync_epochs.push(s.resync_epoch());
+            } else {
+                assert_eq!(round.epoch, last_epoch + 1);
+            }
+            last_epoch = round.epoch;
+            s.remove(id).unwrap();
+            let stats = s.string_stats();
+            assert!(stats.total <= 2 * stats.live + 20 + 2, "{stats:?}");
+        }
+        // 100 names died: a compaction every ~20 of them.
+        assert_eq!(s.string_stats().compactions as usize, resync_epochs.len());
+        assert!(resync_epochs.len() >= 4, "{resync_epochs:?}");
+    }
+
+    #[test]
+    fn mirrors_resync_after_a_compaction_and_their_decisions_stay_valid() {
+        use arbiter_policy_sdk::Runtime;
+        let mut s = ClusterState::new().with_compaction_floor(Some(32));
+        for i in 0..4 {
+            s.add_node(node(&format!("n{i}"), 4)).unwrap();
+        }
+        let mut policy =
+            crate::runtime::PolicyInstance::native(Box::new(Runtime::<policy_fifo::Fifo>::new()));
+        let mut mirror = Cluster::from_snapshot(s.snapshot()).unwrap();
+        let (mut resyncs, mut started) = (0, 0);
+        for round in 0..300u64 {
+            s.set_now(round * 10);
+            for k in 0..2 {
+                s.submit(JobRequest::gpus(
+                    format!("r{round}-{k}"),
+                    format!("t{k}"),
+                    1,
+                    1,
+                ))
+                .unwrap();
+            }
+            // Jobs finish after about 5 rounds.
+            let done: Vec<JobId> = s
+                .records()
+                .iter()
+                .filter(|r| r.last_start_ms.is_some_and(|t| t + 50 <= round * 10))
+                .map(|r| r.id)
+                .collect();
+            for id in done {
+                s.remove(id).unwrap();
+            }
+            let (_, info) = s.begin_round(100);
+            match s.delta_since(mirror.epoch()) {
+                Some(delta) => mirror.apply(&delta).unwrap(),
+                None => {
+                    resyncs += 1;
+                    mirror = Cluster::from_snapshot(s.snapshot_at_epoch().unwrap()).unwrap();
+                }
+            }
+            assert_eq!(mirror.to_snapshot(), s.snapshot_at_epoch().unwrap());
+            policy.sync_to(&s).unwrap();
+            assert_eq!(policy.mirror_epoch(), Some(s.epoch()));
+            let decisions = policy.schedule(info).unwrap();
+            s.validate(&decisions, 100).unwrap();
+            started += s.apply(decisions).unwrap().started.len();
+            let stats = s.string_stats();
+            assert!(stats.total <= 2 * stats.live + 32 + 4, "{stats:?}");
+        }
+        let compactions = s.string_stats().compactions;
+        assert!(compactions >= 3, "{compactions} compactions");
+        assert_eq!(
+            resyncs, compactions,
+            "a mirror resyncs only at a compaction"
+        );
+        assert!(started >= 500, "{started} jobs started");
+    }
+
+    #[test]
+    fn reservations_and_utilization_survive_on_the_host() {
+        let mut s = churned_state();
+        let reserved = s.job_by_name("j34").unwrap();
+        s.compact_strings().unwrap();
+        let c = s.cluster();
+        let j = s.job_index(reserved).unwrap();
+        assert_eq!(c.job(j).reserved_nodes(), &[2]);
+        assert_eq!(c.reserved_by(2), Some(j));
+        assert_eq!(
+            (c.gpu(2).utilization_pct(), c.gpu(2).sm_activity_pct()),
+            (80, 40)
+        );
+        // Node 2 is still closed to other jobs.
+        let other = s.job_index(s.job_by_name("j68").unwrap()).unwrap();
+        s.begin_round(10);
+        let d = vec![Decision::Place(
+            other,
+            vec![WorkerPlacement {
+                node: 2,
+                gpus: vec![6],
+            }],
+        )];
+        assert!(s.validate(&d, 10).is_err());
+    }
+
+    #[test]
+    fn a_delta_feed_is_read_from_another_thread() {
+        let mut s = ClusterState::new();
+        s.add_node(node("a", 4)).unwrap();
+        let mut mirror = Cluster::from_snapshot(s.snapshot()).unwrap();
+        let feed = s.delta_feed();
+        for i in 0..10 {
+            s.submit(JobRequest::gpus(format!("j{i}"), "t", 1, 1))
+                .unwrap();
+            s.begin_round(10);
+        }
+        let target = s.epoch();
+        let reader = std::thread::spawn(move || {
+            let d = feed.delta_since(mirror.epoch()).unwrap();
+            mirror.apply(&d).unwrap();
+            mirror
+        });
+        let mirror = reader.join().unwrap();
+        assert_eq!(mirror.epoch(), target);
+        assert_eq!(mirror.to_snapshot(), s.snapshot());
     }
 }

@@ -4,7 +4,7 @@
 use super::bindings::{roles, wit};
 use super::engine::{CompiledPolicy, HostState, RoleIndices};
 use super::fault::PolicyFault;
-use crate::state::ClusterState;
+use crate::state::{ClusterState, DeltaFeed};
 use arbiter_policy_sdk::model::*;
 use arbiter_policy_sdk::{Policy, Runtime};
 use std::sync::Arc;
@@ -309,6 +309,35 @@ impl PolicyInstance {
                 other => other,
             },
             None => self.resync_to(state),
+        }
+    }
+
+    /// Brings the mirror as far as a [`DeltaFeed`] reaches, off the round loop
+    /// (one merged delta). `Ok(Some(epoch))`: the mirror is at the feed's
+    /// epoch; `Ok(None)`: it cannot be caught up by delta (never synced, or
+    /// older than the feed's history or resync epoch) and the next round
+    /// resyncs it. A fault other than `stale` is returned.
+    pub fn catch_up(&mut self, feed: &DeltaFeed) -> Result<Option<u64>, PolicyFault> {
+        let Some(epoch) = self.mirror_epoch else {
+            return Ok(None);
+        };
+        let Some(delta) = feed.delta_since(epoch) else {
+            return Ok(None);
+        };
+        if delta.base_epoch == delta.epoch {
+            return Ok(Some(epoch));
+        }
+        let span = tracing::debug_span!(
+            "catch_up",
+            from = epoch,
+            to = delta.epoch,
+            events = delta.events.len()
+        );
+        let _guard = span.enter();
+        match self.apply(&delta) {
+            Ok(()) => Ok(self.mirror_epoch),
+            Err(PolicyFault::Stale(_)) => Ok(None),
+            Err(fault) => Err(fault),
         }
     }
 
