@@ -6,6 +6,9 @@
 //! * [`mps`] — one `nvidia-cuda-mps-control` daemon per GPU behind [`MpsControl`](mps::MpsControl);
 //! * [`supervisor`] — launch under `LD_PRELOAD` of the interposer with a per-workload control
 //!   block, persist, adopt after a restart, reap, evict;
+//! * [`coordinator`] — the node-local policy runtime: a `coordinator` policy (Wasm through
+//!   `arbiter_host::runtime`, or native) run every control period against the [`Node`], its
+//!   answers validated before they are applied, a native fallback after repeated faults;
 //! * [`enforcer`] — the node-local policy data path: [`Node::view`](enforcer::Node::view)
 //!   builds the SDK's `NodeView`, [`Node::apply_actions`](enforcer::Node::apply_actions)
 //!   carries out `NodeAction`s;
@@ -16,6 +19,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod coordinator;
 pub mod enforcer;
 pub mod gpu;
 pub mod mps;
@@ -23,6 +27,7 @@ pub mod nvml;
 pub mod procfs;
 pub mod supervisor;
 
+pub use coordinator::{Coordinator, CoordinatorConfig, CoordinatorError, StepReport};
 pub use enforcer::{ActionError, ActionOutcome, Applied, Node, NodeConfig};
 pub use gpu::{GpuBackend, GpuError, SimBackend};
 pub use mps::{MpsConfig, MpsControl, MpsManager};

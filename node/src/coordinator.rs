@@ -1,0 +1,897 @@
+//! The node-local policy runtime: runs a `coordinator` policy every control period.
+//!
+//! One control step is
+//!
+//! ```text
+//! node.view()  →  policy.tick(view)  →  validate  →  node.apply_actions()  →  node.poll()
+//! ```
+//!
+//! (reaping and eviction escalation come last, off the path from a metric to the control
+//! blocks).
+//!
+//! The policy is a Wasm component (the built-in [`sysmonitor`](DEFAULT_POLICY) by default) run by
+//! the host's runtime — `arbiter_host::runtime`, the same engine, sandbox and fault
+//! classification as the cluster scheduler, not a copy — or any [`NativePolicy`].
+//!
+//! A policy is untrusted. Its answer is checked against the view it was given before anything
+//! is applied: an action on a workload or GPU the view does not list, a compute share outside
+//! 1..=1000 ‰, an MPS thread percentage outside 1..=100, an unknown health code, or more actions
+//! than the view can justify make the answer invalid, and (by default) **nothing** from that
+//! call is applied — the same rule the host applies to scheduling decisions. The node itself
+//! validates each action again when it applies it.
+//!
+//! A fault (trap, deadline, memory cap, reported error, invalid answer) is counted and logged,
+//! and that period applies nothing: the control blocks keep the limits they have. A trapped
+//! instance is never re-entered; the next period gets a fresh instance of the same compiled
+//! policy. After [`CoordinatorConfig::fallback_after`] consecutive faults the coordinator falls
+//! back to a native policy — by default [`HoldSteady`], which changes nothing, so every workload
+//! keeps its current memory quota, share and freeze state — until an operator calls
+//! [`Coordinator::retry_policy`] or installs another policy with
+//! [`Coordinator::replace_policy`]. Nothing here panics on what a policy returns.
+
+use crate::enforcer::{ActionOutcome, Node};
+use crate::supervisor::ExitReport;
+use arbiter_host::runtime::{
+    CompiledPolicy, NativePolicy, PolicyEngine, PolicyFault, PolicyInstance, RuntimeConfig,
+};
+use arbiter_policy_sdk::model::{Manifest, NodeAction, NodeView, PolicyError, Role, health};
+use arbiter_policy_sdk::{Policy, Runtime};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// The control period MuxFlow's GPU monitor and the brief ask for.
+pub const DEFAULT_PERIOD: Duration = Duration::from_millis(100);
+
+/// The built-in coordinator policy: MuxFlow's SysMonitor + xCUDA pacing.
+pub const DEFAULT_POLICY: &str = "sysmonitor";
+
+/// What to do with an answer that contains invalid actions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InvalidActions {
+    /// The whole answer is a fault: nothing from the call is applied (the host's rule for
+    /// scheduling decisions, and the default: a policy that gets one action wrong may have got
+    /// the others wrong too).
+    RejectCall,
+    /// Drop the invalid actions, apply the valid ones, and count no fault.
+    DropAction,
+}
+
+/// Coordinator settings.
+#[derive(Debug, Clone)]
+pub struct CoordinatorConfig {
+    /// Control period of [`Coordinator::run_loop`].
+    pub period: Duration,
+    /// Consecutive faults after which the native fallback takes over.
+    pub fallback_after: u32,
+    /// Actions allowed per GPU and per workload in the view (plus a constant 8): a policy
+    /// returning more is flooding, and its answer is a fault.
+    pub max_actions_per_entity: usize,
+    pub invalid_actions: InvalidActions,
+}
+
+impl Default for CoordinatorConfig {
+    fn default() -> Self {
+        CoordinatorConfig {
+            period: DEFAULT_PERIOD,
+            fallback_after: 3,
+            max_actions_per_entity: 8,
+            invalid_actions: InvalidActions::RejectCall,
+        }
+    }
+}
+
+/// Sandbox settings for node-local policies, derived from the control period.
+///
+/// The deadline is a quarter of the period, so a runaway policy costs at most a quarter period
+/// before it is cut off. The epoch tick (the deadline's resolution) is half the deadline: a
+/// call is then interrupted after between one and two ticks, i.e. never before half the
+/// deadline, which is still ~100x what `sysmonitor` needs. A finer tick buys nothing here and
+/// costs CPU: the engine's ticker thread wakes on every tick whether or not a call is running,
+/// and at the host's 1 ms tick that thread alone would take a good part of the node agent's
+/// 1 % CPU budget.
+pub fn node_runtime_config(period: Duration) -> RuntimeConfig {
+    let deadline = (period / 4).max(Duration::from_millis(4));
+    RuntimeConfig {
+        deadline,
+        epoch_tick: deadline / 2,
+        memory_limit: 32 << 20,
+        max_instances: 4,
+        max_log_lines: 16,
+        ..RuntimeConfig::default()
+    }
+}
+
+/// Why a coordinator could not be built (at load time; at run time nothing is an error).
+#[derive(Debug, thiserror::Error)]
+pub enum CoordinatorError {
+    #[error("creating the Wasm engine for node policies: {0}")]
+    Engine(String),
+    #[error("no built-in policy `{0}` in this build (see `arbiter_policies::names()`)")]
+    NoSuchBuiltin(String),
+    #[error("policy `{name}` does not declare the `coordinator` role (roles: {roles:?})")]
+    NotACoordinator { name: String, roles: Vec<String> },
+    #[error("loading coordinator policy `{name}`: {fault}")]
+    Load { name: String, fault: PolicyFault },
+    #[error("no policy to retry: the coordinator was built with the fallback only")]
+    NothingToRetry,
+}
+
+/// A native coordinator that never acts: the safe fallback. Every workload keeps the memory
+/// quota, compute share and freeze state it has; evictions already started still complete
+/// (the step keeps polling the node); GPU health stays what was last published.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct HoldSteady;
+
+impl Policy for HoldSteady {
+    fn manifest() -> Manifest {
+        arbiter_policy_sdk::manifest(
+            "hold-steady",
+            env!("CARGO_PKG_VERSION"),
+            &[Role::Coordinator],
+            "Native fallback coordinator: keeps every limit as it is.",
+        )
+    }
+
+    fn create() -> Self {
+        HoldSteady
+    }
+
+    fn tick(&mut self, _view: &NodeView) -> Result<Vec<NodeAction>, PolicyError> {
+        Ok(Vec::new())
+    }
+}
+
+/// Who answered a control step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Served {
+    /// The configured policy; its actions were applied.
+    Policy,
+    /// The configured policy faulted this step: nothing from it was applied.
+    Faulted,
+    /// The native fallback (the policy was retired after repeated faults).
+    Fallback,
+}
+
+/// One refused action and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub index: usize,
+    pub action: NodeAction,
+    pub reason: String,
+}
+
+/// What one control step did.
+#[derive(Debug)]
+pub struct StepReport {
+    pub step: u64,
+    pub served: Served,
+    /// The fault of this step, if the policy had one.
+    pub fault: Option<PolicyFault>,
+    /// Actions the validator refused (never applied).
+    pub refused: Vec<Refusal>,
+    /// What the node did with each action passed to it, in order.
+    pub outcomes: Vec<ActionOutcome>,
+    /// Workloads the node reaped this step.
+    pub exits: Vec<ExitReport>,
+    /// When the actions had reached the control blocks (end of `apply_actions`).
+    pub applied_at: Instant,
+    /// `node.view()`.
+    pub view_time: Duration,
+    /// The policy call (including re-instantiation after a trap).
+    pub policy_time: Duration,
+    /// `node.apply_actions()`.
+    pub apply_time: Duration,
+    /// The whole step.
+    pub total: Duration,
+}
+
+/// Counters over the coordinator's life.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CoordinatorStats {
+    pub steps: u64,
+    /// Steps answered by the fallback.
+    pub fallback_steps: u64,
+    pub faults: u64,
+    pub consecutive_faults: u32,
+    /// Fresh instances made after a trap.
+    pub reinstantiations: u64,
+    /// Actions refused by validation.
+    pub refused_actions: u64,
+    /// Actions passed to the node.
+    pub applied_actions: u64,
+    /// Actions the node then refused itself (e.g. a workload that exited meanwhile).
+    pub node_refused_actions: u64,
+    pub last_fault: Option<PolicyFault>,
+}
+
+/// What [`Coordinator::run_loop`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoopSummary {
+    pub steps: u64,
+    /// Steps that started more than a period late (the loop skips missed periods rather than
+    /// running them back to back).
+    pub overruns: u64,
+}
+
+/// Where the configured policy comes from, so a trapped instance can be replaced.
+enum Source {
+    Wasm {
+        compiled: Box<CompiledPolicy>,
+        config: String,
+    },
+    /// A native policy cannot be re-created; it never traps (a panic would abort the node, so
+    /// native policies are trusted code).
+    Native,
+}
+
+struct Primary {
+    name: String,
+    source: Source,
+    /// `None` after a trap: the next step instantiates afresh.
+    instance: Option<PolicyInstance>,
+}
+
+impl Primary {
+    /// The live instance, made fresh if the last one trapped.
+    fn instance(
+        &mut self,
+        stats: &mut CoordinatorStats,
+    ) -> Result<&mut PolicyInstance, PolicyFault> {
+        if self.instance.is_none() {
+            let Source::Wasm { compiled, config } = &self.source else {
+                return Err(PolicyFault::Abi("native policy instance lost".into()));
+            };
+            let mut fresh = compiled.instantiate()?;
+            fresh.configure(config)?;
+            stats.reinstantiations += 1;
+            tracing::info!(policy = %self.name, "coordinator policy re-instantiated after a fault");
+            self.instance = Some(fresh);
+        }
+        self.instance
+            .as_mut()
+            .ok_or_else(|| PolicyFault::Abi("no instance".into()))
+    }
+}
+
+/// Runs a coordinator policy against a [`Node`].
+pub struct Coordinator {
+    config: CoordinatorConfig,
+    /// The configured policy while it is trusted.
+    primary: Option<Primary>,
+    /// The configured policy after it was retired (kept for [`Coordinator::retry_policy`]).
+    retired: Option<Primary>,
+    fallback: PolicyInstance,
+    stats: CoordinatorStats,
+}
+
+impl std::fmt::Debug for Coordinator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Coordinator")
+            .field("policy", &self.policy_name())
+            .field("on_fallback", &self.on_fallback())
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Checks, instantiates and configures a compiled coordinator policy.
+fn wasm_primary(
+    compiled: CompiledPolicy,
+    config: Option<&str>,
+) -> Result<Primary, CoordinatorError> {
+    let name = compiled.manifest.name.clone();
+    if !compiled.has_role(Role::Coordinator) {
+        return Err(CoordinatorError::NotACoordinator {
+            name,
+            roles: compiled.manifest.roles.clone(),
+        });
+    }
+    let config = config
+        .map(str::to_string)
+        .unwrap_or_else(|| compiled.manifest.default_config.clone());
+    let load = |fault| CoordinatorError::Load {
+        name: name.clone(),
+        fault,
+    };
+    let mut instance = compiled.instantiate().map_err(load)?;
+    instance.configure(&config).map_err(load)?;
+    tracing::info!(policy = %name, digest = %compiled.digest, "coordinator policy loaded");
+    Ok(Primary {
+        name,
+        source: Source::Wasm {
+            compiled: Box::new(compiled),
+            config,
+        },
+        instance: Some(instance),
+    })
+}
+
+fn hold_steady() -> PolicyInstance {
+    PolicyInstance::native(Box::new(Runtime::<HoldSteady>::new()))
+}
+
+impl Coordinator {
+    /// A coordinator running a compiled Wasm policy with `config` (its manifest's default
+    /// configuration when `None`). Instantiation and configuration happen here, so a policy
+    /// that cannot start is an error the operator sees, not a silent fallback.
+    pub fn from_compiled(
+        compiled: CompiledPolicy,
+        config: Option<&str>,
+        settings: CoordinatorConfig,
+    ) -> Result<Coordinator, CoordinatorError> {
+        Ok(Coordinator::with_primary(
+            wasm_primary(compiled, config)?,
+            settings,
+        ))
+    }
+
+    /// Installs another compiled policy (a hot swap between periods). The new policy is
+    /// instantiated and configured first; if that fails, the running one stays in charge.
+    /// The fault streak starts over, and a retired policy is forgotten.
+    pub fn replace_policy(
+        &mut self,
+        compiled: CompiledPolicy,
+        config: Option<&str>,
+    ) -> Result<(), CoordinatorError> {
+        let primary = wasm_primary(compiled, config)?;
+        tracing::info!(
+            from = self.policy_name().unwrap_or("-"),
+            to = %primary.name,
+            "coordinator policy replaced"
+        );
+        self.primary = Some(primary);
+        self.retired = None;
+        self.stats.consecutive_faults = 0;
+        Ok(())
+    }
+
+    /// Compiles a Wasm component with `engine` and runs it (see [`Self::from_compiled`]).
+    pub fn from_wasm(
+        engine: &PolicyEngine,
+        wasm: &[u8],
+        config: Option<&str>,
+        settings: CoordinatorConfig,
+    ) -> Result<Coordinator, CoordinatorError> {
+        let compiled = engine
+            .compile(wasm)
+            .map_err(|fault| CoordinatorError::Load {
+                name: "<component>".into(),
+                fault,
+            })?;
+        Coordinator::from_compiled(compiled, config, settings)
+    }
+
+    /// A built-in policy (`arbiter_policies::get(name)`) in its own engine sized for node
+    /// policies ([`node_runtime_config`]).
+    pub fn builtin(
+        name: &str,
+        config: Option<&str>,
+        settings: CoordinatorConfig,
+    ) -> Result<Coordinator, CoordinatorError> {
+        let wasm = arbiter_policies::get(name)
+            .ok_or_else(|| CoordinatorError::NoSuchBuiltin(name.to_string()))?;
+        let engine = PolicyEngine::new(node_runtime_config(settings.period))
+            .map_err(|e| CoordinatorError::Engine(format!("{e:#}")))?;
+        Coordinator::from_wasm(&engine, wasm, config, settings)
+    }
+
+    /// A native policy (trusted code compiled into the node: benchmarks' baseline, tests).
+    pub fn native(
+        policy: Box<dyn NativePolicy>,
+        config: Option<&str>,
+        settings: CoordinatorConfig,
+    ) -> Result<Coordinator, CoordinatorError> {
+        let mut instance = PolicyInstance::native(policy);
+        let manifest = instance
+            .describe()
+            .map_err(|fault| CoordinatorError::Load {
+                name: "<native>".into(),
+                fault,
+            })?;
+        if !manifest
+            .roles
+            .iter()
+            .any(|r| r == Role::Coordinator.as_str())
+        {
+            return Err(CoordinatorError::NotACoordinator {
+                name: manifest.name,
+                roles: manifest.roles,
+            });
+        }
+        let config = config.unwrap_or(&manifest.default_config).to_string();
+        instance
+            .configure(&config)
+            .map_err(|fault| CoordinatorError::Load {
+                name: manifest.name.clone(),
+                fault,
+            })?;
+        Ok(Coordinator::with_primary(
+            Primary {
+                name: manifest.name,
+                source: Source::Native,
+                instance: Some(instance),
+            },
+            settings,
+        ))
+    }
+
+    /// Only the fallback: what a node runs when its policy cannot be loaded at all.
+    pub fn fallback_only(settings: CoordinatorConfig) -> Coordinator {
+        Coordinator {
+            config: settings,
+            primary: None,
+            retired: None,
+            fallback: hold_steady(),
+            stats: CoordinatorStats::default(),
+        }
+    }
+
+    fn with_primary(primary: Primary, settings: CoordinatorConfig) -> Coordinator {
+        Coordinator {
+            primary: Some(primary),
+            ..Coordinator::fallback_only(settings)
+        }
+    }
+
+    /// Replaces the fallback (the default is [`HoldSteady`]).
+    pub fn with_fallback(mut self, fallback: Box<dyn NativePolicy>) -> Coordinator {
+        self.fallback = PolicyInstance::native(fallback);
+        self
+    }
+
+    pub fn config(&self) -> &CoordinatorConfig {
+        &self.config
+    }
+
+    pub fn stats(&self) -> &CoordinatorStats {
+        &self.stats
+    }
+
+    /// Whether the fallback is answering.
+    pub fn on_fallback(&self) -> bool {
+        self.primary.is_none()
+    }
+
+    /// Name of the configured policy (active or retired).
+    pub fn policy_name(&self) -> Option<&str> {
+        self.primary
+            .as_ref()
+            .or(self.retired.as_ref())
+            .map(|p| p.name.as_str())
+    }
+
+    /// Puts a retired policy back in charge with a fresh instance (an operator's decision,
+    /// like lifting a quarantine on the host).
+    pub fn retry_policy(&mut self) -> Result<(), CoordinatorError> {
+        if self.primary.is_some() {
+            return Ok(());
+        }
+        let mut p = self
+            .retired
+            .take()
+            .ok_or(CoordinatorError::NothingToRetry)?;
+        if matches!(p.source, Source::Wasm { .. }) {
+            p.instance = None;
+        }
+        tracing::info!(policy = %p.name, "coordinator policy back in charge");
+        self.primary = Some(p);
+        self.stats.consecutive_faults = 0;
+        Ok(())
+    }
+
+    /// One control period: view, decide, validate, apply, then reap.
+    pub fn step(&mut self, node: &mut Node) -> StepReport {
+        let step = self.stats.steps;
+        self.stats.steps += 1;
+        let span = tracing::info_span!(
+            "control_step",
+            step,
+            policy = self.policy_name().unwrap_or("-"),
+        );
+        let _guard = span.enter();
+        let start = Instant::now();
+        let view = node.view();
+        let view_time = start.elapsed();
+
+        let t = Instant::now();
+        let (served, decided) = self.decide(view);
+        let policy_time = t.elapsed();
+        let (actions, refused, fault) = match decided {
+            Decided::Actions { actions, refused } => (actions, refused, None),
+            Decided::Fault { fault, refused } => (Vec::new(), refused, Some(fault)),
+        };
+
+        let t = Instant::now();
+        let outcomes = if actions.is_empty() {
+            Vec::new()
+        } else {
+            node.apply_actions(&actions)
+        };
+        let applied_at = Instant::now();
+        let apply_time = applied_at.duration_since(t);
+        let exits = node.poll();
+        self.stats.applied_actions += outcomes.len() as u64;
+        self.stats.node_refused_actions +=
+            outcomes.iter().filter(|o| o.result.is_err()).count() as u64;
+        self.stats.refused_actions += refused.len() as u64;
+        if served == Served::Fallback {
+            self.stats.fallback_steps += 1;
+        }
+        let total = start.elapsed();
+        tracing::debug!(
+            ?served,
+            actions = outcomes.len(),
+            refused = refused.len(),
+            view_us = view_time.as_micros() as u64,
+            policy_us = policy_time.as_micros() as u64,
+            apply_us = apply_time.as_micros() as u64,
+            "control step"
+        );
+        StepReport {
+            step,
+            served,
+            fault,
+            refused,
+            outcomes,
+            exits,
+            applied_at,
+            view_time,
+            policy_time,
+            apply_time,
+            total,
+        }
+    }
+
+    /// Asks the policy (or the fallback) and validates the answer.
+    fn decide(&mut self, view: NodeView) -> (Served, Decided) {
+        let limit = self
+            .config
+            .max_actions_per_entity
+            .saturating_mul(view.gpus.len() + view.workloads.len())
+            + 8;
+        let index = ViewIndex::new(&view);
+        let Some(primary) = self.primary.as_mut() else {
+            return (Served::Fallback, self.ask_fallback(view, &index, limit));
+        };
+        let answer = primary
+            .instance(&mut self.stats)
+            .and_then(|instance| instance.tick(view));
+        let (fault, refused) = match answer {
+            Ok(actions) => {
+                match check_actions(actions, &index, limit, self.config.invalid_actions) {
+                    Decided::Actions { actions, refused } => {
+                        self.stats.consecutive_faults = 0;
+                        return (Served::Policy, Decided::Actions { actions, refused });
+                    }
+                    Decided::Fault { fault, refused } => (fault, refused),
+                }
+            }
+            Err(fault) => (fault, Vec::new()),
+        };
+        self.record_fault(&fault);
+        (Served::Faulted, Decided::Fault { fault, refused })
+    }
+
+    fn ask_fallback(&mut self, view: NodeView, index: &ViewIndex, limit: usize) -> Decided {
+        let decided = match self.fallback.tick(view) {
+            Ok(actions) => check_actions(actions, index, limit, self.config.invalid_actions),
+            Err(fault) => Decided::Fault {
+                fault,
+                refused: Vec::new(),
+            },
+        };
+        if let Decided::Fault { fault, .. } = &decided {
+            tracing::error!(%fault, "native fallback coordinator failed; nothing applied");
+        }
+        decided
+    }
+
+    fn record_fault(&mut self, fault: &PolicyFault) {
+        let s = &mut self.stats;
+        s.faults += 1;
+        s.consecutive_faults += 1;
+        s.last_fault = Some(fault.clone());
+        let Some(primary) = self.primary.as_mut() else {
+            return;
+        };
+        tracing::warn!(
+            policy = %primary.name,
+            kind = fault.kind(),
+            %fault,
+            consecutive = s.consecutive_faults,
+            "coordinator policy fault; nothing applied this period"
+        );
+        let poisoned = fault.poisons_instance()
+            || primary
+                .instance
+                .as_ref()
+                .is_some_and(|i| i.poisoned().is_some());
+        if poisoned && matches!(primary.source, Source::Wasm { .. }) {
+            primary.instance = None;
+        }
+        if s.consecutive_faults >= self.config.fallback_after.max(1) {
+            tracing::error!(
+                policy = %primary.name,
+                faults = s.consecutive_faults,
+                "coordinator policy retired after repeated faults; native fallback keeps every limit as it is"
+            );
+            self.retired = self.primary.take();
+        }
+    }
+
+    /// Runs [`Self::step`] every period until `stop` is set (checked once per period).
+    pub fn run_loop(&mut self, node: &mut Node, stop: &AtomicBool) -> LoopSummary {
+        self.run_loop_with(node, stop, |_| {})
+    }
+
+    /// [`Self::run_loop`], handing every step's report to `observe`.
+    ///
+    /// Periods are scheduled against absolute times (start + k·period), so a slow step does not
+    /// shift every later one; a step that starts more than a whole period late is counted as an
+    /// overrun and the missed periods are skipped, not run back to back.
+    pub fn run_loop_with(
+        &mut self,
+        node: &mut Node,
+        stop: &AtomicBool,
+        mut observe: impl FnMut(&StepReport),
+    ) -> LoopSummary {
+        let period = self.config.period.max(Duration::from_millis(1));
+        let mut summary = LoopSummary::default();
+        let mut next = Instant::now();
+        while !stop.load(Ordering::Acquire) {
+            let report = self.step(node);
+            summary.steps += 1;
+            observe(&report);
+            next += period;
+            let now = Instant::now();
+            match next.checked_duration_since(now) {
+                Some(wait) => std::thread::sleep(wait),
+                None => {
+                    let behind = now.duration_since(next);
+                    if behind >= period {
+                        summary.overruns += 1;
+                        let skipped = (behind.as_nanos() / period.as_nanos()) as u32;
+                        next += period.saturating_mul(skipped);
+                        tracing::warn!(
+                            skipped,
+                            "control loop overran its period; skipping missed periods"
+                        );
+                    }
+                }
+            }
+        }
+        summary
+    }
+}
+
+enum Decided {
+    Actions {
+        actions: Vec<NodeAction>,
+        refused: Vec<Refusal>,
+    },
+    Fault {
+        fault: PolicyFault,
+        refused: Vec<Refusal>,
+    },
+}
+
+/// The ids a view lists, for validation.
+struct ViewIndex {
+    gpus: Vec<u32>,
+    workloads: Vec<u32>,
+}
+
+impl ViewIndex {
+    fn new(view: &NodeView) -> ViewIndex {
+        let mut gpus: Vec<u32> = view.gpus.iter().map(|g| g.index).collect();
+        let mut workloads: Vec<u32> = view.workloads.iter().map(|w| w.id).collect();
+        gpus.sort_unstable();
+        workloads.sort_unstable();
+        ViewIndex { gpus, workloads }
+    }
+
+    fn has_gpu(&self, index: u32) -> bool {
+        self.gpus.binary_search(&index).is_ok()
+    }
+
+    fn has_workload(&self, id: u32) -> bool {
+        self.workloads.binary_search(&id).is_ok()
+    }
+}
+
+/// Why an action is not acceptable for this view (`None`: acceptable).
+fn action_problem(action: &NodeAction, index: &ViewIndex) -> Option<String> {
+    let workload = match *action {
+        NodeAction::SetMemoryLimit(w, _)
+        | NodeAction::Freeze(w)
+        | NodeAction::Resume(w)
+        | NodeAction::Evict(w) => w,
+        NodeAction::SetComputeShare(w, permille) => {
+            if !(1..=1000).contains(&permille) {
+                return Some(format!("compute share {permille} permille not in 1..=1000"));
+            }
+            w
+        }
+        NodeAction::SetMpsThreadPct(w, pct) => {
+            if !(1..=100).contains(&pct) {
+                return Some(format!("MPS thread percentage {pct} not in 1..=100"));
+            }
+            w
+        }
+        NodeAction::SetHealth(gpu, code) => {
+            if !index.has_gpu(gpu) {
+                return Some(format!("GPU {gpu} is not in the view"));
+            }
+            if code > health::DISABLED {
+                return Some(format!("health code {code} is not one of 0..=4"));
+            }
+            return None;
+        }
+    };
+    (!index.has_workload(workload)).then(|| format!("workload {workload} is not in the view"))
+}
+
+/// Validates an answer against the view it was computed from.
+fn check_actions(
+    actions: Vec<NodeAction>,
+    index: &ViewIndex,
+    limit: usize,
+    mode: InvalidActions,
+) -> Decided {
+    if actions.len() > limit {
+        return Decided::Fault {
+            fault: PolicyFault::TooManyDecisions {
+                count: actions.len(),
+                limit: u32::try_from(limit).unwrap_or(u32::MAX),
+            },
+            refused: Vec::new(),
+        };
+    }
+    let mut refused = Vec::new();
+    let mut valid = Vec::with_capacity(actions.len());
+    for (i, action) in actions.into_iter().enumerate() {
+        match action_problem(&action, index) {
+            None => valid.push(action),
+            Some(reason) => {
+                // Log a few; a policy producing thousands must not flood the node's log.
+                if refused.len() < 8 {
+                    tracing::warn!(index = i, ?action, %reason, "coordinator action refused");
+                }
+                refused.push(Refusal {
+                    index: i,
+                    action,
+                    reason,
+                });
+            }
+        }
+    }
+    match (refused.first(), mode) {
+        (Some(first), InvalidActions::RejectCall) => Decided::Fault {
+            fault: PolicyFault::BadAnswer(format!(
+                "{} of {} actions invalid; first: #{} {:?}: {}",
+                refused.len(),
+                refused.len() + valid.len(),
+                first.index,
+                first.action,
+                first.reason
+            )),
+            refused,
+        },
+        _ => Decided::Actions {
+            actions: valid,
+            refused,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arbiter_policy_sdk::model::{GpuStatus, WorkloadStatus};
+
+    fn view() -> NodeView {
+        NodeView {
+            now_ms: 1,
+            gpus: vec![GpuStatus {
+                index: 0,
+                ..GpuStatus::default()
+            }],
+            workloads: vec![WorkloadStatus {
+                id: 7,
+                ..WorkloadStatus::default()
+            }],
+        }
+    }
+
+    fn problems(actions: &[NodeAction]) -> Vec<Option<String>> {
+        let index = ViewIndex::new(&view());
+        actions.iter().map(|a| action_problem(a, &index)).collect()
+    }
+
+    #[test]
+    fn validation_refuses_what_the_view_cannot_justify() {
+        let ok = [
+            NodeAction::SetMemoryLimit(7, 0),
+            NodeAction::SetMemoryLimit(7, u32::MAX),
+            NodeAction::SetComputeShare(7, 1),
+            NodeAction::SetComputeShare(7, 1000),
+            NodeAction::SetMpsThreadPct(7, 100),
+            NodeAction::Freeze(7),
+            NodeAction::Resume(7),
+            NodeAction::Evict(7),
+            NodeAction::SetHealth(0, health::DISABLED),
+        ];
+        assert!(problems(&ok).iter().all(Option::is_none));
+        let bad = [
+            NodeAction::SetComputeShare(7, 0),
+            NodeAction::SetComputeShare(7, 1001),
+            NodeAction::SetComputeShare(8, 500),
+            NodeAction::SetMpsThreadPct(7, 0),
+            NodeAction::SetMpsThreadPct(7, 101),
+            NodeAction::SetMemoryLimit(99, 10),
+            NodeAction::Freeze(8),
+            NodeAction::Resume(8),
+            NodeAction::Evict(u32::MAX),
+            NodeAction::SetHealth(1, health::HEALTHY),
+            NodeAction::SetHealth(0, 5),
+        ];
+        assert!(problems(&bad).iter().all(Option::is_some));
+    }
+
+    #[test]
+    fn an_invalid_action_rejects_the_call_or_only_itself() {
+        let index = ViewIndex::new(&view());
+        let answer = vec![NodeAction::Freeze(7), NodeAction::Evict(8)];
+        match check_actions(answer.clone(), &index, 100, InvalidActions::RejectCall) {
+            Decided::Fault { fault, refused } => {
+                assert_eq!(fault.kind(), "bad-answer");
+                assert_eq!(refused.len(), 1);
+                assert_eq!(refused[0].index, 1);
+            }
+            Decided::Actions { .. } => panic!("accepted"),
+        }
+        match check_actions(answer, &index, 100, InvalidActions::DropAction) {
+            Decided::Actions { actions, refused } => {
+                assert_eq!(actions, [NodeAction::Freeze(7)]);
+                assert_eq!(refused.len(), 1);
+            }
+            Decided::Fault { .. } => panic!("rejected"),
+        }
+        let flood = vec![NodeAction::Freeze(7); 11];
+        assert!(matches!(
+            check_actions(flood, &index, 10, InvalidActions::DropAction),
+            Decided::Fault {
+                fault: PolicyFault::TooManyDecisions {
+                    count: 11,
+                    limit: 10
+                },
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn runtime_config_scales_with_the_period() {
+        let c = node_runtime_config(Duration::from_millis(100));
+        assert_eq!(c.deadline, Duration::from_millis(25));
+        assert_eq!(c.epoch_tick, Duration::from_micros(12_500));
+        let c = node_runtime_config(Duration::from_millis(1));
+        assert_eq!(c.deadline, Duration::from_millis(4));
+        assert_eq!(c.epoch_tick, Duration::from_millis(2));
+    }
+
+    /// The agent runs the loop on a thread of its own: both halves must move there.
+    #[test]
+    fn coordinator_and_node_can_move_to_a_control_thread() {
+        fn is_send<T: Send>() {}
+        is_send::<Coordinator>();
+        is_send::<Node>();
+    }
+
+    #[test]
+    fn hold_steady_never_acts() {
+        let mut p = Runtime::<HoldSteady>::new();
+        assert_eq!(p.tick(view()), Ok(Vec::new()));
+        assert_eq!(p.manifest().roles, ["coordinator"]);
+    }
+}
