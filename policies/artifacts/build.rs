@@ -1,4 +1,5 @@
-//! Builds every policy crate under `policies/` that opts in with
+//! Builds every policy crate under `policies/` and `examples/` that opts in
+//! with
 //!
 //! ```toml
 //! [package.metadata.arbiter]
@@ -8,6 +9,11 @@
 //! for `wasm32-wasip2` with the `policy` profile, and embeds the components.
 //! Opting in keeps library crates and policies still being written out of
 //! the host's build.
+//!
+//! A component's name is its package name without a `policy-` and then a
+//! `fixture-` prefix: `policies/fixture-misbehave` (`policy-fixture-misbehave`)
+//! is `fixture("misbehave")`, `examples/tenant-policy`
+//! (`tenant-deadline-first`) is `fixture("tenant-deadline-first")`.
 //!
 //! The nested cargo uses its own target directory so it never waits on the
 //! lock of the build that runs this script.
@@ -52,15 +58,26 @@ fn run() -> Result<(), String> {
         workspace.join("wit").join("policy.wit").display()
     );
     watch_files(&policies_dir)?;
+    // Example policies (documented in docs/writing-policies.md) opt in the same way.
+    let examples_dir = workspace.join("examples");
+    if examples_dir.is_dir() {
+        println!("cargo:rerun-if-changed={}", examples_dir.display());
+        watch_files(&examples_dir)?;
+    }
+    // (package name, kind)
     let mut crates = Vec::new();
-    let entries =
-        std::fs::read_dir(&policies_dir).map_err(|e| format!("{}: {e}", policies_dir.display()))?;
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let manifest = std::fs::read_to_string(path.join("Cargo.toml")).unwrap_or_default();
-        if let Some(kind) = artifact_kind(&manifest) {
-            crates.push((name, kind));
+    for dir in [&policies_dir, &examples_dir] {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path().join("Cargo.toml");
+            let manifest = std::fs::read_to_string(&path).unwrap_or_default();
+            if let Some(kind) = artifact_kind(&manifest) {
+                let package = package_name(&manifest)
+                    .ok_or_else(|| format!("{}: no [package] name", path.display()))?;
+                crates.push((package, kind));
+            }
         }
     }
     crates.sort_by(|a, b| a.0.cmp(&b.0));
@@ -82,8 +99,8 @@ fn run() -> Result<(), String> {
             "--target-dir",
         ])
         .arg(&target_dir);
-    for (name, _) in &crates {
-        cmd.args(["-p", &format!("policy-{name}")]);
+    for (package, _) in &crates {
+        cmd.args(["-p", package]);
     }
     // Flags meant for the host build must not leak into the Wasm build.
     for var in [
@@ -121,17 +138,18 @@ fn run() -> Result<(), String> {
             "/// {doc}\npub const {constant}: &[(&str, &[u8])] = &["
         )
         .map_err(|e| e.to_string())?;
-        for (name, _) in crates.iter().filter(|(_, k)| *k == kind) {
+        for (package, _) in crates.iter().filter(|(_, k)| *k == kind) {
             let file = target_dir
                 .join(TARGET)
                 .join(PROFILE)
-                .join(format!("policy_{}.wasm", name.replace('-', "_")));
+                .join(format!("{}.wasm", package.replace('-', "_")));
             if !file.is_file() {
                 return Err(format!(
                     "expected component {} was not produced",
                     file.display()
                 ));
             }
+            let name = package.strip_prefix("policy-").unwrap_or(package);
             let short = name.strip_prefix("fixture-").unwrap_or(name);
             writeln!(
                 generated,
@@ -168,6 +186,26 @@ fn artifact_kind(manifest: &str) -> Option<Kind> {
                 "builtin=true" => return Some(Kind::Builtin),
                 "fixture=true" => return Some(Kind::Fixture),
                 _ => {}
+            }
+        }
+    }
+    None
+}
+
+/// `name = "..."` under `[package]`.
+fn package_name(manifest: &str) -> Option<String> {
+    let mut in_section = false;
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_section = line == "[package]";
+        } else if in_section {
+            let Some((key, value)) = line.split_once('=') else {
+                continue;
+            };
+            if key.trim() == "name" {
+                // `name = "pkg"`, possibly followed by a comment.
+                let quoted = value.trim().strip_prefix('"')?;
+                return quoted.split_once('"').map(|(name, _)| name.to_string());
             }
         }
     }

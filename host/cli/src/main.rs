@@ -3,7 +3,9 @@
 //! Human output by default, `--json` for scripts. Every failure exits non-zero
 //! with a one-line cause chain on standard error.
 
+mod client;
 mod policy;
+mod serve;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -32,6 +34,37 @@ enum Command {
     Policy(policy::PolicyCommand),
     /// Run the simulator: a built-in example cluster, or real traces.
     Sim(arbiter_sim::SimArgs),
+    /// Run the control plane (gRPC API, rounds, experiments, journal).
+    Serve(serve::ServeArgs),
+    /// Submit a job.
+    Submit(client::SubmitArgs),
+    /// List jobs.
+    Jobs(client::JobsArgs),
+    /// Cancel a job.
+    Cancel(client::CancelArgs),
+    /// A/B experiments: split and shadow.
+    #[command(subcommand)]
+    Ab(client::AbCommand),
+    /// Cluster overview: policy, jobs, nodes.
+    Top(client::ConnOnly),
+    /// Nodes of the control plane.
+    #[command(subcommand)]
+    Nodes(client::NodesCommand),
+    /// Tenants and their tokens.
+    #[command(subcommand)]
+    Tenant(client::TenantCommand),
+    /// Replay a decision journal bit for bit, and run a counterfactual.
+    Replay(serve::ReplayArgs),
+}
+
+/// Runs a client future on a small runtime.
+pub(crate) fn block_on<F: std::future::Future<Output = anyhow::Result<()>>>(
+    f: F,
+) -> anyhow::Result<()> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(f)
 }
 
 fn init_logging(filter: &str, json: bool) {
@@ -58,6 +91,15 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Policy(cmd) => policy::run(cmd),
         Command::Sim(args) => sim(args),
+        Command::Serve(args) => serve::serve(args),
+        Command::Submit(a) => block_on(client::submit(a)),
+        Command::Jobs(a) => block_on(client::jobs(a)),
+        Command::Cancel(a) => block_on(client::cancel(a)),
+        Command::Ab(cmd) => block_on(client::ab(cmd)),
+        Command::Top(a) => block_on(client::top(&a.conn)),
+        Command::Nodes(cmd) => block_on(client::nodes(cmd)),
+        Command::Tenant(cmd) => block_on(client::tenant(cmd)),
+        Command::Replay(a) => serve::replay(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -12,8 +12,11 @@ use std::path::{Path, PathBuf};
 pub enum PolicyCommand {
     /// Check a `.wasm` file: is it a policy component, which roles, manifest, imports.
     Check(CheckArgs),
-    /// List the built-in policies and those in a policy directory.
+    /// List the built-in policies and those in a policy directory, or (with
+    /// `--server`) the slots of a running control plane.
     Ls(LsArgs),
+    #[command(flatten)]
+    Remote(crate::client::RemotePolicy),
 }
 
 #[derive(Args)]
@@ -32,6 +35,12 @@ pub struct LsArgs {
     /// A policy directory to list besides the built-ins.
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
+    /// List the slots of this control plane instead.
+    #[arg(long)]
+    pub server: Option<String>,
+    /// Bearer token for `--server`.
+    #[arg(long, env = "ARBITER_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
     #[arg(long)]
     pub json: bool,
 }
@@ -39,7 +48,15 @@ pub struct LsArgs {
 pub fn run(cmd: &PolicyCommand) -> anyhow::Result<()> {
     match cmd {
         PolicyCommand::Check(args) => check(args),
-        PolicyCommand::Ls(args) => ls(args),
+        PolicyCommand::Ls(args) => match &args.server {
+            Some(server) => crate::block_on(crate::client::remote_ls(&crate::client::Conn {
+                server: server.clone(),
+                token: args.token.clone(),
+                json: args.json,
+            })),
+            None => ls(args),
+        },
+        PolicyCommand::Remote(cmd) => crate::block_on(crate::client::remote_policy(cmd)),
     }
 }
 

@@ -78,6 +78,8 @@ pub enum Source {
     Openb,
     /// Philly jobs on the PAI cluster (or on openb nodes).
     Philly,
+    /// The workload a live control plane recorded in its decision journal.
+    Journal,
 }
 
 /// Nodes + tasks, validated.

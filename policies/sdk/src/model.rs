@@ -46,6 +46,7 @@ pub mod health {
 pub const FULL_GPU_MILLI: u32 = 1000;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct NodeColumns {
     pub name: Vec<u32>,
     pub pool: Vec<u32>,
@@ -60,6 +61,7 @@ pub struct NodeColumns {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct GpuColumns {
     pub node: Vec<u32>,
     pub model: Vec<u32>,
@@ -69,6 +71,7 @@ pub struct GpuColumns {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct JobColumns {
     pub name: Vec<u32>,
     pub tenant: Vec<u32>,
@@ -92,12 +95,14 @@ pub struct JobColumns {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct WorkerPlacement {
     pub node: u32,
     pub gpus: Vec<u32>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct PlacementColumns {
     pub job: Vec<u32>,
     pub node: Vec<u32>,
@@ -107,6 +112,7 @@ pub struct PlacementColumns {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Snapshot {
     pub epoch: u64,
     pub now_ms: u64,
@@ -119,6 +125,7 @@ pub struct Snapshot {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct NodeSpec {
     pub name: u32,
     pub pool: u32,
@@ -131,6 +138,7 @@ pub struct NodeSpec {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct JobSpec {
     pub name: u32,
     pub tenant: u32,
@@ -153,6 +161,7 @@ pub struct JobSpec {
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct GpuMetric {
     pub gpu: u32,
     pub utilization_pct: u8,
@@ -161,6 +170,7 @@ pub struct GpuMetric {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Event {
     StringsAdded(Vec<String>),
     GpuModelsAdded(Vec<u32>),
@@ -177,6 +187,7 @@ pub enum Event {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Delta {
     pub base_epoch: u64,
     pub epoch: u64,
@@ -185,6 +196,7 @@ pub struct Delta {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Decision {
     Place(u32, Vec<WorkerPlacement>),
     Reserve(u32, Vec<u32>),
@@ -213,6 +225,7 @@ impl Decision {
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct RoundInfo {
     pub epoch: u64,
     pub now_ms: u64,
@@ -220,6 +233,7 @@ pub struct RoundInfo {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum PolicyError {
     Stale(u64),
     Unsupported(String),
@@ -239,6 +253,7 @@ impl core::fmt::Display for PolicyError {
 impl std::error::Error for PolicyError {}
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ReclaimRequest {
     pub epoch: u64,
     pub candidates: Vec<u32>,
@@ -246,12 +261,14 @@ pub struct ReclaimRequest {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ReclaimPlan {
     pub nodes: Vec<u32>,
     pub decisions: Vec<Decision>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct WorkloadProfile {
     pub job: u32,
     pub utilization_pct: u8,
@@ -261,6 +278,7 @@ pub struct WorkloadProfile {
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct MatchRequest {
     pub epoch: u64,
     pub online: Vec<u32>,
@@ -269,6 +287,7 @@ pub struct MatchRequest {
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Pairing {
     pub online: u32,
     pub offline: u32,
@@ -276,6 +295,7 @@ pub struct Pairing {
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct GpuStatus {
     pub index: u32,
     pub utilization_pct: u8,
@@ -288,6 +308,7 @@ pub struct GpuStatus {
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct WorkloadStatus {
     pub id: u32,
     pub gpu: u32,
@@ -302,6 +323,7 @@ pub struct WorkloadStatus {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct NodeView {
     pub now_ms: u64,
     pub gpus: Vec<GpuStatus>,
@@ -309,6 +331,7 @@ pub struct NodeView {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum NodeAction {
     SetMemoryLimit(u32, u32),
     SetComputeShare(u32, u32),
@@ -320,6 +343,7 @@ pub enum NodeAction {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct TenantJob {
     pub position: u32,
     pub name: String,
@@ -332,6 +356,7 @@ pub struct TenantJob {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct TenantView {
     pub now_ms: u64,
     pub tenant: String,
@@ -341,12 +366,14 @@ pub struct TenantView {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct TenantVerdict {
     pub order: Vec<u32>,
     pub hold: Vec<u32>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Manifest {
     pub name: String,
     pub version: String,
@@ -357,6 +384,7 @@ pub struct Manifest {
 
 /// The policy roles of the contract.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Role {
     Scheduler,
     Reclaim,

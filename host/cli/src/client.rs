@@ -1,0 +1,1012 @@
+//! Client commands: they talk to `arbiter serve` over gRPC.
+//!
+//! Every command takes `--server <url>` (env `ARBITER_SERVER`) and
+//! `--token <token>` (env `ARBITER_TOKEN`; else the admin token in
+//! `./arbiter-data/admin.token`, which `arbiter serve` writes on first start).
+
+use anyhow::{Context, bail};
+use arbiter_proto::v1;
+use clap::{Args, Subcommand, ValueEnum};
+use std::path::PathBuf;
+use std::time::Duration;
+use tonic::metadata::MetadataValue;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, Endpoint};
+
+#[derive(Args, Clone)]
+pub struct Conn {
+    /// Control-plane URL.
+    #[arg(
+        long,
+        env = "ARBITER_SERVER",
+        default_value = "http://127.0.0.1:7070",
+        global = true
+    )]
+    pub server: String,
+    /// Bearer token (admin or tenant).
+    #[arg(long, env = "ARBITER_TOKEN", global = true, hide_env_values = true)]
+    pub token: Option<String>,
+    /// Machine-readable output.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+type Auth = InterceptedService<Channel, Bearer>;
+
+#[derive(Clone)]
+pub struct Bearer(MetadataValue<tonic::metadata::Ascii>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        req.metadata_mut().insert("authorization", self.0.clone());
+        Ok(req)
+    }
+}
+
+fn token(conn: &Conn) -> anyhow::Result<String> {
+    if let Some(t) = &conn.token {
+        return Ok(t.clone());
+    }
+    let path = PathBuf::from("arbiter-data/admin.token");
+    std::fs::read_to_string(&path)
+        .map(|t| t.trim().to_string())
+        .with_context(|| {
+            format!(
+                "no --token given (or ARBITER_TOKEN) and {} is not readable",
+                path.display()
+            )
+        })
+}
+
+pub struct Clients {
+    pub jobs: v1::jobs_client::JobsClient<Auth>,
+    pub policies: v1::policies_client::PoliciesClient<Auth>,
+    pub experiments: v1::experiments_client::ExperimentsClient<Auth>,
+    pub nodes: v1::nodes_client::NodesClient<Auth>,
+    pub cluster: v1::cluster_client::ClusterClient<Auth>,
+}
+
+pub async fn connect(conn: &Conn) -> anyhow::Result<Clients> {
+    let token = token(conn)?;
+    let header: MetadataValue<_> = format!("Bearer {token}")
+        .parse()
+        .context("the token is not valid header text")?;
+    let channel = Endpoint::from_shared(conn.server.clone())
+        .with_context(|| format!("bad server URL `{}`", conn.server))?
+        .connect_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .with_context(|| format!("connecting to {}", conn.server))?;
+    let auth = Bearer(header);
+    const MAX: usize = 32 << 20;
+    Ok(Clients {
+        jobs: v1::jobs_client::JobsClient::with_interceptor(channel.clone(), auth.clone()),
+        policies: v1::policies_client::PoliciesClient::with_interceptor(
+            channel.clone(),
+            auth.clone(),
+        )
+        .max_encoding_message_size(MAX),
+        experiments: v1::experiments_client::ExperimentsClient::with_interceptor(
+            channel.clone(),
+            auth.clone(),
+        ),
+        nodes: v1::nodes_client::NodesClient::with_interceptor(channel.clone(), auth.clone()),
+        cluster: v1::cluster_client::ClusterClient::with_interceptor(channel, auth),
+    })
+}
+
+/// `10m`, `30s`, `1h`, `250ms`, or plain milliseconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration like 30s, 10m or 1h"))?;
+    let ms = match unit {
+        "" | "ms" => value,
+        "s" => value * 1e3,
+        "m" => value * 60e3,
+        "h" => value * 3600e3,
+        "d" => value * 86_400e3,
+        _ => return Err(format!("unknown unit `{unit}` in `{s}` (ms, s, m, h, d)")),
+    };
+    if !(ms.is_finite() && ms >= 0.0) {
+        return Err(format!("`{s}` is not a valid duration"));
+    }
+    Ok(Duration::from_millis(ms as u64))
+}
+
+fn status_error(e: tonic::Status) -> anyhow::Error {
+    anyhow::anyhow!("{:?}: {}", e.code(), e.message())
+}
+
+fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+// ------------------------------------------------------------------ submit / jobs
+
+#[derive(Args)]
+pub struct SubmitArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+    #[arg(long)]
+    pub name: String,
+    #[arg(long, default_value_t = 1)]
+    pub gpus: u32,
+    /// GPUs per worker (default: all on one worker).
+    #[arg(long)]
+    pub gpus_per_worker: Option<u32>,
+    /// A fraction of one GPU, in milli (e.g. 500 = half a GPU).
+    #[arg(long)]
+    pub gpu_milli: Option<u32>,
+    /// Tenant (admin only; a tenant token always submits as its tenant).
+    #[arg(long)]
+    pub tenant: Option<String>,
+    #[arg(long, default_value_t = 0)]
+    pub priority: i32,
+    /// Expected run time (the simulated pool runs the job this long).
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Deadline, counted from submission.
+    #[arg(long, value_parser = parse_duration)]
+    pub deadline: Option<Duration>,
+    /// Opportunistic QoS (may be preempted).
+    #[arg(long)]
+    pub opportunistic: bool,
+    /// The workload command.
+    #[arg(last = true)]
+    pub command: Vec<String>,
+}
+
+pub async fn submit(a: &SubmitArgs) -> anyhow::Result<()> {
+    let mut c = connect(&a.conn).await?;
+    let spec = v1::JobSpec {
+        name: a.name.clone(),
+        tenant: a.tenant.clone().unwrap_or_default(),
+        gpus: a.gpus,
+        gpus_per_worker: a.gpus_per_worker.unwrap_or(0),
+        gpu_milli: a.gpu_milli.unwrap_or(0),
+        priority: a.priority,
+        qos: u32::from(a.opportunistic),
+        duration_ms: a.duration.map_or(0, |d| d.as_millis() as u64),
+        deadline_ms: a.deadline.map_or(0, |d| d.as_millis() as u64),
+        command: a.command.clone(),
+        ..Default::default()
+    };
+    let id = c
+        .jobs
+        .submit(v1::SubmitJobRequest { spec: Some(spec) })
+        .await
+        .map_err(status_error)?
+        .into_inner()
+        .id;
+    if a.conn.json {
+        print_json(&serde_json::json!({ "id": id }))
+    } else {
+        println!("submitted job {id}");
+        Ok(())
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum StateArg {
+    Queued,
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+#[derive(Args)]
+pub struct JobsArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+    /// Only jobs in these states.
+    #[arg(long, value_enum)]
+    pub state: Vec<StateArg>,
+    /// Only this tenant's jobs (admin).
+    #[arg(long)]
+    pub tenant: Option<String>,
+    #[arg(long, default_value_t = 0)]
+    pub limit: u32,
+}
+
+fn state_name(s: i32) -> &'static str {
+    match v1::JobState::try_from(s) {
+        Ok(v1::JobState::Queued) => "queued",
+        Ok(v1::JobState::Pending) => "pending",
+        Ok(v1::JobState::Running) => "running",
+        Ok(v1::JobState::Succeeded) => "done",
+        Ok(v1::JobState::Failed) => "failed",
+        Ok(v1::JobState::Cancelled) => "cancelled",
+        _ => "?",
+    }
+}
+
+fn job_json(j: &v1::Job) -> serde_json::Value {
+    let spec = j.spec.clone().unwrap_or_default();
+    serde_json::json!({
+        "id": j.id,
+        "name": spec.name,
+        "tenant": spec.tenant,
+        "state": state_name(j.state),
+        "gpus": spec.gpus,
+        "gpu_milli": spec.gpu_milli,
+        "priority": spec.priority,
+        "duration_ms": spec.duration_ms,
+        "deadline_ms": spec.deadline_ms,
+        "command": spec.command,
+        "submit_ms": j.submit_ms,
+        "start_ms": j.start_ms,
+        "end_ms": j.end_ms,
+        "node": j.node,
+        "gpu_indices": j.gpu_indices,
+        "preemptions": j.preemptions,
+        "arm": j.arm,
+        "message": j.message,
+    })
+}
+
+pub async fn jobs(a: &JobsArgs) -> anyhow::Result<()> {
+    let mut c = connect(&a.conn).await?;
+    let states = a
+        .state
+        .iter()
+        .map(|s| {
+            (match s {
+                StateArg::Queued => v1::JobState::Queued,
+                StateArg::Pending => v1::JobState::Pending,
+                StateArg::Running => v1::JobState::Running,
+                StateArg::Succeeded => v1::JobState::Succeeded,
+                StateArg::Failed => v1::JobState::Failed,
+                StateArg::Cancelled => v1::JobState::Cancelled,
+            }) as i32
+        })
+        .collect();
+    let jobs = c
+        .jobs
+        .list(v1::ListJobsRequest {
+            states,
+            tenant: a.tenant.clone().unwrap_or_default(),
+            limit: a.limit,
+        })
+        .await
+        .map_err(status_error)?
+        .into_inner()
+        .jobs;
+    if a.conn.json {
+        return print_json(&jobs.iter().map(job_json).collect::<Vec<_>>());
+    }
+    println!(
+        "{:>6} {:<24} {:<12} {:<9} {:>4} {:<16} {:<8} MESSAGE",
+        "ID", "NAME", "TENANT", "STATE", "GPUS", "NODE", "ARM"
+    );
+    for j in &jobs {
+        let spec = j.spec.clone().unwrap_or_default();
+        println!(
+            "{:>6} {:<24} {:<12} {:<9} {:>4} {:<16} {:<8} {}",
+            j.id,
+            spec.name,
+            spec.tenant,
+            state_name(j.state),
+            spec.gpus,
+            j.node,
+            j.arm,
+            j.message
+        );
+    }
+    Ok(())
+}
+
+#[derive(Args)]
+pub struct CancelArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+    pub id: u64,
+}
+
+pub async fn cancel(a: &CancelArgs) -> anyhow::Result<()> {
+    let mut c = connect(&a.conn).await?;
+    let job = c
+        .jobs
+        .cancel(v1::JobRef { id: a.id })
+        .await
+        .map_err(status_error)?
+        .into_inner()
+        .job
+        .unwrap_or_default();
+    if a.conn.json {
+        print_json(&job_json(&job))
+    } else {
+        println!("job {} {}", job.id, state_name(job.state));
+        Ok(())
+    }
+}
+
+// ------------------------------------------------------------------ policies
+
+#[derive(Subcommand)]
+pub enum RemotePolicy {
+    /// Upload a component into a slot (default: the slot named by its manifest;
+    /// with a tenant token, the tenant's own slot).
+    Load(LoadArgs),
+    /// Make a loaded generation the active one.
+    Swap(SwapArgs),
+    /// Go back to the previous healthy generation (or `--to` one).
+    Rollback(RollbackArgs),
+    /// A slot's generations, manifests, faults and configuration.
+    Describe(DescribeArgs),
+    /// A slot's rounds, fallbacks and latency.
+    Stats(DescribeArgs),
+}
+
+#[derive(Args)]
+pub struct LoadArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+    /// The `.wasm` component, or `builtin:<name>`.
+    pub file: String,
+    #[arg(long)]
+    pub slot: Option<String>,
+    /// Load into the calling tenant's own slot (`tenant:<name>`).
+    #[arg(long)]
+    pub tenant: bool,
+    /// Configuration file (TOML) for the policy.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Load without activating.
+    #[arg(long)]
+    pub inactive: bool,
+}
+
+#[derive(Args)]
+pub struct SwapArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+    pub slot: String,
+    pub generation: u64,
+}
+
+#[derive(Args)]
+pub struct RollbackArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+    pub slot: String,
+    #[arg(long)]
+    pub to: Option<u64>,
+}
+
+#[derive(Args)]
+pub struct DescribeArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+    pub slot: String,
+}
+
+fn read_component(file: &str) -> anyhow::Result<Vec<u8>> {
+    if let Some(name) = file.strip_prefix("builtin:") {
+        return arbiter_policies::get(name)
+            .map(<[u8]>::to_vec)
+            .ok_or_else(|| anyhow::anyhow!("no built-in policy `{name}`"));
+    }
+    std::fs::read(file).with_context(|| format!("reading {file}"))
+}
+
+fn gen_json(g: &v1::GenerationInfo) -> serde_json::Value {
+    serde_json::json!({
+        "id": g.id, "name": g.name, "version": g.version, "digest": g.digest,
+        "roles": g.roles, "active": g.active, "quarantined": g.quarantined,
+        "rounds_served": g.rounds_served, "faults": g.faults,
+        "last_fault": g.last_fault, "config": g.config,
+    })
+}
+
+fn print_slot(s: &v1::SlotInfo, json: bool) -> anyhow::Result<()> {
+    if json {
+        return print_json(&serde_json::json!({
+            "slot": s.slot,
+            "generations": s.generations.iter().map(gen_json).collect::<Vec<_>>(),
+        }));
+    }
+    println!("slot {}", s.slot);
+    println!(
+        "  {:>4} {:<22} {:<9} {:<14} {:>8} {:>7} STATE",
+        "GEN", "NAME", "VERSION", "DIGEST", "ROUNDS", "FAULTS"
+    );
+    for g in &s.generations {
+        let state = match (g.active, g.quarantined) {
+            (true, _) => "active",
+            (false, true) => "quarantined",
+            _ => "",
+        };
+        println!(
+            "  {:>4} {:<22} {:<9} {:<14} {:>8} {:>7} {}",
+            g.id,
+            g.name,
+            g.version,
+            &g.digest[..12.min(g.digest.len())],
+            g.rounds_served,
+            g.faults,
+            state
+        );
+        if !g.last_fault.is_empty() {
+            println!("       last fault: {}", g.last_fault);
+        }
+    }
+    Ok(())
+}
+
+pub async fn remote_policy(cmd: &RemotePolicy) -> anyhow::Result<()> {
+    match cmd {
+        RemotePolicy::Load(a) => {
+            let wasm = read_component(&a.file)?;
+            let config = match &a.config {
+                Some(p) => std::fs::read_to_string(p)
+                    .with_context(|| format!("reading {}", p.display()))?,
+                None => String::new(),
+            };
+            if a.tenant && a.slot.is_some() {
+                bail!("--tenant and --slot are exclusive");
+            }
+            let mut c = connect(&a.conn).await?;
+            let g = c
+                .policies
+                .upload(v1::UploadPolicyRequest {
+                    slot: a.slot.clone().unwrap_or_default(),
+                    wasm,
+                    config,
+                    activate: !a.inactive,
+                })
+                .await
+                .map_err(status_error)?
+                .into_inner()
+                .generation
+                .unwrap_or_default();
+            if a.conn.json {
+                print_json(&gen_json(&g))
+            } else {
+                println!(
+                    "loaded {} {} as generation {}{} (digest {})",
+                    g.name,
+                    g.version,
+                    g.id,
+                    if g.active { ", active" } else { "" },
+                    &g.digest[..12.min(g.digest.len())]
+                );
+                Ok(())
+            }
+        }
+        RemotePolicy::Swap(a) => {
+            let mut c = connect(&a.conn).await?;
+            let s = c
+                .policies
+                .swap(v1::SwapPolicyRequest {
+                    slot: a.slot.clone(),
+                    generation: a.generation,
+                })
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            print_slot(&s, a.conn.json)
+        }
+        RemotePolicy::Rollback(a) => {
+            let mut c = connect(&a.conn).await?;
+            let s = c
+                .policies
+                .rollback(v1::RollbackPolicyRequest {
+                    slot: a.slot.clone(),
+                    generation: a.to.unwrap_or(0),
+                })
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            print_slot(&s, a.conn.json)
+        }
+        RemotePolicy::Describe(a) => {
+            let mut c = connect(&a.conn).await?;
+            let s = c
+                .policies
+                .describe(v1::SlotRef {
+                    slot: a.slot.clone(),
+                })
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            print_slot(&s, a.conn.json)
+        }
+        RemotePolicy::Stats(a) => {
+            let mut c = connect(&a.conn).await?;
+            let s = c
+                .policies
+                .stats(v1::SlotRef {
+                    slot: a.slot.clone(),
+                })
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            if a.conn.json {
+                return print_json(&serde_json::json!({
+                    "slot": s.slot, "rounds": s.rounds, "fallbacks": s.fallbacks,
+                    "latency_p50_ms": s.latency_p50_ms, "latency_p99_ms": s.latency_p99_ms,
+                    "generations": s.generations.iter().map(gen_json).collect::<Vec<_>>(),
+                }));
+            }
+            println!(
+                "slot {}: {} rounds, {} fallbacks, policy latency p50 {:.3} ms p99 {:.3} ms",
+                s.slot, s.rounds, s.fallbacks, s.latency_p50_ms, s.latency_p99_ms
+            );
+            Ok(())
+        }
+    }
+}
+
+pub async fn remote_ls(conn: &Conn) -> anyhow::Result<()> {
+    let mut c = connect(conn).await?;
+    let slots = c
+        .policies
+        .list(v1::ListPoliciesRequest {})
+        .await
+        .map_err(status_error)?
+        .into_inner()
+        .slots;
+    if conn.json {
+        return print_json(
+            &slots
+                .iter()
+                .map(|s| {
+                    serde_json::json!({
+                        "slot": s.slot,
+                        "generations": s.generations.iter().map(gen_json).collect::<Vec<_>>(),
+                    })
+                })
+                .collect::<Vec<_>>(),
+        );
+    }
+    for s in &slots {
+        print_slot(s, false)?;
+    }
+    Ok(())
+}
+
+// ------------------------------------------------------------------ experiments
+
+#[derive(Subcommand)]
+pub enum AbCommand {
+    /// Start an experiment of a candidate slot against `default`.
+    Start(AbStartArgs),
+    /// Per-arm metrics with 95% confidence intervals, or the shadow diff.
+    Status(AbRefArgs),
+    /// Make the candidate the `default` policy.
+    Promote(AbRefArgs),
+    /// Stop the experiment; the control policy takes everything back.
+    Abort(AbRefArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum ModeArg {
+    Split,
+    Shadow,
+}
+
+#[derive(Args)]
+pub struct AbStartArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+    pub name: String,
+    /// Slot whose active generation is the candidate.
+    #[arg(long)]
+    pub candidate: String,
+    #[arg(long, value_enum, default_value = "split")]
+    pub mode: ModeArg,
+    /// Tenants routed to the candidate (default: a hash of the job id).
+    #[arg(long, value_delimiter = ',')]
+    pub tenants: Vec<String>,
+    /// Candidate's share of jobs (hash split) and of node capacity.
+    #[arg(long, default_value_t = 0.5)]
+    pub share: f64,
+    /// Guardrail metric: queue_delay, jct, slo_violations or faults.
+    #[arg(long, default_value = "queue_delay")]
+    pub guardrail: String,
+    #[arg(long, default_value_t = 0.05)]
+    pub alpha: f64,
+    #[arg(long, default_value_t = 30)]
+    pub min_samples: u32,
+    #[arg(long, default_value_t = 3)]
+    pub max_faults: u32,
+}
+
+#[derive(Args)]
+pub struct AbRefArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+    pub name: String,
+}
+
+fn est(e: &Option<v1::Estimate>) -> String {
+    match e {
+        Some(e) if e.samples > 0 => format!(
+            "{:.1} [{:.1}, {:.1}] n={}",
+            e.mean, e.ci_low, e.ci_high, e.samples
+        ),
+        _ => "-".into(),
+    }
+}
+
+fn est_json(e: &Option<v1::Estimate>) -> serde_json::Value {
+    match e {
+        Some(e) => serde_json::json!({
+            "mean": e.mean, "ci_low": e.ci_low, "ci_high": e.ci_high, "samples": e.samples
+        }),
+        None => serde_json::Value::Null,
+    }
+}
+
+fn exp_state(s: i32) -> &'static str {
+    match v1::ExperimentState::try_from(s) {
+        Ok(v1::ExperimentState::Running) => "running",
+        Ok(v1::ExperimentState::Promoted) => "promoted",
+        Ok(v1::ExperimentState::Aborted) => "aborted",
+        Ok(v1::ExperimentState::RolledBack) => "rolled back",
+        _ => "?",
+    }
+}
+
+fn print_experiment(s: &v1::ExperimentStatus, json: bool) -> anyhow::Result<()> {
+    if json {
+        let arms: Vec<_> = s
+            .arms
+            .iter()
+            .map(|a| {
+                serde_json::json!({
+                    "arm": a.arm, "slot": a.slot, "generation": a.generation,
+                    "nodes": a.nodes, "gpus": a.gpus,
+                    "jobs_submitted": a.jobs_submitted, "jobs_started": a.jobs_started,
+                    "jobs_finished": a.jobs_finished,
+                    "queue_delay_ms": est_json(&a.queue_delay_ms), "jct_ms": est_json(&a.jct_ms),
+                    "gpu_allocation_pct": est_json(&a.gpu_allocation_pct),
+                    "fragmentation_pct": est_json(&a.fragmentation_pct),
+                    "preemptions": a.preemptions, "slo_violations": a.slo_violations,
+                    "policy_faults": a.policy_faults,
+                    "policy_latency_ms": est_json(&a.policy_latency_ms),
+                })
+            })
+            .collect();
+        let shadow = s.shadow.as_ref().map(|sh| {
+            serde_json::json!({
+                "rounds": sh.rounds, "rounds_identical": sh.rounds_identical,
+                "placements_differing": sh.placements_differing,
+                "candidate_only": sh.candidate_only, "incumbent_only": sh.incumbent_only,
+                "incumbent_fragmentation_pct": sh.incumbent_fragmentation_pct,
+                "candidate_fragmentation_pct": sh.candidate_fragmentation_pct,
+                "candidate_faults": sh.candidate_faults, "candidate_invalid": sh.candidate_invalid,
+                "recent": sh.recent.iter().map(|d| serde_json::json!({
+                    "epoch": d.epoch, "job": d.job_name,
+                    "incumbent": d.incumbent, "candidate": d.candidate,
+                })).collect::<Vec<_>>(),
+            })
+        });
+        return print_json(&serde_json::json!({
+            "name": s.name,
+            "mode": if s.mode == v1::ExperimentMode::Shadow as i32 { "shadow" } else { "split" },
+            "state": exp_state(s.state),
+            "candidate_slot": s.candidate_slot,
+            "reason": s.reason,
+            "arms": arms,
+            "shadow": shadow,
+        }));
+    }
+    println!(
+        "experiment {} ({}) — {}{}",
+        s.name,
+        if s.mode == v1::ExperimentMode::Shadow as i32 {
+            "shadow"
+        } else {
+            "split"
+        },
+        exp_state(s.state),
+        if s.reason.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", s.reason)
+        }
+    );
+    for a in &s.arms {
+        println!(
+            "  {} ({} gen {}): {} nodes, {} GPUs; jobs {}/{}/{} submitted/started/finished",
+            a.arm,
+            a.slot,
+            a.generation,
+            a.nodes,
+            a.gpus,
+            a.jobs_submitted,
+            a.jobs_started,
+            a.jobs_finished
+        );
+        println!("    queue delay ms   {}", est(&a.queue_delay_ms));
+        println!("    JCT ms           {}", est(&a.jct_ms));
+        println!("    GPU alloc %      {}", est(&a.gpu_allocation_pct));
+        println!("    fragmentation %  {}", est(&a.fragmentation_pct));
+        println!("    policy ms        {}", est(&a.policy_latency_ms));
+        println!(
+            "    preemptions {}, SLO violations {}, policy faults {}",
+            a.preemptions, a.slo_violations, a.policy_faults
+        );
+    }
+    if let Some(sh) = &s.shadow {
+        println!(
+            "  shadow: {} rounds, {} identical, {} placements differ (candidate-only {}, incumbent-only {}), candidate faults {}, invalid {}",
+            sh.rounds,
+            sh.rounds_identical,
+            sh.placements_differing,
+            sh.candidate_only,
+            sh.incumbent_only,
+            sh.candidate_faults,
+            sh.candidate_invalid
+        );
+        println!(
+            "  fragmentation after decisions: incumbent {:.1}%, candidate {:.1}%",
+            sh.incumbent_fragmentation_pct, sh.candidate_fragmentation_pct
+        );
+        for d in sh.recent.iter().rev().take(10) {
+            println!(
+                "    epoch {} {}: incumbent {} | candidate {}",
+                d.epoch,
+                d.job_name,
+                if d.incumbent.is_empty() {
+                    "-"
+                } else {
+                    &d.incumbent
+                },
+                if d.candidate.is_empty() {
+                    "-"
+                } else {
+                    &d.candidate
+                }
+            );
+        }
+    }
+    Ok(())
+}
+
+pub async fn ab(cmd: &AbCommand) -> anyhow::Result<()> {
+    match cmd {
+        AbCommand::Start(a) => {
+            let mut c = connect(&a.conn).await?;
+            let s = c
+                .experiments
+                .start(v1::StartExperimentRequest {
+                    name: a.name.clone(),
+                    mode: match a.mode {
+                        ModeArg::Split => v1::ExperimentMode::Split,
+                        ModeArg::Shadow => v1::ExperimentMode::Shadow,
+                    } as i32,
+                    candidate_slot: a.candidate.clone(),
+                    candidate_tenants: a.tenants.clone(),
+                    candidate_share: a.share,
+                    guardrail: Some(v1::Guardrail {
+                        metric: a.guardrail.clone(),
+                        alpha: a.alpha,
+                        min_samples: a.min_samples,
+                        max_faults: a.max_faults,
+                    }),
+                })
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            print_experiment(&s, a.conn.json)
+        }
+        AbCommand::Status(a) | AbCommand::Promote(a) | AbCommand::Abort(a) => {
+            let mut c = connect(&a.conn).await?;
+            let r = v1::ExperimentRef {
+                name: a.name.clone(),
+            };
+            let s = match cmd {
+                AbCommand::Status(_) => c.experiments.status(r).await,
+                AbCommand::Promote(_) => c.experiments.promote(r).await,
+                _ => c.experiments.abort(r).await,
+            }
+            .map_err(status_error)?
+            .into_inner();
+            print_experiment(&s, a.conn.json)
+        }
+    }
+}
+
+// ------------------------------------------------------------------ cluster, nodes, tenants
+
+pub async fn top(conn: &Conn) -> anyhow::Result<()> {
+    let mut c = connect(conn).await?;
+    let view = c
+        .cluster
+        .view(v1::ClusterViewRequest {})
+        .await
+        .map_err(status_error)?
+        .into_inner();
+    let nodes = c
+        .nodes
+        .list(v1::ListNodesRequest {})
+        .await
+        .map_err(status_error)?
+        .into_inner()
+        .nodes;
+    if conn.json {
+        return print_json(&serde_json::json!({
+            "epoch": view.epoch, "rounds": view.rounds, "nodes": view.nodes, "gpus": view.gpus,
+            "gpu_allocation_pct": view.gpu_allocation_pct,
+            "jobs": {"queued": view.jobs_queued, "pending": view.jobs_pending,
+                     "running": view.jobs_running, "finished": view.jobs_finished},
+            "policy": view.active_policy, "generation": view.active_generation,
+            "experiment": view.experiment,
+            "node_list": nodes.iter().map(|n| serde_json::json!({
+                "name": n.name, "state": n.state, "gpus": n.gpus, "gpus_free": n.gpus_free,
+                "arm": n.arm, "kind": n.kind, "gpu_model": n.gpu_model,
+            })).collect::<Vec<_>>(),
+        }));
+    }
+    println!(
+        "policy {} (gen {}){}  rounds {}  GPUs {} allocated {:.1}%",
+        view.active_policy,
+        view.active_generation,
+        if view.experiment.is_empty() {
+            String::new()
+        } else {
+            format!("  experiment {}", view.experiment)
+        },
+        view.rounds,
+        view.gpus,
+        view.gpu_allocation_pct
+    );
+    println!(
+        "jobs: {} queued, {} pending, {} running, {} finished",
+        view.jobs_queued, view.jobs_pending, view.jobs_running, view.jobs_finished
+    );
+    println!(
+        "{:<16} {:<10} {:<12} {:>5} {:>5} ARM",
+        "NODE", "STATE", "MODEL", "GPUS", "FREE"
+    );
+    for n in &nodes {
+        println!(
+            "{:<16} {:<10} {:<12} {:>5} {:>5} {}",
+            n.name, n.state, n.gpu_model, n.gpus, n.gpus_free, n.arm
+        );
+    }
+    Ok(())
+}
+
+#[derive(Subcommand)]
+pub enum NodesCommand {
+    /// List nodes.
+    Ls(ConnOnly),
+    /// Stop placing new work on a node.
+    Drain(DrainArgs),
+}
+
+#[derive(Args)]
+pub struct ConnOnly {
+    #[command(flatten)]
+    pub conn: Conn,
+}
+
+#[derive(Args)]
+pub struct DrainArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+    pub name: String,
+}
+
+pub async fn nodes(cmd: &NodesCommand) -> anyhow::Result<()> {
+    match cmd {
+        NodesCommand::Ls(a) => top(&a.conn).await,
+        NodesCommand::Drain(a) => {
+            let mut c = connect(&a.conn).await?;
+            let n = c
+                .nodes
+                .drain(v1::DrainNodeRequest {
+                    name: a.name.clone(),
+                })
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            println!("node {} {}", n.name, n.state);
+            Ok(())
+        }
+    }
+}
+
+#[derive(Subcommand)]
+pub enum TenantCommand {
+    /// Create a tenant and print its token (admin).
+    Add(TenantAddArgs),
+    /// List tenants, quotas and use.
+    Ls(ConnOnly),
+}
+
+#[derive(Args)]
+pub struct TenantAddArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+    pub name: String,
+    /// GPUs the tenant may hold at once (0 = unlimited).
+    #[arg(long, default_value_t = 0)]
+    pub quota_gpus: u32,
+}
+
+pub async fn tenant(cmd: &TenantCommand) -> anyhow::Result<()> {
+    match cmd {
+        TenantCommand::Add(a) => {
+            let mut c = connect(&a.conn).await?;
+            let t = c
+                .cluster
+                .add_tenant(v1::AddTenantRequest {
+                    name: a.name.clone(),
+                    quota_gpus: a.quota_gpus,
+                })
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            if a.conn.json {
+                print_json(&serde_json::json!({
+                    "name": t.name, "quota_gpus": t.quota_gpus, "token": t.token
+                }))
+            } else {
+                println!(
+                    "tenant {} (quota {} GPUs) token: {}",
+                    t.name, t.quota_gpus, t.token
+                );
+                Ok(())
+            }
+        }
+        TenantCommand::Ls(a) => {
+            let mut c = connect(&a.conn).await?;
+            let ts = c
+                .cluster
+                .list_tenants(v1::ListTenantsRequest {})
+                .await
+                .map_err(status_error)?
+                .into_inner()
+                .tenants;
+            if a.conn.json {
+                return print_json(
+                    &ts.iter()
+                        .map(|t| {
+                            serde_json::json!({
+                                "name": t.name, "quota_gpus": t.quota_gpus,
+                                "gpus_in_use": t.gpus_in_use, "policy_slot": t.policy_slot,
+                            })
+                        })
+                        .collect::<Vec<_>>(),
+                );
+            }
+            println!("{:<20} {:>6} {:>6} POLICY", "TENANT", "QUOTA", "USED");
+            for t in &ts {
+                println!(
+                    "{:<20} {:>6} {:>6} {}",
+                    t.name, t.quota_gpus, t.gpus_in_use, t.policy_slot
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units_and_refuse_garbage() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_duration("1.5h"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("42"), Ok(Duration::from_millis(42)));
+        assert!(parse_duration("10 parsecs").is_err());
+        assert!(parse_duration("m").is_err());
+    }
+}

@@ -1,0 +1,204 @@
+//! `arbiter serve` and `arbiter replay`.
+
+use crate::client::parse_duration;
+use anyhow::Context;
+use arbiter_serve::plane::{PlaneConfig, default_pool};
+use arbiter_serve::replay;
+use clap::Args;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// gRPC address.
+    #[arg(long, default_value = "127.0.0.1:7070")]
+    pub listen: SocketAddr,
+    /// Data directory (embedded store, journal, compiled-policy cache, admin token).
+    #[arg(long, default_value = "arbiter-data")]
+    pub data: PathBuf,
+    /// Prometheus endpoint address (`/metrics`).
+    #[arg(long, default_value = "127.0.0.1:9464")]
+    pub metrics: SocketAddr,
+    /// Do not serve `/metrics` over HTTP.
+    #[arg(long)]
+    pub no_metrics: bool,
+    /// Scheduling period.
+    #[arg(long, value_parser = parse_duration, default_value = "100ms")]
+    pub round: Duration,
+    /// Simulated nodes in the embedded pool.
+    #[arg(long, default_value_t = 4)]
+    pub nodes: u32,
+    #[arg(long, default_value_t = 8)]
+    pub gpus_per_node: u32,
+    /// Built-in policy the `default` slot starts with (first start only).
+    #[arg(long, default_value = "best-fit")]
+    pub policy: String,
+    /// Run time of jobs that state none, on the simulated pool.
+    #[arg(long, value_parser = parse_duration, default_value = "60s")]
+    pub default_duration: Duration,
+}
+
+pub fn serve(a: &ServeArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        a.nodes > 0 && a.gpus_per_node > 0,
+        "the pool needs nodes and GPUs"
+    );
+    anyhow::ensure!(!a.round.is_zero(), "--round must be positive");
+    let cfg = arbiter_serve::ServeConfig {
+        listen: a.listen,
+        data: a.data.clone(),
+        metrics_listen: (!a.no_metrics).then_some(a.metrics),
+        plane: PlaneConfig {
+            round_interval: a.round,
+            nodes: default_pool(a.nodes, a.gpus_per_node),
+            default_policy: a.policy.clone(),
+            default_duration: a.default_duration,
+            ..PlaneConfig::default()
+        },
+    };
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(arbiter_serve::serve(cfg))
+}
+
+#[derive(Args)]
+pub struct ReplayArgs {
+    /// The journal (`<data>/journal.jsonl`).
+    pub journal: PathBuf,
+    /// The policy to replay: a `.wasm` file or a built-in name.
+    #[arg(long)]
+    pub policy: String,
+    /// Configuration file for `--policy`.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// The recorded policy for the counterfactual (default: the built-in whose
+    /// digest served most rounds, if any).
+    #[arg(long)]
+    pub baseline: Option<String>,
+    /// Cell of the journal (`control` or `candidate`).
+    #[arg(long, default_value = "control")]
+    pub cell: String,
+    /// Skip the counterfactual simulation.
+    #[arg(long)]
+    pub no_counterfactual: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn load(spec: &str) -> anyhow::Result<(String, Vec<u8>)> {
+    if let Some(bytes) = arbiter_policies::get(spec.trim_start_matches("builtin:")) {
+        return Ok((spec.to_string(), bytes.to_vec()));
+    }
+    let bytes = std::fs::read(spec).with_context(|| format!("reading {spec}"))?;
+    Ok((spec.to_string(), bytes))
+}
+
+pub fn replay(a: &ReplayArgs) -> anyhow::Result<()> {
+    let journal = replay::read(&a.journal)?;
+    let (label, wasm) = load(&a.policy)?;
+    let policy = replay::compile(&wasm)?;
+    let config = match &a.config {
+        Some(p) => {
+            Some(std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?)
+        }
+        None => None,
+    };
+    let exact = replay::exact(&journal, &a.cell, &policy, config.as_deref())?;
+    let counterfactual = if a.no_counterfactual {
+        None
+    } else {
+        let baseline = match &a.baseline {
+            Some(b) => Some(load(b)?),
+            None => replay::main_digest(&journal, &a.cell).and_then(|d| {
+                arbiter_policies::names()
+                    .filter_map(|n| arbiter_policies::get(n).map(|b| (n, b)))
+                    .find(|(_, b)| arbiter_serve::plane::sha256_hex(b) == d)
+                    .map(|(n, b)| (n.to_string(), b.to_vec()))
+            }),
+        };
+        match baseline {
+            Some((blabel, bwasm)) => {
+                let recorded = replay::compile(&bwasm)?;
+                Some(replay::counterfactual(
+                    &journal,
+                    &a.cell,
+                    (&blabel, &recorded),
+                    (&label, &policy),
+                )?)
+            }
+            None => {
+                eprintln!(
+                    "arbiter: the recorded policy is not a built-in; pass --baseline <wasm> for a counterfactual"
+                );
+                None
+            }
+        }
+    };
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "exact": exact,
+                "counterfactual": counterfactual,
+            }))?
+        );
+    } else {
+        println!(
+            "journal {}: cell {}, {} rounds ({} torn lines skipped)",
+            a.journal.display(),
+            exact.cell,
+            exact.rounds_in_journal,
+            exact.torn_lines
+        );
+        println!(
+            "bit-for-bit: {} of {} rounds served by {} reproduced exactly",
+            exact.rounds_identical,
+            exact.rounds_compared,
+            &exact.policy_digest[..12.min(exact.policy_digest.len())]
+        );
+        for m in &exact.mismatches {
+            println!(
+                "  epoch {}: journal {:?} vs replay {:?}",
+                m.epoch, m.journaled, m.replayed
+            );
+        }
+        if let Some(c) = &counterfactual {
+            println!(
+                "counterfactual on {} jobs, {} nodes: {} vs {}",
+                c.jobs, c.nodes, c.recorded_policy, c.candidate_policy
+            );
+            let rows = [
+                ("avg JCT s", c.recorded.avg_jct_s, c.candidate.avg_jct_s),
+                (
+                    "avg queue s",
+                    c.recorded.avg_queue_s,
+                    c.candidate.avg_queue_s,
+                ),
+                (
+                    "p95 queue s",
+                    c.recorded.p95_queue_s,
+                    c.candidate.p95_queue_s,
+                ),
+                ("makespan s", c.recorded.makespan_s, c.candidate.makespan_s),
+                (
+                    "mean GPU alloc %",
+                    c.recorded.mean_gpu_alloc_pct,
+                    c.candidate.mean_gpu_alloc_pct,
+                ),
+            ];
+            for (name, r, k) in rows {
+                println!("  {name:<18} {r:>10.2} {k:>10.2} ({:+.2})", k - r);
+            }
+        }
+    }
+    if exact.rounds_compared > 0 && exact.rounds_identical != exact.rounds_compared {
+        anyhow::bail!(
+            "{} of {} rounds did not reproduce",
+            exact.rounds_compared - exact.rounds_identical,
+            exact.rounds_compared
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,266 @@
+//! `arbiter serve` as a real process, driven by the real CLI: kill -9 it in
+//! the middle of an experiment and restart it on the same data directory.
+//! Nothing submitted, loaded or started may be lost, and scheduling resumes.
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_arbiter");
+
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(data: &Path) -> Server {
+    let mut child = Command::new(BIN)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--no-metrics",
+            "--round",
+            "50ms",
+        ])
+        .arg("--data")
+        .arg(data)
+        .args(["--default-duration", "1s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn arbiter serve");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let url = loop {
+        assert!(
+            Instant::now() < deadline,
+            "server did not report its address"
+        );
+        let line = lines
+            .next()
+            .expect("server exited before serving")
+            .expect("read stdout");
+        if let Some(addr) = line.strip_prefix("arbiter serving gRPC on ") {
+            break format!("http://{}", addr.trim());
+        }
+    };
+    // Keep draining stdout so the server never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Server { child, url }
+}
+
+fn cli(server: &Server, token: &str, args: &[&str]) -> Value {
+    // Connection options go before a trailing `-- command...`.
+    let split = args.iter().position(|a| *a == "--").unwrap_or(args.len());
+    let out = Command::new(BIN)
+        .args(&args[..split])
+        .args(["--server", &server.url, "--token", token, "--json"])
+        .args(&args[split..])
+        .output()
+        .expect("run arbiter");
+    assert!(
+        out.status.success(),
+        "arbiter {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "arbiter {args:?}: not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+fn jobs(server: &Server, token: &str) -> Vec<Value> {
+    cli(server, token, &["jobs"])
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn kill_9_and_restart_loses_nothing_and_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = serve(&data);
+    let admin = std::fs::read_to_string(data.join("admin.token"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let tenant = cli(
+        &server,
+        &admin,
+        &["tenant", "add", "team-a", "--quota-gpus", "16"],
+    );
+    let tenant_token = tenant["token"].as_str().unwrap().to_string();
+    cli(
+        &server,
+        &admin,
+        &["policy", "load", "builtin:fifo", "--slot", "fifo"],
+    );
+    cli(
+        &server,
+        &admin,
+        &[
+            "ab",
+            "start",
+            "exp",
+            "--candidate",
+            "fifo",
+            "--tenants",
+            "team-a",
+        ],
+    );
+    let long = cli(
+        &server,
+        &tenant_token,
+        &[
+            "submit",
+            "--name",
+            "long",
+            "--gpus",
+            "4",
+            "--duration",
+            "10m",
+            "--",
+            "sleep",
+            "600",
+        ],
+    )["id"]
+        .as_u64()
+        .unwrap();
+    let mut short = Vec::new();
+    for i in 0..3 {
+        short.push(
+            cli(
+                &server,
+                &admin,
+                &[
+                    "submit",
+                    "--name",
+                    &format!("s{i}"),
+                    "--gpus",
+                    "2",
+                    "--duration",
+                    "2s",
+                ],
+            )["id"]
+                .as_u64()
+                .unwrap(),
+        );
+    }
+    let running_node = {
+        let mut node = String::new();
+        wait_until("the long job to run", || {
+            let js = jobs(&server, &tenant_token);
+            match js.iter().find(|j| j["id"] == long) {
+                Some(j) if j["state"] == "running" => {
+                    node = j["node"].as_str().unwrap_or_default().to_string();
+                    true
+                }
+                _ => false,
+            }
+        });
+        node
+    };
+    assert_eq!(
+        jobs(&server, &tenant_token).len(),
+        1,
+        "a tenant sees only its jobs"
+    );
+
+    // kill -9 (SIGKILL): no shutdown path runs.
+    drop(server);
+
+    let server = serve(&data);
+    let all = jobs(&server, &admin);
+    assert_eq!(all.len(), 4, "{all:?}");
+    let l = all.iter().find(|j| j["id"] == long).unwrap();
+    assert_eq!(l["state"], "running", "the running job was adopted: {l}");
+    assert_eq!(l["node"], running_node.as_str());
+    assert_eq!(l["arm"], "candidate");
+    // The experiment, the candidate slot and the tenant token survived.
+    let status = cli(&server, &admin, &["ab", "status", "exp"]);
+    assert_eq!(status["state"], "running", "{status}");
+    let slot = cli(&server, &admin, &["policy", "describe", "fifo"]);
+    assert_eq!(slot["generations"][0]["name"], "fifo", "{slot}");
+    assert_eq!(jobs(&server, &tenant_token).len(), 1);
+    // Scheduling resumes: the short jobs finish and a new one runs.
+    wait_until("the short jobs to finish", || {
+        let js = jobs(&server, &admin);
+        short
+            .iter()
+            .all(|id| js.iter().any(|j| j["id"] == *id && j["state"] == "done"))
+    });
+    let new = cli(
+        &server,
+        &admin,
+        &[
+            "submit",
+            "--name",
+            "after",
+            "--gpus",
+            "1",
+            "--duration",
+            "1s",
+        ],
+    )["id"]
+        .as_u64()
+        .unwrap();
+    assert!(new > long, "ids are never reused");
+    wait_until("the new job to finish", || {
+        jobs(&server, &admin)
+            .iter()
+            .any(|j| j["id"] == new && j["state"] == "done")
+    });
+    // Promote, restart again: the promotion sticks.
+    cli(&server, &admin, &["ab", "promote", "exp"]);
+    drop(server);
+    let server = serve(&data);
+    let top = cli(&server, &admin, &["top"]);
+    assert_eq!(top["policy"], "fifo", "{top}");
+    assert_eq!(top["experiment"], "", "{top}");
+    // The journal replays bit for bit with the recorded policy.
+    drop(server);
+    let out = Command::new(BIN)
+        .arg("replay")
+        .arg(data.join("journal.jsonl"))
+        .args(["--policy", "best-fit", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "replay failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let exact = &report["exact"];
+    assert!(exact["rounds_compared"].as_u64().unwrap() > 0, "{report}");
+    assert_eq!(
+        exact["rounds_compared"], exact["rounds_identical"],
+        "{report}"
+    );
+    assert!(
+        report["counterfactual"]["jobs"].as_u64().unwrap() >= 3,
+        "{report}"
+    );
+}

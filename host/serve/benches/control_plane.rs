@@ -1,0 +1,237 @@
+//! Control-plane benchmarks (issue 4 targets), each with a baseline from the
+//! same run:
+//!
+//! 1. submission throughput over loopback gRPC (target ≥ 10,000 jobs/s),
+//!    against a no-op authenticated RPC (`Cluster.View`);
+//! 2. journal overhead on the round (target ≤ 5%), journal on vs off;
+//! 3. what a shadow experiment adds to the control round (target ≤ the
+//!    candidate's own policy time), shadow on vs off.
+//!
+//! `cargo bench -p arbiter-serve --bench control_plane [-- --quick]`
+
+use arbiter_proto::v1;
+use arbiter_serve::plane::{Caller, Plane, PlaneConfig, default_pool};
+use arbiter_serve::server::{ServeConfig, start};
+use std::time::{Duration, Instant};
+use tonic::metadata::MetadataValue;
+use tonic::transport::Channel;
+
+#[derive(Clone)]
+struct Bearer(MetadataValue<tonic::metadata::Ascii>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        req.metadata_mut().insert("authorization", self.0.clone());
+        Ok(req)
+    }
+}
+
+fn spec(i: u64, duration_ms: u64) -> v1::JobSpec {
+    v1::JobSpec {
+        name: format!("j{i}"),
+        gpus: 1 + (i % 4) as u32,
+        duration_ms,
+        ..Default::default()
+    }
+}
+
+async fn submission(quick: bool) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let running = start(ServeConfig {
+        listen: "127.0.0.1:0".parse()?,
+        data: dir.path().to_path_buf(),
+        metrics_listen: None,
+        plane: PlaneConfig {
+            nodes: default_pool(64, 8),
+            default_duration: Duration::from_secs(5),
+            ..PlaneConfig::default()
+        },
+    })
+    .await?;
+    let token = running.new_admin_token.clone().unwrap_or_default();
+    let channel = Channel::from_shared(format!("http://{}", running.grpc_addr))?
+        .connect()
+        .await?;
+    let auth = Bearer(format!("Bearer {token}").parse()?);
+    let clients: usize = 64;
+    let per_client: u64 = if quick { 100 } else { 500 };
+    let total = clients as u64 * per_client;
+
+    // Baseline: the cheapest authenticated RPC.
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..clients {
+        let mut c =
+            v1::cluster_client::ClusterClient::with_interceptor(channel.clone(), auth.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..per_client {
+                c.view(v1::ClusterViewRequest {}).await?;
+            }
+            Ok::<_, tonic::Status>(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let view_rate = total as f64 / started.elapsed().as_secs_f64();
+
+    // Batches of 100 from one client (on an empty plane, before the flood).
+    let mut c = v1::jobs_client::JobsClient::with_interceptor(channel.clone(), auth.clone());
+    let batches = if quick { 20 } else { 100 };
+    let started = Instant::now();
+    for b in 0..batches {
+        c.submit_batch(v1::SubmitJobsRequest {
+            specs: (0..100)
+                .map(|i| spec(1_000_000 + b * 100 + i, 5_000))
+                .collect(),
+        })
+        .await?;
+    }
+    let batch_rate = (batches * 100) as f64 / started.elapsed().as_secs_f64();
+    // Single-job submissions, each acknowledged only once durable.
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for k in 0..clients as u64 {
+        let mut c = v1::jobs_client::JobsClient::with_interceptor(channel.clone(), auth.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in 0..per_client {
+                c.submit(v1::SubmitJobRequest {
+                    spec: Some(spec(k * per_client + i, 5_000)),
+                })
+                .await?;
+            }
+            Ok::<_, tonic::Status>(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let submit_rate = total as f64 / started.elapsed().as_secs_f64();
+
+    println!(
+        "submission over loopback ({clients} concurrent clients, {total} jobs, durable acks):"
+    );
+    println!("  baseline Cluster.View      {view_rate:>10.0} calls/s");
+    println!(
+        "  Jobs.Submit                {submit_rate:>10.0} jobs/s  ({:.2}x baseline; target >= 10000)",
+        submit_rate / view_rate
+    );
+    println!("  Jobs.SubmitBatch (100/req) {batch_rate:>10.0} jobs/s  (one client)");
+    running.shutdown().await?;
+    Ok(())
+}
+
+/// Mean tick time over a workload that keeps the cluster busy.
+fn ticks(cfg: PlaneConfig, rounds: u32, shadow: bool) -> anyhow::Result<(f64, f64, f64)> {
+    let dir = tempfile::tempdir()?;
+    let mut opened = Plane::open(cfg, dir.path())?;
+    let plane = &mut opened.plane;
+    if shadow {
+        let wasm = arbiter_policies::get("fifo").ok_or_else(|| anyhow::anyhow!("no fifo"))?;
+        let compiled =
+            Plane::compile(&plane.registry(), wasm).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let (_, ack) = plane
+            .upload(&Caller::Admin, "fifo", compiled, wasm, "", true)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        ack.wait()?;
+        let (_, ack) = plane
+            .start_experiment(
+                &Caller::Admin,
+                &v1::StartExperimentRequest {
+                    name: "shadow".into(),
+                    mode: v1::ExperimentMode::Shadow as i32,
+                    candidate_slot: "fifo".into(),
+                    ..Default::default()
+                },
+            )
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        ack.wait()?;
+    }
+    let mut next = 0u64;
+    let mut total = Duration::ZERO;
+    for r in 0..rounds {
+        // 40 new jobs a round with 200-400 ms run times: a busy, churning cluster.
+        let specs: Vec<v1::JobSpec> = (0..40)
+            .map(|_| {
+                next += 1;
+                spec(next, 200 + (next % 3) * 100)
+            })
+            .collect();
+        let (_, ack) = plane
+            .submit(&Caller::Admin, &specs)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        drop(ack);
+        let started = Instant::now();
+        plane.tick();
+        if r >= 10 {
+            total += started.elapsed();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let candidate_ms = if shadow {
+        let status = plane
+            .experiment_status("shadow")
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        status
+            .arms
+            .iter()
+            .find(|a| a.arm == "candidate")
+            .and_then(|a| a.policy_latency_ms)
+            .map_or(0.0, |e| e.mean)
+    } else {
+        0.0
+    };
+    // Journal time over the time of the rounds (the round loop's part of a tick).
+    let (journal_s, round_s) = plane.journal_and_round_seconds();
+    let journal_share = if round_s > 0.0 {
+        journal_s / (round_s + journal_s)
+    } else {
+        0.0
+    };
+    Ok((
+        total.as_secs_f64() * 1e3 / f64::from(rounds - 10),
+        candidate_ms,
+        journal_share,
+    ))
+}
+
+fn rounds(quick: bool) -> anyhow::Result<()> {
+    let n = if quick { 110 } else { 410 };
+    let base = PlaneConfig {
+        nodes: default_pool(128, 8),
+        ..PlaneConfig::default()
+    };
+    let off = PlaneConfig {
+        journal: false,
+        ..base.clone()
+    };
+    // Interleave to spread machine noise over both.
+    let (a1, _, _) = ticks(off.clone(), n, false)?;
+    let (b1, _, share1) = ticks(base.clone(), n, false)?;
+    let (a2, _, _) = ticks(off, n, false)?;
+    let (b2, _, share2) = ticks(base.clone(), n, false)?;
+    let (without, with) = ((a1 + a2) / 2.0, (b1 + b2) / 2.0);
+    println!("round time, 128 nodes x 8 GPUs, 40 submissions/round, best-fit ({n} rounds x2):");
+    println!("  journal off {without:>8.3} ms");
+    println!(
+        "  journal on  {with:>8.3} ms  (tick difference {:+.1}%; measured journal share of round time {:.2}%; target <= 5%)",
+        100.0 * (with - without) / without,
+        50.0 * (share1 + share2)
+    );
+    let (shadowed, candidate, _) = ticks(base, n, true)?;
+    println!(
+        "  shadow on   {shadowed:>8.3} ms  (adds {:+.3} ms; candidate's own policy time {candidate:.3} ms; target: adds <= that)",
+        shadowed - with
+    );
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    let quick = std::env::args().any(|a| a == "--quick");
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?
+        .block_on(submission(quick))?;
+    rounds(quick)
+}

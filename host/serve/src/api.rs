@@ -1,0 +1,397 @@
+//! The gRPC services of `arbiter.v1` over the [`Plane`].
+//!
+//! Every handler authenticates the bearer token, does its work under the
+//! plane's lock (never compiling or waiting for the disk there), and waits
+//! for durability after releasing it. Errors map to gRPC codes:
+//! unauthenticated, permission denied, not found, invalid argument, failed
+//! precondition, already exists, internal.
+
+use crate::plane::{ApiError, Caller, Plane};
+use crate::store::Ack;
+use arbiter_proto::v1;
+use parking_lot::Mutex;
+use std::pin::Pin;
+use std::sync::Arc;
+use tokio_stream::Stream;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::BroadcastStream;
+use tonic::{Request, Response, Status};
+
+/// Shared handle every service holds.
+#[derive(Clone)]
+pub struct Api {
+    pub plane: Arc<Mutex<Plane>>,
+}
+
+impl From<ApiError> for Status {
+    fn from(e: ApiError) -> Status {
+        match e {
+            ApiError::Unauthenticated(m) => Status::unauthenticated(m),
+            ApiError::PermissionDenied(m) => Status::permission_denied(m),
+            ApiError::NotFound(m) => Status::not_found(m),
+            ApiError::InvalidArgument(m) => Status::invalid_argument(m),
+            ApiError::FailedPrecondition(m) => Status::failed_precondition(m),
+            ApiError::AlreadyExists(m) => Status::already_exists(m),
+            ApiError::Internal(m) => Status::internal(m),
+        }
+    }
+}
+
+fn bearer<T>(request: &Request<T>) -> Result<Option<String>, Status> {
+    let Some(value) = request.metadata().get("authorization") else {
+        return Ok(None);
+    };
+    let value = value
+        .to_str()
+        .map_err(|_| Status::unauthenticated("authorization metadata is not ASCII"))?;
+    let token = value
+        .strip_prefix("Bearer ")
+        .or_else(|| value.strip_prefix("bearer "))
+        .ok_or_else(|| Status::unauthenticated("authorization must be `Bearer <token>`"))?;
+    Ok(Some(token.trim().to_string()))
+}
+
+impl Api {
+    fn caller<T>(&self, request: &Request<T>) -> Result<Caller, Status> {
+        let token = bearer(request)?;
+        Ok(self.plane.lock().authenticate(token.as_deref())?)
+    }
+}
+
+/// Waits until a write is durable (after the plane's lock is released).
+async fn durable(ack: Ack) -> Result<(), Status> {
+    ack.done()
+        .await
+        .map_err(|e| Status::unavailable(format!("{e:#}")))
+}
+
+type Reply<T> = Result<Response<T>, Status>;
+
+#[tonic::async_trait]
+impl v1::jobs_server::Jobs for Api {
+    async fn submit(&self, request: Request<v1::SubmitJobRequest>) -> Reply<v1::SubmitJobResponse> {
+        let caller = self.caller(&request)?;
+        let spec = request
+            .into_inner()
+            .spec
+            .ok_or_else(|| Status::invalid_argument("`spec` is required"))?;
+        let (ids, ack) = self
+            .plane
+            .lock()
+            .submit(&caller, std::slice::from_ref(&spec))?;
+        durable(ack).await?;
+        let id = ids
+            .first()
+            .copied()
+            .ok_or_else(|| Status::internal("no id assigned"))?;
+        Ok(Response::new(v1::SubmitJobResponse { id }))
+    }
+
+    async fn submit_batch(
+        &self,
+        request: Request<v1::SubmitJobsRequest>,
+    ) -> Reply<v1::SubmitJobsResponse> {
+        let caller = self.caller(&request)?;
+        let specs = request.into_inner().specs;
+        let (ids, ack) = self.plane.lock().submit(&caller, &specs)?;
+        durable(ack).await?;
+        Ok(Response::new(v1::SubmitJobsResponse { ids }))
+    }
+
+    async fn cancel(&self, request: Request<v1::JobRef>) -> Reply<v1::CancelJobResponse> {
+        let caller = self.caller(&request)?;
+        let (job, ack) = self.plane.lock().cancel(&caller, request.get_ref().id)?;
+        durable(ack).await?;
+        Ok(Response::new(v1::CancelJobResponse { job: Some(job) }))
+    }
+
+    async fn get(&self, request: Request<v1::JobRef>) -> Reply<v1::Job> {
+        let caller = self.caller(&request)?;
+        Ok(Response::new(
+            self.plane.lock().get_job(&caller, request.get_ref().id)?,
+        ))
+    }
+
+    async fn list(&self, request: Request<v1::ListJobsRequest>) -> Reply<v1::ListJobsResponse> {
+        let caller = self.caller(&request)?;
+        let jobs = self.plane.lock().list_jobs(&caller, request.get_ref());
+        Ok(Response::new(v1::ListJobsResponse { jobs }))
+    }
+
+    type WatchStream = Pin<Box<dyn Stream<Item = Result<v1::JobEvent, Status>> + Send + 'static>>;
+
+    async fn watch(&self, request: Request<v1::WatchJobsRequest>) -> Reply<Self::WatchStream> {
+        let caller = self.caller(&request)?;
+        let want = request.into_inner().tenant;
+        if let Caller::Tenant(t) = &caller
+            && !want.is_empty()
+            && &want != t
+        {
+            return Err(Status::permission_denied(format!(
+                "tenant `{t}` may not watch tenant `{want}`"
+            )));
+        }
+        let rx = self.plane.lock().subscribe();
+        let stream = BroadcastStream::new(rx).filter_map(move |event| {
+            let event = match event {
+                Ok(e) => e,
+                Err(lagged) => {
+                    return Some(Err(Status::data_loss(format!(
+                        "watcher fell behind: {lagged}; re-list and watch again"
+                    ))));
+                }
+            };
+            let tenant = event
+                .job
+                .as_ref()
+                .and_then(|j| j.spec.as_ref())
+                .map(|s| s.tenant.clone())
+                .unwrap_or_default();
+            let visible = match &caller {
+                Caller::Admin => want.is_empty() || want == tenant,
+                Caller::Tenant(t) => *t == tenant,
+            };
+            visible.then_some(Ok(event))
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+}
+
+#[tonic::async_trait]
+impl v1::policies_server::Policies for Api {
+    async fn list(
+        &self,
+        request: Request<v1::ListPoliciesRequest>,
+    ) -> Reply<v1::ListPoliciesResponse> {
+        let caller = self.caller(&request)?;
+        let slots = self.plane.lock().list_policies(&caller);
+        Ok(Response::new(v1::ListPoliciesResponse { slots }))
+    }
+
+    async fn upload(
+        &self,
+        request: Request<v1::UploadPolicyRequest>,
+    ) -> Reply<v1::UploadPolicyResponse> {
+        let caller = self.caller(&request)?;
+        let req = request.into_inner();
+        let registry = self.plane.lock().registry();
+        // Compiling takes tens of milliseconds or more: never under the lock.
+        let wasm = req.wasm;
+        let (compiled, wasm) = tokio::task::spawn_blocking(move || {
+            Plane::compile(&registry, &wasm).map(|c| (c, wasm))
+        })
+        .await
+        .map_err(|e| Status::internal(format!("compile task: {e}")))??;
+        let (generation, ack) = self.plane.lock().upload(
+            &caller,
+            &req.slot,
+            compiled,
+            &wasm,
+            &req.config,
+            req.activate,
+        )?;
+        durable(ack).await?;
+        Ok(Response::new(v1::UploadPolicyResponse {
+            generation: Some(generation),
+        }))
+    }
+
+    async fn swap(&self, request: Request<v1::SwapPolicyRequest>) -> Reply<v1::SlotInfo> {
+        let caller = self.caller(&request)?;
+        let r = request.get_ref();
+        let (info, ack) = self.plane.lock().swap(&caller, &r.slot, r.generation)?;
+        durable(ack).await?;
+        Ok(Response::new(info))
+    }
+
+    async fn rollback(&self, request: Request<v1::RollbackPolicyRequest>) -> Reply<v1::SlotInfo> {
+        let caller = self.caller(&request)?;
+        let r = request.get_ref();
+        let (info, ack) = self.plane.lock().rollback(&caller, &r.slot, r.generation)?;
+        durable(ack).await?;
+        Ok(Response::new(info))
+    }
+
+    async fn describe(&self, request: Request<v1::SlotRef>) -> Reply<v1::SlotInfo> {
+        let caller = self.caller(&request)?;
+        Ok(Response::new(
+            self.plane
+                .lock()
+                .slot_info(&caller, &request.get_ref().slot)?,
+        ))
+    }
+
+    async fn stats(&self, request: Request<v1::SlotRef>) -> Reply<v1::PolicyStats> {
+        let caller = self.caller(&request)?;
+        Ok(Response::new(
+            self.plane
+                .lock()
+                .policy_stats(&caller, &request.get_ref().slot)?,
+        ))
+    }
+}
+
+#[tonic::async_trait]
+impl v1::experiments_server::Experiments for Api {
+    async fn start(
+        &self,
+        request: Request<v1::StartExperimentRequest>,
+    ) -> Reply<v1::ExperimentStatus> {
+        let caller = self.caller(&request)?;
+        let (status, ack) = self
+            .plane
+            .lock()
+            .start_experiment(&caller, request.get_ref())?;
+        durable(ack).await?;
+        Ok(Response::new(status))
+    }
+
+    async fn status(&self, request: Request<v1::ExperimentRef>) -> Reply<v1::ExperimentStatus> {
+        let caller = self.caller(&request)?;
+        if caller != Caller::Admin {
+            return Err(ApiError::PermissionDenied("experiments are admin-only".into()).into());
+        }
+        Ok(Response::new(
+            self.plane
+                .lock()
+                .experiment_status(&request.get_ref().name)?,
+        ))
+    }
+
+    async fn list(
+        &self,
+        request: Request<v1::ListExperimentsRequest>,
+    ) -> Reply<v1::ListExperimentsResponse> {
+        let caller = self.caller(&request)?;
+        if caller != Caller::Admin {
+            return Err(ApiError::PermissionDenied("experiments are admin-only".into()).into());
+        }
+        Ok(Response::new(v1::ListExperimentsResponse {
+            experiments: self.plane.lock().list_experiments(),
+        }))
+    }
+
+    async fn promote(&self, request: Request<v1::ExperimentRef>) -> Reply<v1::ExperimentStatus> {
+        let caller = self.caller(&request)?;
+        let (status, ack) = self
+            .plane
+            .lock()
+            .promote(&caller, &request.get_ref().name)?;
+        durable(ack).await?;
+        Ok(Response::new(status))
+    }
+
+    async fn abort(&self, request: Request<v1::ExperimentRef>) -> Reply<v1::ExperimentStatus> {
+        let caller = self.caller(&request)?;
+        let (status, ack) = self.plane.lock().abort(&caller, &request.get_ref().name)?;
+        durable(ack).await?;
+        Ok(Response::new(status))
+    }
+}
+
+#[tonic::async_trait]
+impl v1::nodes_server::Nodes for Api {
+    async fn list(&self, request: Request<v1::ListNodesRequest>) -> Reply<v1::ListNodesResponse> {
+        self.caller(&request)?;
+        Ok(Response::new(v1::ListNodesResponse {
+            nodes: self.plane.lock().list_nodes(),
+        }))
+    }
+
+    async fn drain(&self, request: Request<v1::DrainNodeRequest>) -> Reply<v1::NodeInfo> {
+        let caller = self.caller(&request)?;
+        let (info, ack) = self.plane.lock().drain(&caller, &request.get_ref().name)?;
+        durable(ack).await?;
+        Ok(Response::new(info))
+    }
+}
+
+#[tonic::async_trait]
+impl v1::cluster_server::Cluster for Api {
+    async fn view(&self, request: Request<v1::ClusterViewRequest>) -> Reply<v1::ClusterView> {
+        self.caller(&request)?;
+        Ok(Response::new(self.plane.lock().view()))
+    }
+
+    async fn metrics(&self, request: Request<v1::MetricsRequest>) -> Reply<v1::MetricsResponse> {
+        self.caller(&request)?;
+        Ok(Response::new(v1::MetricsResponse {
+            text: self.plane.lock().metrics_text(),
+        }))
+    }
+
+    async fn add_tenant(&self, request: Request<v1::AddTenantRequest>) -> Reply<v1::TenantInfo> {
+        let caller = self.caller(&request)?;
+        let r = request.get_ref();
+        let (info, ack) = self
+            .plane
+            .lock()
+            .add_tenant(&caller, &r.name, r.quota_gpus)?;
+        durable(ack).await?;
+        Ok(Response::new(info))
+    }
+
+    async fn list_tenants(
+        &self,
+        request: Request<v1::ListTenantsRequest>,
+    ) -> Reply<v1::ListTenantsResponse> {
+        let caller = self.caller(&request)?;
+        Ok(Response::new(v1::ListTenantsResponse {
+            tenants: self.plane.lock().list_tenants(&caller),
+        }))
+    }
+}
+
+#[tonic::async_trait]
+impl v1::node_link_server::NodeLink for Api {
+    type SessionStream =
+        Pin<Box<dyn Stream<Item = Result<v1::HostMessage, Status>> + Send + 'static>>;
+
+    async fn session(
+        &self,
+        request: Request<tonic::Streaming<v1::NodeMessage>>,
+    ) -> Reply<Self::SessionStream> {
+        let caller = self.caller(&request)?;
+        let mut inbound = request.into_inner();
+        let hello = match inbound.message().await? {
+            Some(v1::NodeMessage {
+                body: Some(v1::node_message::Body::Hello(h)),
+            }) => h,
+            Some(_) => {
+                return Err(Status::invalid_argument(
+                    "the first message of a node session must be `hello`",
+                ));
+            }
+            None => return Err(Status::invalid_argument("empty node session")),
+        };
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let session = self.plane.lock().register_node(&caller, &hello, tx)?;
+        let plane = Arc::clone(&self.plane);
+        let name = hello.name.clone();
+        tokio::spawn(async move {
+            loop {
+                match inbound.message().await {
+                    Ok(Some(msg)) => match msg.body {
+                        Some(v1::node_message::Body::Heartbeat(hb)) => {
+                            plane.lock().node_heartbeat(&name, session, &hb);
+                        }
+                        Some(v1::node_message::Body::Event(ev)) => {
+                            plane.lock().node_event(&name, session, &ev);
+                        }
+                        Some(v1::node_message::Body::Hello(_)) | None => {
+                            tracing::warn!(node = %name, "unexpected message on a node session; ignored");
+                        }
+                    },
+                    Ok(None) => break,
+                    Err(status) => {
+                        tracing::warn!(node = %name, %status, "node session failed");
+                        break;
+                    }
+                }
+            }
+            plane.lock().node_disconnected(&name, session);
+        });
+        let stream = tokio_stream::wrappers::UnboundedReceiverStream::new(rx).map(Ok);
+        Ok(Response::new(Box::pin(stream)))
+    }
+}

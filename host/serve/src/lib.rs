@@ -1,0 +1,26 @@
+//! `arbiter serve`: the Arbiter control plane.
+//!
+//! * [`plane`]: jobs, tenants, policy slots, experiments and the cells that
+//!   run rounds over the host core (`arbiter-host`).
+//! * [`api`]: the gRPC services of `arbiter.v1` over the plane, with token
+//!   authentication; [`server`] wires them with reflection and a Prometheus
+//!   endpoint.
+//! * [`store`]: the embedded durable store (redb) with group commit.
+//! * [`journal`] and [`replay`]: the append-only decision journal, bit-for-bit
+//!   replay and counterfactual runs.
+//! * [`shadow`] and [`stats`]: shadow execution and the per-arm statistics
+//!   behind guardrails.
+
+pub mod api;
+pub mod journal;
+pub mod metrics;
+pub mod plane;
+pub mod records;
+pub mod replay;
+pub mod server;
+pub mod shadow;
+pub mod stats;
+pub mod store;
+
+pub use plane::{Caller, Plane, PlaneConfig};
+pub use server::{ServeConfig, serve};

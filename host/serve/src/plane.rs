@@ -1,0 +1,2712 @@
+//! The control plane: jobs, tenants, policy slots, experiments and the cells
+//! that run rounds, over the host core.
+//!
+//! A *cell* is one host core (`ClusterState` + `RoundDriver`) over a share of
+//! the nodes. Outside a split experiment there is one cell, `control`, whose
+//! scheduler is the `default` slot. A split experiment rebuilds the cells
+//! from the plane's own job table: the candidate arm gets its share of the
+//! nodes and the jobs routed to it (by tenant or by a hash of the job id);
+//! running jobs stay where they run. The same rebuild restores the cells
+//! after a restart, so recovery is not a separate code path.
+//!
+//! Jobs first wait in their tenant's admission queue. Each round the
+//! tenant's `tenant`-role policy (slot `tenant:<name>`), if it has one,
+//! orders and holds them; released jobs go to their cell's scheduler.
+//!
+//! The plane is synchronous: the gRPC layer and the round loop share it
+//! behind one mutex, and nothing slow (compiling a component, waiting for
+//! the disk) happens while it is held.
+
+use crate::journal::{JournalWriter, Record, RoundRecord};
+use crate::metrics::{Exposition, Histogram, PolicyMetrics};
+use crate::records::*;
+use crate::shadow::{Shadow, ShadowInput};
+use crate::stats::{Sample, fragmentation_pct, p_worse, pending_demand};
+use crate::store::{Ack, Contents, Store, StoreWriter, Write};
+use anyhow::Context;
+use arbiter_host::registry::{Generation, PolicySlot, Registry};
+use arbiter_host::rounds::{RoundDriver, Served};
+use arbiter_host::runtime::{CompiledPolicy, PolicyEngine, PolicyInstance, RuntimeConfig};
+use arbiter_host::state::{ClusterState, JobId, JobRequest, NodeRequest};
+use arbiter_policy_sdk::model::{
+    self, Decision, Role, RoundInfo, TenantJob, TenantView, WorkerPlacement,
+};
+use arbiter_policy_sdk::plan::Plan;
+use arbiter_proto::v1;
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::broadcast;
+
+/// The scheduler slot outside experiments (and the control arm in them).
+pub const DEFAULT_SLOT: &str = "default";
+pub const CONTROL: &str = "control";
+pub const CANDIDATE: &str = "candidate";
+/// Largest component accepted by upload.
+pub const MAX_UPLOAD: usize = 16 << 20;
+
+/// How the plane runs.
+#[derive(Clone, Debug)]
+pub struct PlaneConfig {
+    pub round_interval: Duration,
+    /// The simulated node pool.
+    pub nodes: Vec<NodeRequest>,
+    /// Built-in policy the `default` slot starts with.
+    pub default_policy: String,
+    /// Run time of a job that states none, on the simulated pool.
+    pub default_duration: Duration,
+    pub max_decisions: u32,
+    pub runtime: RuntimeConfig,
+    /// How often node agents send heartbeats.
+    pub heartbeat: Duration,
+    /// A node agent silent this long is lost; its jobs are rescheduled.
+    pub lost_after: Duration,
+    /// Write the decision journal (on by default; off only to measure its cost).
+    pub journal: bool,
+}
+
+impl Default for PlaneConfig {
+    fn default() -> Self {
+        PlaneConfig {
+            round_interval: Duration::from_millis(100),
+            nodes: default_pool(4, 8),
+            default_policy: "best-fit".into(),
+            default_duration: Duration::from_secs(60),
+            max_decisions: 10_000,
+            runtime: RuntimeConfig::default(),
+            heartbeat: Duration::from_millis(500),
+            lost_after: Duration::from_secs(3),
+            journal: true,
+        }
+    }
+}
+
+/// `count` simulated nodes of `gpus` A100-80GB each.
+pub fn default_pool(count: u32, gpus: u32) -> Vec<NodeRequest> {
+    (0..count)
+        .map(|i| NodeRequest {
+            name: format!("sim-{i:02}"),
+            pool: "sim".into(),
+            cpu_milli: 16_000 * gpus,
+            memory_mib: 131_072 * gpus,
+            gpu_model: "A100-80GB".into(),
+            gpu_memory_mib: 81_920,
+            gpu_count: gpus,
+            on_loan: false,
+        })
+        .collect()
+}
+
+/// Who is calling.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Caller {
+    Admin,
+    Tenant(String),
+}
+
+impl Caller {
+    fn may_see(&self, tenant: &str) -> bool {
+        match self {
+            Caller::Admin => true,
+            Caller::Tenant(t) => t == tenant,
+        }
+    }
+}
+
+/// An API-level failure; the gRPC layer maps it to a status code.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    Unauthenticated(String),
+    #[error("{0}")]
+    PermissionDenied(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    InvalidArgument(String),
+    #[error("{0}")]
+    FailedPrecondition(String),
+    #[error("{0}")]
+    AlreadyExists(String),
+    #[error("{0}")]
+    Internal(String),
+}
+
+fn internal(e: impl std::fmt::Display) -> ApiError {
+    ApiError::Internal(e.to_string())
+}
+
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+fn new_token() -> String {
+    let bytes: [u8; 24] = rand::random();
+    hex::encode(bytes)
+}
+
+/// Node states of the pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeStatus {
+    Ready,
+    Draining,
+    Lost,
+}
+
+/// How a node's work is carried out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeKind {
+    /// Part of the embedded pool: jobs run for their stated duration.
+    Simulated,
+    /// An `arbiter node` agent: jobs run as real processes and end when they exit.
+    Agent,
+}
+
+/// The host's end of a node agent's stream.
+pub struct AgentLink {
+    pub session: u64,
+    pub tx: tokio::sync::mpsc::UnboundedSender<v1::HostMessage>,
+    pub last_seen: std::time::Instant,
+}
+
+struct PoolNode {
+    request: NodeRequest,
+    status: NodeStatus,
+    kind: NodeKind,
+    link: Option<AgentLink>,
+    /// When an agent node was last heard from (or restored at start-up).
+    last_seen: std::time::Instant,
+}
+
+/// An agent node as persisted, so its running jobs survive a host restart.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+struct AgentRecord {
+    name: String,
+    pool: String,
+    cpu_milli: u32,
+    memory_mib: u32,
+    gpu_model: String,
+    gpu_memory_mib: u32,
+    gpu_count: u32,
+}
+
+/// Per-arm outcome metrics.
+#[derive(Clone, Debug, Default)]
+pub struct ArmStats {
+    pub submitted: u64,
+    pub started: u64,
+    pub finished: u64,
+    pub queue_delay_ms: Sample,
+    pub jct_ms: Sample,
+    pub alloc_pct: Sample,
+    pub frag_pct: Sample,
+    pub preemptions: u64,
+    pub slo_violations: u64,
+    /// 1 per finished job that missed its deadline, 0 otherwise (for the test).
+    pub slo_sample: Sample,
+    pub faults: u64,
+    pub policy_ms: Sample,
+}
+
+struct Cell {
+    arm: String,
+    slot: Arc<PolicySlot>,
+    driver: RoundDriver,
+    state: ClusterState,
+    local: HashMap<u64, JobId>,
+    global: HashMap<JobId, u64>,
+    /// Epoch of the cell's last journal record.
+    last_epoch: u64,
+}
+
+struct Experiment {
+    record: ExperimentRecord,
+    stats: BTreeMap<String, ArmStats>,
+    shadow: Option<Shadow>,
+    candidate_generation: u64,
+}
+
+/// The control plane.
+pub struct Plane {
+    cfg: PlaneConfig,
+    data: PathBuf,
+    registry: Arc<Registry>,
+    writer: StoreWriter,
+    journal: Option<JournalWriter>,
+    jobs: BTreeMap<u64, StoredJob>,
+    /// Ids by status, so a round touches live jobs only, never the history.
+    by_status: HashMap<JobStatus, BTreeSet<u64>>,
+    next_id: u64,
+    tenants: BTreeMap<String, TenantRecord>,
+    admin_token_sha: String,
+    nodes: Vec<PoolNode>,
+    cells: Vec<Cell>,
+    experiment: Option<Experiment>,
+    experiments: BTreeMap<String, ExperimentRecord>,
+    /// Final arm metrics of experiments that ended in this process.
+    finished_status: BTreeMap<String, v1::ExperimentStatus>,
+    tenant_instances: HashMap<String, (u64, PolicyInstance)>,
+    events: broadcast::Sender<v1::JobEvent>,
+    metrics: PolicyMetrics,
+    /// Stats of the single control cell outside experiments.
+    control_stats: ArmStats,
+    tenant_faults: u64,
+    rounds: u64,
+    next_session: u64,
+}
+
+/// What opening the plane produced besides the plane.
+pub struct Opened {
+    pub plane: Plane,
+    /// Set when a new admin token was minted (first start).
+    pub new_admin_token: Option<String>,
+    pub journal_path: PathBuf,
+}
+
+impl Plane {
+    /// Opens (or creates) the plane's data directory and restores everything in it.
+    pub fn open(cfg: PlaneConfig, data: &Path) -> anyhow::Result<Opened> {
+        let data =
+            &std::path::absolute(data).with_context(|| format!("resolving {}", data.display()))?;
+        let store = Store::open(data)?;
+        let contents = store.read_all()?;
+        let writer = store.writer()?;
+        let mut runtime = cfg.runtime.clone();
+        if runtime.cache_dir.is_none() {
+            runtime.cache_dir = Some(data.join("cache"));
+        }
+        let engine = PolicyEngine::new(runtime).context("creating the policy engine")?;
+        let registry = Arc::new(Registry::new(engine));
+        let journal_path = data.join("journal.jsonl");
+        let journal = if cfg.journal {
+            Some(JournalWriter::open(&journal_path)?)
+        } else {
+            None
+        };
+        let (events, _) = broadcast::channel(4096);
+        let mut plane = Plane {
+            nodes: cfg
+                .nodes
+                .iter()
+                .map(|n| PoolNode {
+                    request: n.clone(),
+                    status: NodeStatus::Ready,
+                    kind: NodeKind::Simulated,
+                    link: None,
+                    last_seen: std::time::Instant::now(),
+                })
+                .collect(),
+            cfg,
+            data: data.to_path_buf(),
+            registry,
+            writer,
+            journal,
+            jobs: BTreeMap::new(),
+            by_status: HashMap::new(),
+            next_id: 1,
+            tenants: BTreeMap::new(),
+            admin_token_sha: String::new(),
+            cells: Vec::new(),
+            experiment: None,
+            experiments: BTreeMap::new(),
+            finished_status: BTreeMap::new(),
+            tenant_instances: HashMap::new(),
+            events,
+            metrics: PolicyMetrics::default(),
+            control_stats: ArmStats::default(),
+            tenant_faults: 0,
+            rounds: 0,
+            next_session: 1,
+        };
+        let new_admin_token = plane.restore(&contents)?;
+        plane.rebuild_cells();
+        Ok(Opened {
+            plane,
+            new_admin_token,
+            journal_path,
+        })
+    }
+
+    fn restore(&mut self, contents: &Contents) -> anyhow::Result<Option<String>> {
+        let mut new_token_minted = None;
+        match contents.get("meta/admin_token_sha256") {
+            Some(sha) => self.admin_token_sha = String::from_utf8_lossy(sha).into_owned(),
+            None => {
+                let token = new_token();
+                self.admin_token_sha = sha256_hex(token.as_bytes());
+                self.writer
+                    .send_durable(vec![Write::Put(
+                        "meta/admin_token_sha256".into(),
+                        self.admin_token_sha.clone().into_bytes(),
+                    )])
+                    .wait()?;
+                let path = self.data.join("admin.token");
+                std::fs::write(&path, format!("{token}\n"))
+                    .with_context(|| format!("writing {}", path.display()))?;
+                restrict_permissions(&path);
+                new_token_minted = Some(token);
+            }
+        }
+        for (name, bytes) in contents.with_prefix("tenant/") {
+            let t: TenantRecord =
+                serde_json::from_slice(bytes).with_context(|| format!("stored tenant `{name}`"))?;
+            self.tenants.insert(t.name.clone(), t);
+        }
+        for (id, bytes) in &contents.jobs {
+            let job: StoredJob =
+                serde_json::from_slice(bytes).with_context(|| format!("stored job {id}"))?;
+            self.next_id = self.next_id.max(job.id + 1);
+            self.by_status.entry(job.status).or_default().insert(job.id);
+            self.jobs.insert(job.id, job);
+        }
+        for (name, bytes) in contents.with_prefix("agent/") {
+            let r: AgentRecord = serde_json::from_slice(bytes)
+                .with_context(|| format!("stored agent node `{name}`"))?;
+            // Restored as ready with a fresh grace period: it is declared lost
+            // (and its jobs rescheduled) only if it does not reconnect in time.
+            self.nodes.push(PoolNode {
+                request: agent_request(&r),
+                status: NodeStatus::Ready,
+                kind: NodeKind::Agent,
+                link: None,
+                last_seen: std::time::Instant::now(),
+            });
+        }
+        for (name, bytes) in contents.with_prefix("node/") {
+            let status: NodeStatus =
+                serde_json::from_slice(bytes).with_context(|| format!("stored node `{name}`"))?;
+            if let Some(n) = self.nodes.iter_mut().find(|n| n.request.name == name) {
+                n.status = status;
+            }
+        }
+        // Policy slots: recompile every persisted generation (the engine's
+        // on-disk cache makes this a deserialisation).
+        let mut restored_default = false;
+        for (slot_name, bytes) in contents.with_prefix("slot/") {
+            let record: SlotRecord = serde_json::from_slice(bytes)
+                .with_context(|| format!("stored slot `{slot_name}`"))?;
+            let slot = self.registry.slot(slot_name);
+            let mut ids = Vec::new();
+            for g in &record.generations {
+                let Some(wasm) = contents.get(&format!("blob/{}", g.digest)) else {
+                    tracing::error!(slot = slot_name, digest = %g.digest, "stored generation has no component; skipped");
+                    continue;
+                };
+                match self.registry.engine().compile(wasm) {
+                    Ok(compiled) => {
+                        let config = (!g.config.is_empty()).then(|| g.config.clone());
+                        match slot.load(compiled, config, None, None) {
+                            Ok(generation) => ids.push(Some(generation.id)),
+                            Err(e) => {
+                                tracing::error!(slot = slot_name, error = %e, "stored generation failed to load");
+                                ids.push(None);
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::error!(slot = slot_name, error = %e, "stored generation failed to compile");
+                        ids.push(None);
+                    }
+                }
+            }
+            if let Some(Some(id)) = record.active.and_then(|i| ids.get(i)) {
+                let _ = slot.activate(*id);
+            } else if let Some(Some(id)) = ids.iter().rev().find(|i| i.is_some()) {
+                let _ = slot.activate(*id);
+            }
+            restored_default |= slot_name == DEFAULT_SLOT && slot.active().is_some();
+        }
+        if !restored_default {
+            let name = self.cfg.default_policy.clone();
+            let wasm = arbiter_policies::get(&name)
+                .ok_or_else(|| anyhow::anyhow!("no built-in policy `{name}`"))?;
+            let compiled = self
+                .registry
+                .engine()
+                .compile(wasm)
+                .map_err(|e| anyhow::anyhow!("built-in `{name}`: {e}"))?;
+            self.load_generation(DEFAULT_SLOT, compiled, wasm, String::new(), true)
+                .map_err(|e| anyhow::anyhow!("loading built-in `{name}`: {e}"))?;
+        }
+        for (name, bytes) in contents.with_prefix("exp/") {
+            let record: ExperimentRecord = serde_json::from_slice(bytes)
+                .with_context(|| format!("stored experiment `{name}`"))?;
+            if record.state == ExperimentState::Running {
+                match self.activate_experiment(record.clone()) {
+                    Ok(()) => {}
+                    Err(e) => {
+                        tracing::error!(experiment = name, error = %e, "could not resume experiment; aborting it");
+                        let mut r = record;
+                        r.state = ExperimentState::Aborted;
+                        r.reason = format!("could not resume after restart: {e}");
+                        r.ended_ms = now_ms();
+                        self.persist_experiment(&r);
+                        self.experiments.insert(r.name.clone(), r);
+                    }
+                }
+            } else {
+                self.experiments.insert(record.name.clone(), record);
+            }
+        }
+        Ok(new_token_minted)
+    }
+
+    // ------------------------------------------------------------ auth
+
+    /// Maps a bearer token to a caller.
+    pub fn authenticate(&self, token: Option<&str>) -> Result<Caller, ApiError> {
+        let token = token.ok_or_else(|| {
+            ApiError::Unauthenticated("missing `authorization: Bearer <token>` metadata".into())
+        })?;
+        let sha = sha256_hex(token.as_bytes());
+        if constant_time_eq(&sha, &self.admin_token_sha) {
+            return Ok(Caller::Admin);
+        }
+        self.tenants
+            .values()
+            .find(|t| constant_time_eq(&t.token_sha256, &sha))
+            .map(|t| Caller::Tenant(t.name.clone()))
+            .ok_or_else(|| ApiError::Unauthenticated("unknown token".into()))
+    }
+
+    fn require_admin(caller: &Caller) -> Result<(), ApiError> {
+        match caller {
+            Caller::Admin => Ok(()),
+            Caller::Tenant(t) => Err(ApiError::PermissionDenied(format!(
+                "tenant `{t}` may not do this; it needs the admin token"
+            ))),
+        }
+    }
+
+    // ------------------------------------------------------------ tenants
+
+    pub fn add_tenant(
+        &mut self,
+        caller: &Caller,
+        name: &str,
+        quota_gpus: u32,
+    ) -> Result<(v1::TenantInfo, Ack), ApiError> {
+        Self::require_admin(caller)?;
+        if name.is_empty()
+            || name.len() > 63
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(ApiError::InvalidArgument(
+                "tenant name must be 1..=63 of [A-Za-z0-9_-]".into(),
+            ));
+        }
+        if self.tenants.contains_key(name) {
+            return Err(ApiError::AlreadyExists(format!("tenant `{name}` exists")));
+        }
+        let token = new_token();
+        let record = TenantRecord {
+            name: name.to_string(),
+            quota_gpus,
+            token_sha256: sha256_hex(token.as_bytes()),
+        };
+        let bytes = serde_json::to_vec(&record).map_err(internal)?;
+        let ack = self
+            .writer
+            .send_durable(vec![Write::Put(format!("tenant/{name}"), bytes)]);
+        self.tenants.insert(name.to_string(), record);
+        for cell in &mut self.cells {
+            cell.state
+                .set_tenant_quota(name, (quota_gpus > 0).then_some(quota_gpus));
+        }
+        let mut info = self.tenant_info(name);
+        info.token = token;
+        Ok((info, ack))
+    }
+
+    fn tenant_info(&self, name: &str) -> v1::TenantInfo {
+        let quota = self.tenants.get(name).map_or(0, |t| t.quota_gpus);
+        let slot = tenant_slot(name);
+        v1::TenantInfo {
+            name: name.to_string(),
+            quota_gpus: quota,
+            gpus_in_use: self.tenant_gpus_claimed(name),
+            token: String::new(),
+            policy_slot: if self
+                .registry
+                .find(&slot)
+                .is_some_and(|s| s.active().is_some())
+            {
+                slot
+            } else {
+                String::new()
+            },
+        }
+    }
+
+    pub fn list_tenants(&self, caller: &Caller) -> Vec<v1::TenantInfo> {
+        self.tenants
+            .keys()
+            .filter(|t| caller.may_see(t))
+            .map(|t| self.tenant_info(t))
+            .collect()
+    }
+
+    /// GPUs held or claimed by the tenant's released jobs (running or pending).
+    fn tenant_gpus_claimed(&self, tenant: &str) -> u32 {
+        self.released()
+            .filter(|j| j.tenant == tenant)
+            .map(|j| j.spec.gpus)
+            .sum()
+    }
+
+    fn ids(&self, status: JobStatus) -> impl Iterator<Item = u64> + '_ {
+        self.by_status.get(&status).into_iter().flatten().copied()
+    }
+
+    fn count(&self, status: JobStatus) -> u64 {
+        self.by_status.get(&status).map_or(0, |s| s.len() as u64)
+    }
+
+    /// Jobs handed to a cell: pending or running.
+    fn released(&self) -> impl Iterator<Item = &StoredJob> + '_ {
+        self.ids(JobStatus::Pending)
+            .chain(self.ids(JobStatus::Running))
+            .filter_map(|id| self.jobs.get(&id))
+    }
+
+    // ------------------------------------------------------------ jobs
+
+    /// Accepts jobs; the [`Ack`] completes once they are durable.
+    pub fn submit(
+        &mut self,
+        caller: &Caller,
+        specs: &[v1::JobSpec],
+    ) -> Result<(Vec<u64>, Ack), ApiError> {
+        let mut accepted = Vec::with_capacity(specs.len());
+        for (i, spec) in specs.iter().enumerate() {
+            let record = JobSpecRecord::from_proto(spec).map_err(|e| {
+                ApiError::InvalidArgument(if specs.len() == 1 {
+                    format!("job spec: {e}")
+                } else {
+                    format!("job spec #{i}: {e}")
+                })
+            })?;
+            let tenant = match caller {
+                Caller::Tenant(t) => {
+                    if !spec.tenant.is_empty() && &spec.tenant != t {
+                        return Err(ApiError::PermissionDenied(format!(
+                            "tenant `{t}` may not submit for tenant `{}`",
+                            spec.tenant
+                        )));
+                    }
+                    t.clone()
+                }
+                Caller::Admin if spec.tenant.is_empty() => "default".to_string(),
+                Caller::Admin => spec.tenant.clone(),
+            };
+            accepted.push((record, tenant));
+        }
+        let now = now_ms();
+        let mut ids = Vec::with_capacity(accepted.len());
+        let mut writes = Vec::with_capacity(accepted.len());
+        for (mut spec, tenant) in accepted {
+            if spec.duration_ms == 0 {
+                spec.duration_ms = self.cfg.default_duration.as_millis() as u64;
+            }
+            let id = self.next_id;
+            self.next_id += 1;
+            let job = StoredJob {
+                id,
+                spec,
+                tenant,
+                status: JobStatus::Queued,
+                submit_ms: now,
+                start_ms: 0,
+                end_ms: 0,
+                placement: Vec::new(),
+                preemptions: 0,
+                arm: String::new(),
+                message: String::new(),
+            };
+            writes.push(job_write(&job));
+            self.notify(&job, v1::JobState::Unspecified);
+            self.by_status
+                .entry(JobStatus::Queued)
+                .or_default()
+                .insert(id);
+            self.jobs.insert(id, job);
+            ids.push(id);
+        }
+        Ok((ids, self.writer.send_durable(writes)))
+    }
+
+    pub fn get_job(&self, caller: &Caller, id: u64) -> Result<v1::Job, ApiError> {
+        match self.jobs.get(&id) {
+            Some(j) if caller.may_see(&j.tenant) => Ok(j.to_proto()),
+            // A tenant learns nothing about other tenants' job ids.
+            _ => Err(ApiError::NotFound(format!("no job {id}"))),
+        }
+    }
+
+    pub fn list_jobs(&self, caller: &Caller, req: &v1::ListJobsRequest) -> Vec<v1::Job> {
+        let states: HashSet<JobStatus> = req.states().filter_map(JobStatus::from_proto).collect();
+        let limit = if req.limit == 0 {
+            usize::MAX
+        } else {
+            req.limit as usize
+        };
+        self.jobs
+            .values()
+            .filter(|j| caller.may_see(&j.tenant))
+            .filter(|j| req.tenant.is_empty() || j.tenant == req.tenant)
+            .filter(|j| states.is_empty() || states.contains(&j.status))
+            .take(limit)
+            .map(StoredJob::to_proto)
+            .collect()
+    }
+
+    pub fn cancel(&mut self, caller: &Caller, id: u64) -> Result<(v1::Job, Ack), ApiError> {
+        let Some(job) = self.jobs.get(&id).filter(|j| caller.may_see(&j.tenant)) else {
+            return Err(ApiError::NotFound(format!("no job {id}")));
+        };
+        if job.status.is_terminal() {
+            return Err(ApiError::FailedPrecondition(format!(
+                "job {id} already ended ({:?})",
+                job.status
+            )));
+        }
+        self.stop_elsewhere(id, "");
+        self.remove_from_cell(id);
+        let ack = self.finish_job(id, JobStatus::Cancelled, "cancelled by request");
+        let job = self
+            .jobs
+            .get(&id)
+            .map(StoredJob::to_proto)
+            .ok_or_else(|| internal("cancelled job vanished"))?;
+        Ok((job, ack))
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<v1::JobEvent> {
+        self.events.subscribe()
+    }
+
+    fn notify(&self, job: &StoredJob, previous: v1::JobState) {
+        if self.events.receiver_count() == 0 {
+            return;
+        }
+        let _ = self.events.send(v1::JobEvent {
+            job: Some(job.to_proto()),
+            previous: previous as i32,
+        });
+    }
+
+    fn remove_from_cell(&mut self, id: u64) {
+        for cell in &mut self.cells {
+            if let Some(local) = cell.local.remove(&id) {
+                cell.global.remove(&local);
+                if let Err(e) = cell.state.remove(local) {
+                    tracing::error!(job = id, error = %e, "job missing from its cell");
+                }
+            }
+        }
+    }
+
+    fn set_status(&mut self, id: u64, status: JobStatus) {
+        if let Some(job) = self.jobs.get_mut(&id) {
+            let previous = job.status.to_proto();
+            move_status(&mut self.by_status, id, job.status, status);
+            job.status = status;
+            let job = job.clone();
+            self.writer.send(job_write(&job));
+            self.notify(&job, previous);
+        }
+    }
+
+    fn finish_job(&mut self, id: u64, status: JobStatus, message: &str) -> Ack {
+        let now = now_ms();
+        let Some(job) = self.jobs.get_mut(&id) else {
+            return self.writer.send_durable(Vec::new());
+        };
+        let previous = job.status.to_proto();
+        let was_running = job.status == JobStatus::Running;
+        move_status(&mut self.by_status, id, job.status, status);
+        job.status = status;
+        job.end_ms = now;
+        job.message = message.to_string();
+        let job = job.clone();
+        if was_running && status == JobStatus::Succeeded {
+            let stats = self.stats_mut(&job.arm);
+            stats.finished += 1;
+            let jct = now.saturating_sub(job.submit_ms) as f64;
+            stats.jct_ms.push(jct);
+            let missed = job.spec.deadline_ms > 0 && jct > job.spec.deadline_ms as f64;
+            stats.slo_violations += u64::from(missed);
+            stats.slo_sample.push(if missed { 1.0 } else { 0.0 });
+        }
+        self.notify(&job, previous);
+        self.writer.send_durable(vec![job_write(&job)])
+    }
+
+    fn stats_mut(&mut self, arm: &str) -> &mut ArmStats {
+        match self.experiment.as_mut() {
+            Some(e) if e.record.mode == Mode::Split => {
+                e.stats.entry(arm_or_control(arm)).or_default()
+            }
+            _ => &mut self.control_stats,
+        }
+    }
+
+    // ------------------------------------------------------------ policies
+
+    /// Compiles a component: slow, so callers do it without holding the plane.
+    pub fn compile(registry: &Registry, wasm: &[u8]) -> Result<CompiledPolicy, ApiError> {
+        if wasm.len() > MAX_UPLOAD {
+            return Err(ApiError::InvalidArgument(format!(
+                "component is {} bytes; at most {MAX_UPLOAD} are accepted",
+                wasm.len()
+            )));
+        }
+        registry
+            .engine()
+            .compile(wasm)
+            .map_err(|e| ApiError::InvalidArgument(format!("not a loadable policy component: {e}")))
+    }
+
+    pub fn registry(&self) -> Arc<Registry> {
+        Arc::clone(&self.registry)
+    }
+
+    /// Loads a compiled component into a slot (tenants: only their own).
+    pub fn upload(
+        &mut self,
+        caller: &Caller,
+        slot: &str,
+        compiled: CompiledPolicy,
+        wasm: &[u8],
+        config: &str,
+        activate: bool,
+    ) -> Result<(v1::GenerationInfo, Ack), ApiError> {
+        let slot = match (caller, slot) {
+            (Caller::Tenant(t), "") => tenant_slot(t),
+            (Caller::Admin, "") => compiled.manifest.name.clone(),
+            (_, s) => s.to_string(),
+        };
+        self.check_slot_access(caller, &slot)?;
+        if let Some(tenant) = slot.strip_prefix("tenant:") {
+            if !self.tenants.contains_key(tenant) {
+                return Err(ApiError::NotFound(format!("no tenant `{tenant}`")));
+            }
+            if !compiled.has_role(Role::Tenant) {
+                return Err(ApiError::InvalidArgument(format!(
+                    "slot `{slot}` needs the `tenant` role; `{}` implements {:?}",
+                    compiled.manifest.name, compiled.manifest.roles
+                )));
+            }
+        } else if !compiled.has_role(Role::Scheduler) {
+            return Err(ApiError::InvalidArgument(format!(
+                "slot `{slot}` schedules; `{}` does not implement the `scheduler` role (it implements {:?})",
+                compiled.manifest.name, compiled.manifest.roles
+            )));
+        }
+        if slot == DEFAULT_SLOT && self.experiment.is_some() && activate {
+            return Err(ApiError::FailedPrecondition(
+                "an experiment is running; promote or abort it before swapping the default policy"
+                    .into(),
+            ));
+        }
+        if !config.is_empty() {
+            // Try the configuration on a throwaway instance before accepting it.
+            let mut probe = compiled
+                .instantiate()
+                .map_err(|e| ApiError::InvalidArgument(format!("instantiating: {e}")))?;
+            probe
+                .configure(config)
+                .map_err(|e| ApiError::InvalidArgument(format!("configuration refused: {e}")))?;
+        }
+        let (generation, ack) =
+            self.load_generation(&slot, compiled, wasm, config.to_string(), activate)?;
+        Ok((self.generation_info(&slot, &generation), ack))
+    }
+
+    fn load_generation(
+        &mut self,
+        slot_name: &str,
+        compiled: CompiledPolicy,
+        wasm: &[u8],
+        config: String,
+        activate: bool,
+    ) -> Result<(Arc<Generation>, Ack), ApiError> {
+        let digest = compiled.digest.clone();
+        let slot = self.registry.slot(slot_name);
+        let generation = slot
+            .load(
+                compiled,
+                (!config.is_empty()).then(|| config.clone()),
+                None,
+                None,
+            )
+            .map_err(|e| ApiError::InvalidArgument(format!("loading into `{slot_name}`: {e}")))?;
+        if activate {
+            slot.activate(generation.id).map_err(internal)?;
+        }
+        let ack = self.writer.send_durable(vec![
+            Write::Put(format!("blob/{digest}"), wasm.to_vec()),
+            self.slot_write(&slot)?,
+        ]);
+        Ok((generation, ack))
+    }
+
+    /// The slot as persisted: generations in load order, by digest.
+    fn slot_write(&self, slot: &PolicySlot) -> Result<Write, ApiError> {
+        let generations = slot.generations();
+        let active = slot.active_id();
+        let record = SlotRecord {
+            active: generations.iter().position(|g| Some(g.id) == active),
+            generations: generations
+                .iter()
+                .map(|g| GenerationRecord {
+                    digest: g.digest().to_string(),
+                    config: g.config.clone(),
+                })
+                .collect(),
+        };
+        Ok(Write::Put(
+            format!("slot/{}", slot.name()),
+            serde_json::to_vec(&record).map_err(internal)?,
+        ))
+    }
+
+    fn check_slot_access(&self, caller: &Caller, slot: &str) -> Result<(), ApiError> {
+        match caller {
+            Caller::Admin => Ok(()),
+            Caller::Tenant(t) if slot == tenant_slot(t) => Ok(()),
+            Caller::Tenant(t) => Err(ApiError::PermissionDenied(format!(
+                "tenant `{t}` may only use its own slot `{}`",
+                tenant_slot(t)
+            ))),
+        }
+    }
+
+    fn find_slot(&self, caller: &Caller, slot: &str) -> Result<Arc<PolicySlot>, ApiError> {
+        self.check_slot_access(caller, slot)?;
+        self.registry
+            .find(slot)
+            .ok_or_else(|| ApiError::NotFound(format!("no policy slot `{slot}`")))
+    }
+
+    fn generation_info(&self, slot: &str, g: &Generation) -> v1::GenerationInfo {
+        let active = self
+            .registry
+            .find(slot)
+            .and_then(|s| s.active_id())
+            .is_some_and(|id| id == g.id);
+        v1::GenerationInfo {
+            id: g.id,
+            name: g.manifest().name.clone(),
+            version: g.manifest().version.clone(),
+            digest: g.digest().to_string(),
+            roles: g.manifest().roles.clone(),
+            active,
+            quarantined: g.is_quarantined(),
+            rounds_served: g.rounds_served(),
+            faults: g.total_faults(),
+            last_fault: g
+                .last_fault()
+                .map(|f| format!("epoch {}: {}", f.epoch, f.fault))
+                .unwrap_or_default(),
+            config: if g.config.is_empty() {
+                g.manifest().default_config.clone()
+            } else {
+                g.config.clone()
+            },
+        }
+    }
+
+    pub fn slot_info(&self, caller: &Caller, slot: &str) -> Result<v1::SlotInfo, ApiError> {
+        let s = self.find_slot(caller, slot)?;
+        Ok(v1::SlotInfo {
+            slot: slot.to_string(),
+            generations: s
+                .generations()
+                .iter()
+                .map(|g| self.generation_info(slot, g))
+                .collect(),
+        })
+    }
+
+    pub fn list_policies(&self, caller: &Caller) -> Vec<v1::SlotInfo> {
+        self.registry
+            .slots()
+            .iter()
+            .filter(|s| self.check_slot_access(caller, s.name()).is_ok())
+            .filter_map(|s| self.slot_info(caller, s.name()).ok())
+            .collect()
+    }
+
+    pub fn swap(
+        &mut self,
+        caller: &Caller,
+        slot: &str,
+        generation: u64,
+    ) -> Result<(v1::SlotInfo, Ack), ApiError> {
+        let s = self.find_slot(caller, slot)?;
+        if slot == DEFAULT_SLOT && self.experiment.is_some() {
+            return Err(ApiError::FailedPrecondition(
+                "an experiment is running; promote or abort it first".into(),
+            ));
+        }
+        s.activate(generation)
+            .map_err(|e| ApiError::NotFound(e.to_string()))?;
+        let ack = self.writer.send_durable(vec![self.slot_write(&s)?]);
+        Ok((self.slot_info(caller, slot)?, ack))
+    }
+
+    pub fn rollback(
+        &mut self,
+        caller: &Caller,
+        slot: &str,
+        generation: u64,
+    ) -> Result<(v1::SlotInfo, Ack), ApiError> {
+        let s = self.find_slot(caller, slot)?;
+        s.rollback((generation != 0).then_some(generation))
+            .map_err(|e| ApiError::FailedPrecondition(e.to_string()))?;
+        let ack = self.writer.send_durable(vec![self.slot_write(&s)?]);
+        Ok((self.slot_info(caller, slot)?, ack))
+    }
+
+    pub fn policy_stats(&self, caller: &Caller, slot: &str) -> Result<v1::PolicyStats, ApiError> {
+        let info = self.slot_info(caller, slot)?;
+        let mut merged = Histogram::default();
+        let mut any = false;
+        for ((s, _), h) in &self.metrics.latency {
+            if s == slot {
+                merged = merge(&merged, h);
+                any = true;
+            }
+        }
+        let cells: Vec<&Cell> = self
+            .cells
+            .iter()
+            .filter(|c| c.slot.name() == slot)
+            .collect();
+        Ok(v1::PolicyStats {
+            slot: slot.to_string(),
+            rounds: cells
+                .iter()
+                .map(|c| self.metrics.rounds.get(&c.arm).copied().unwrap_or(0))
+                .sum(),
+            fallbacks: cells
+                .iter()
+                .map(|c| self.metrics.fallbacks.get(&c.arm).copied().unwrap_or(0))
+                .sum(),
+            latency_p50_ms: if any { merged.quantile(0.5) * 1e3 } else { 0.0 },
+            latency_p99_ms: if any {
+                merged.quantile(0.99) * 1e3
+            } else {
+                0.0
+            },
+            generations: info.generations,
+        })
+    }
+
+    // ------------------------------------------------------------ experiments
+
+    pub fn start_experiment(
+        &mut self,
+        caller: &Caller,
+        req: &v1::StartExperimentRequest,
+    ) -> Result<(v1::ExperimentStatus, Ack), ApiError> {
+        Self::require_admin(caller)?;
+        if let Some(e) = &self.experiment {
+            return Err(ApiError::FailedPrecondition(format!(
+                "experiment `{}` is running; promote or abort it first",
+                e.record.name
+            )));
+        }
+        if req.name.is_empty() {
+            return Err(ApiError::InvalidArgument("experiment name is empty".into()));
+        }
+        if self.experiments.contains_key(&req.name) {
+            return Err(ApiError::AlreadyExists(format!(
+                "experiment `{}` exists",
+                req.name
+            )));
+        }
+        let mode = match v1::ExperimentMode::try_from(req.mode) {
+            Ok(v1::ExperimentMode::Split) => Mode::Split,
+            Ok(v1::ExperimentMode::Shadow) => Mode::Shadow,
+            _ => {
+                return Err(ApiError::InvalidArgument(
+                    "mode must be SPLIT or SHADOW".into(),
+                ));
+            }
+        };
+        if req.candidate_slot.is_empty()
+            || req.candidate_slot == DEFAULT_SLOT
+            || req.candidate_slot.starts_with("tenant:")
+        {
+            return Err(ApiError::InvalidArgument(
+                "candidate_slot must name a loaded scheduler slot other than `default`".into(),
+            ));
+        }
+        let share = if req.candidate_share == 0.0 {
+            0.5
+        } else {
+            req.candidate_share
+        };
+        if mode == Mode::Split && !(share > 0.0 && share < 1.0) {
+            return Err(ApiError::InvalidArgument(
+                "candidate_share must be in (0, 1)".into(),
+            ));
+        }
+        for t in &req.candidate_tenants {
+            if !self.tenants.contains_key(t) && t != "default" {
+                return Err(ApiError::NotFound(format!("no tenant `{t}`")));
+            }
+        }
+        let guardrail = GuardrailRecord::from_proto(req.guardrail.as_ref())
+            .map_err(ApiError::InvalidArgument)?;
+        let record = ExperimentRecord {
+            name: req.name.clone(),
+            mode,
+            state: ExperimentState::Running,
+            candidate_slot: req.candidate_slot.clone(),
+            candidate_tenants: req.candidate_tenants.clone(),
+            candidate_share: share,
+            guardrail,
+            reason: String::new(),
+            started_ms: now_ms(),
+            ended_ms: 0,
+        };
+        self.activate_experiment(record.clone())?;
+        let ack = self.persist_experiment(&record);
+        Ok((self.experiment_status(&record.name)?, ack))
+    }
+
+    fn activate_experiment(&mut self, record: ExperimentRecord) -> Result<(), ApiError> {
+        let slot = self.registry.find(&record.candidate_slot).ok_or_else(|| {
+            ApiError::NotFound(format!("no policy slot `{}`", record.candidate_slot))
+        })?;
+        let generation = slot.active().ok_or_else(|| {
+            ApiError::FailedPrecondition(format!(
+                "slot `{}` has no active generation",
+                record.candidate_slot
+            ))
+        })?;
+        if !generation.compiled.has_role(Role::Scheduler) {
+            return Err(ApiError::InvalidArgument(format!(
+                "`{}` does not implement the scheduler role",
+                record.candidate_slot
+            )));
+        }
+        let shadow = match record.mode {
+            Mode::Shadow => {
+                let instance = generation.new_instance().map_err(|e| {
+                    ApiError::InvalidArgument(format!("candidate failed to start: {e}"))
+                })?;
+                Some(Shadow::start(instance).map_err(internal)?)
+            }
+            Mode::Split => None,
+        };
+        let mut stats = BTreeMap::new();
+        stats.insert(CONTROL.to_string(), ArmStats::default());
+        stats.insert(CANDIDATE.to_string(), ArmStats::default());
+        tracing::info!(experiment = %record.name, mode = ?record.mode, candidate = %record.candidate_slot, "experiment started");
+        self.experiment = Some(Experiment {
+            candidate_generation: generation.id,
+            record,
+            stats,
+            shadow,
+        });
+        self.rebuild_cells();
+        Ok(())
+    }
+
+    fn persist_experiment(&self, record: &ExperimentRecord) -> Ack {
+        match serde_json::to_vec(record) {
+            Ok(bytes) => self
+                .writer
+                .send_durable(vec![Write::Put(format!("exp/{}", record.name), bytes)]),
+            Err(e) => {
+                tracing::error!(error = %e, "encoding an experiment");
+                self.writer.send_durable(Vec::new())
+            }
+        }
+    }
+
+    /// Ends the running experiment with `state`.
+    fn end_experiment(&mut self, state: ExperimentState, reason: String) -> Option<Ack> {
+        let mut exp = self.experiment.take()?;
+        exp.record.state = state;
+        exp.record.reason = reason;
+        exp.record.ended_ms = now_ms();
+        tracing::warn!(experiment = %exp.record.name, ?state, reason = %exp.record.reason, "experiment ended");
+        let ack = self.persist_experiment(&exp.record);
+        // Keep the last arm metrics and shadow summary for `status`.
+        let status = self.status_of(&exp);
+        self.finished_status.insert(exp.record.name.clone(), status);
+        self.experiments
+            .insert(exp.record.name.clone(), exp.record.clone());
+        self.rebuild_cells();
+        Some(ack)
+    }
+
+    pub fn promote(
+        &mut self,
+        caller: &Caller,
+        name: &str,
+    ) -> Result<(v1::ExperimentStatus, Ack), ApiError> {
+        Self::require_admin(caller)?;
+        self.running_named(name)?;
+        let (slot_name, candidate_gen) = match &self.experiment {
+            Some(e) => (e.record.candidate_slot.clone(), e.candidate_generation),
+            None => return Err(internal("experiment vanished")),
+        };
+        let slot = self
+            .registry
+            .find(&slot_name)
+            .ok_or_else(|| ApiError::NotFound(format!("no slot `{slot_name}`")))?;
+        let generation = slot
+            .get(candidate_gen)
+            .map_err(|e| ApiError::FailedPrecondition(e.to_string()))?;
+        let default = self.registry.slot(DEFAULT_SLOT);
+        let promoted = default
+            .load(
+                generation.compiled.clone(),
+                (!generation.config.is_empty()).then(|| generation.config.clone()),
+                None,
+                None,
+            )
+            .map_err(|e| ApiError::FailedPrecondition(format!("promoting: {e}")))?;
+        default.activate(promoted.id).map_err(internal)?;
+        let slot_write = self.slot_write(&default)?;
+        let ack1 = self.writer.send_durable(vec![slot_write]);
+        let ack = self
+            .end_experiment(
+                ExperimentState::Promoted,
+                format!(
+                    "promoted: `{slot_name}` generation {candidate_gen} is now `default` generation {}",
+                    promoted.id
+                ),
+            )
+            .ok_or_else(|| internal("experiment vanished"))?;
+        drop(ack1);
+        Ok((self.experiment_status(name)?, ack))
+    }
+
+    pub fn abort(
+        &mut self,
+        caller: &Caller,
+        name: &str,
+    ) -> Result<(v1::ExperimentStatus, Ack), ApiError> {
+        Self::require_admin(caller)?;
+        self.running_named(name)?;
+        let ack = self
+            .end_experiment(ExperimentState::Aborted, "aborted by request".into())
+            .ok_or_else(|| internal("experiment vanished"))?;
+        Ok((self.experiment_status(name)?, ack))
+    }
+
+    fn running_named(&self, name: &str) -> Result<(), ApiError> {
+        match &self.experiment {
+            Some(e) if e.record.name == name => Ok(()),
+            _ if self.experiments.contains_key(name) => Err(ApiError::FailedPrecondition(format!(
+                "experiment `{name}` is not running"
+            ))),
+            _ => Err(ApiError::NotFound(format!("no experiment `{name}`"))),
+        }
+    }
+
+    pub fn experiment_status(&self, name: &str) -> Result<v1::ExperimentStatus, ApiError> {
+        if let Some(e) = self.experiment.as_ref().filter(|e| e.record.name == name) {
+            return Ok(self.status_of(e));
+        }
+        if let Some(s) = self.finished_status.get(name) {
+            let mut s = s.clone();
+            if let Some(r) = self.experiments.get(name) {
+                s.state = experiment_state(r.state) as i32;
+                s.reason = r.reason.clone();
+                s.ended_ms = r.ended_ms;
+            }
+            return Ok(s);
+        }
+        self.experiments
+            .get(name)
+            .map(status_skeleton)
+            .ok_or_else(|| ApiError::NotFound(format!("no experiment `{name}`")))
+    }
+
+    pub fn list_experiments(&self) -> Vec<v1::ExperimentStatus> {
+        let mut names: Vec<&String> = self.experiments.keys().collect();
+        if let Some(e) = &self.experiment {
+            names.push(&e.record.name);
+        }
+        names
+            .into_iter()
+            .filter_map(|n| self.experiment_status(n).ok())
+            .collect()
+    }
+
+    fn status_of(&self, e: &Experiment) -> v1::ExperimentStatus {
+        let mut status = status_skeleton(&e.record);
+        let arms: Vec<(&str, &str)> = match e.record.mode {
+            Mode::Split => vec![
+                (CONTROL, DEFAULT_SLOT),
+                (CANDIDATE, e.record.candidate_slot.as_str()),
+            ],
+            Mode::Shadow => vec![(CONTROL, DEFAULT_SLOT)],
+        };
+        for (arm, slot) in arms {
+            let stats = e.stats.get(arm).cloned().unwrap_or_default();
+            let cell = self.cells.iter().find(|c| c.arm == arm);
+            let (nodes, gpus) = cell.map_or((0, 0), |c| {
+                (
+                    c.state.cluster().node_count() as u32,
+                    c.state.cluster().gpu_count() as u32,
+                )
+            });
+            let generation = if arm == CANDIDATE {
+                e.candidate_generation
+            } else {
+                self.registry
+                    .find(DEFAULT_SLOT)
+                    .and_then(|s| s.active_id())
+                    .unwrap_or(0)
+            };
+            status
+                .arms
+                .push(arm_metrics(arm, slot, generation, nodes, gpus, &stats));
+        }
+        if let Some(shadow) = &e.shadow {
+            let s = shadow.state.lock();
+            status.shadow = Some(s.to_proto());
+            let mut stats = ArmStats {
+                faults: s.candidate_faults,
+                frag_pct: s.candidate_frag.clone(),
+                policy_ms: s.candidate_latency_ms.clone(),
+                ..ArmStats::default()
+            };
+            stats.started = s.candidate_only;
+            status.arms.push(arm_metrics(
+                CANDIDATE,
+                &e.record.candidate_slot,
+                e.candidate_generation,
+                0,
+                0,
+                &stats,
+            ));
+        }
+        status
+    }
+
+    /// Rolls the candidate back when it is significantly worse or faults.
+    fn check_guardrail(&mut self) {
+        let Some(e) = &self.experiment else { return };
+        let g = &e.record.guardrail;
+        let reason = match e.record.mode {
+            Mode::Shadow => {
+                let faults = e
+                    .shadow
+                    .as_ref()
+                    .map_or(0, |s| s.state.lock().candidate_faults);
+                (faults >= u64::from(g.max_faults)).then(|| {
+                    format!(
+                        "candidate faulted {faults} times in shadow (limit {})",
+                        g.max_faults
+                    )
+                })
+            }
+            Mode::Split => {
+                let cand = e.stats.get(CANDIDATE).cloned().unwrap_or_default();
+                let ctrl = e.stats.get(CONTROL).cloned().unwrap_or_default();
+                if cand.faults >= u64::from(g.max_faults) {
+                    Some(format!(
+                        "candidate faulted {} times (limit {})",
+                        cand.faults, g.max_faults
+                    ))
+                } else {
+                    let (c, k, unit) = match g.metric.as_str() {
+                        "jct" => (&cand.jct_ms, &ctrl.jct_ms, "ms"),
+                        "slo_violations" => (&cand.slo_sample, &ctrl.slo_sample, "share"),
+                        _ => (&cand.queue_delay_ms, &ctrl.queue_delay_ms, "ms"),
+                    };
+                    let enough =
+                        c.n() >= u64::from(g.min_samples) && k.n() >= u64::from(g.min_samples);
+                    match p_worse(c, k) {
+                        // "faults" is guarded by `max_faults` alone.
+                        Some(p) if enough && g.metric != "faults" && p < g.alpha => Some(format!(
+                            "candidate {} {:.1} {unit} vs control {:.1} {unit} (one-sided Welch p = {p:.2e} < {})",
+                            g.metric,
+                            c.mean(),
+                            k.mean(),
+                            g.alpha
+                        )),
+                        _ => None,
+                    }
+                }
+            }
+        };
+        if let Some(reason) = reason {
+            self.end_experiment(ExperimentState::RolledBack, reason);
+        }
+    }
+
+    // ------------------------------------------------------------ nodes & cluster
+
+    pub fn list_nodes(&self) -> Vec<v1::NodeInfo> {
+        self.nodes
+            .iter()
+            .map(|n| {
+                let (arm, free) = self
+                    .cells
+                    .iter()
+                    .find_map(|c| {
+                        c.state.node_index(&n.request.name).map(|i| {
+                            let plan = Plan::new(c.state.cluster());
+                            (c.arm.clone(), plan.node_idle_gpus(i))
+                        })
+                    })
+                    .unwrap_or_default();
+                v1::NodeInfo {
+                    name: n.request.name.clone(),
+                    pool: n.request.pool.clone(),
+                    gpu_model: n.request.gpu_model.clone(),
+                    gpus: n.request.gpu_count,
+                    gpus_free: free,
+                    state: match n.status {
+                        NodeStatus::Ready => "ready",
+                        NodeStatus::Draining => "draining",
+                        NodeStatus::Lost => "lost",
+                    }
+                    .into(),
+                    arm: if self.experiment.is_some() {
+                        arm
+                    } else {
+                        String::new()
+                    },
+                    kind: match n.kind {
+                        NodeKind::Simulated => "simulated",
+                        NodeKind::Agent => "agent",
+                    }
+                    .into(),
+                }
+            })
+            .collect()
+    }
+
+    pub fn drain(&mut self, caller: &Caller, name: &str) -> Result<(v1::NodeInfo, Ack), ApiError> {
+        Self::require_admin(caller)?;
+        let node = self
+            .nodes
+            .iter_mut()
+            .find(|n| n.request.name == name)
+            .ok_or_else(|| ApiError::NotFound(format!("no node `{name}`")))?;
+        node.status = NodeStatus::Draining;
+        for cell in &mut self.cells {
+            if cell.state.node_index(name).is_some() {
+                cell.state
+                    .set_node_state(name, model::node_state::CORDONED)
+                    .map_err(internal)?;
+            }
+        }
+        let bytes = serde_json::to_vec(&NodeStatus::Draining).map_err(internal)?;
+        let ack = self
+            .writer
+            .send_durable(vec![Write::Put(format!("node/{name}"), bytes)]);
+        let info = self
+            .list_nodes()
+            .into_iter()
+            .find(|n| n.name == name)
+            .ok_or_else(|| internal("drained node vanished"))?;
+        Ok((info, ack))
+    }
+
+    pub fn view(&self) -> v1::ClusterView {
+        let count = |s: JobStatus| self.count(s);
+        let (mut alloc, mut gpus) = (0.0, 0u32);
+        for c in &self.cells {
+            let g = c.state.cluster().gpu_count() as u32;
+            alloc += c.state.gpu_allocation_pct() * f64::from(g);
+            gpus += g;
+        }
+        let default = self.registry.find(DEFAULT_SLOT);
+        v1::ClusterView {
+            epoch: self.cells.first().map_or(0, |c| c.state.epoch()),
+            now_ms: now_ms(),
+            nodes: self.nodes.len() as u32,
+            gpus,
+            gpu_allocation_pct: if gpus == 0 {
+                0.0
+            } else {
+                alloc / f64::from(gpus)
+            },
+            jobs_queued: count(JobStatus::Queued),
+            jobs_pending: count(JobStatus::Pending),
+            jobs_running: count(JobStatus::Running),
+            jobs_finished: count(JobStatus::Succeeded)
+                + count(JobStatus::Failed)
+                + count(JobStatus::Cancelled),
+            active_policy: default
+                .as_ref()
+                .and_then(|s| s.active())
+                .map(|g| g.manifest().name.clone())
+                .unwrap_or_default(),
+            active_generation: default.and_then(|s| s.active_id()).unwrap_or(0),
+            experiment: self
+                .experiment
+                .as_ref()
+                .map(|e| e.record.name.clone())
+                .unwrap_or_default(),
+            rounds: self.rounds,
+        }
+    }
+
+    /// Total time spent journaling and in rounds, in seconds (for the
+    /// journal-overhead benchmark).
+    pub fn journal_and_round_seconds(&self) -> (f64, f64) {
+        let rounds = self
+            .metrics
+            .round_latency
+            .values()
+            .map(Histogram::sum)
+            .sum();
+        (self.metrics.journal.sum(), rounds)
+    }
+
+    /// The Prometheus text exposition.
+    pub fn metrics_text(&self) -> String {
+        let mut e = Exposition::new();
+        let view = self.view();
+        e.family(
+            "arbiter_rounds_total",
+            "counter",
+            "Scheduling rounds run, by cell.",
+        );
+        for (cell, n) in &self.metrics.rounds {
+            e.sample("arbiter_rounds_total", &[("cell", cell)], *n as f64);
+        }
+        e.family(
+            "arbiter_round_seconds",
+            "histogram",
+            "Whole-round latency (delta, policy, validation, apply), by cell.",
+        );
+        for (cell, h) in &self.metrics.round_latency {
+            e.histogram("arbiter_round_seconds", &[("cell", cell)], h);
+        }
+        e.family(
+            "arbiter_policy_seconds",
+            "histogram",
+            "Time inside the answering policy per round, by slot and generation.",
+        );
+        for ((slot, generation), h) in &self.metrics.latency {
+            e.histogram(
+                "arbiter_policy_seconds",
+                &[("slot", slot), ("generation", generation)],
+                h,
+            );
+        }
+        e.family(
+            "arbiter_policy_faults_total",
+            "counter",
+            "Policy faults, by slot, generation and kind.",
+        );
+        for ((slot, generation, kind), n) in &self.metrics.faults {
+            e.sample(
+                "arbiter_policy_faults_total",
+                &[("slot", slot), ("generation", generation), ("kind", kind)],
+                *n as f64,
+            );
+        }
+        e.family(
+            "arbiter_fallback_rounds_total",
+            "counter",
+            "Rounds served by an older generation or the native policy, by cell.",
+        );
+        for (cell, n) in &self.metrics.fallbacks {
+            e.sample(
+                "arbiter_fallback_rounds_total",
+                &[("cell", cell)],
+                *n as f64,
+            );
+        }
+        e.family(
+            "arbiter_journal_append_seconds",
+            "histogram",
+            "Encoding and appending one decision-journal record.",
+        );
+        e.histogram("arbiter_journal_append_seconds", &[], &self.metrics.journal);
+        e.family(
+            "arbiter_tenant_policy_faults_total",
+            "counter",
+            "Tenant policy faults.",
+        );
+        e.sample(
+            "arbiter_tenant_policy_faults_total",
+            &[],
+            self.tenant_faults as f64,
+        );
+        e.family("arbiter_jobs", "gauge", "Jobs by state.");
+        for (state, n) in [
+            ("queued", view.jobs_queued),
+            ("pending", view.jobs_pending),
+            ("running", view.jobs_running),
+            ("finished", view.jobs_finished),
+        ] {
+            e.sample("arbiter_jobs", &[("state", state)], n as f64);
+        }
+        e.family(
+            "arbiter_gpu_allocation_percent",
+            "gauge",
+            "Allocated share of GPU capacity.",
+        );
+        e.sample(
+            "arbiter_gpu_allocation_percent",
+            &[],
+            view.gpu_allocation_pct,
+        );
+        if let Some(exp) = &self.experiment {
+            let status = self.status_of(exp);
+            e.family(
+                "arbiter_experiment_arm",
+                "gauge",
+                "Per-arm outcome metrics of the running experiment (means).",
+            );
+            for arm in &status.arms {
+                let est = |x: &Option<v1::Estimate>| x.as_ref().map_or(0.0, |e| e.mean);
+                for (metric, value) in [
+                    ("queue_delay_ms", est(&arm.queue_delay_ms)),
+                    ("jct_ms", est(&arm.jct_ms)),
+                    ("gpu_allocation_pct", est(&arm.gpu_allocation_pct)),
+                    ("fragmentation_pct", est(&arm.fragmentation_pct)),
+                    ("policy_latency_ms", est(&arm.policy_latency_ms)),
+                    ("preemptions", arm.preemptions as f64),
+                    ("slo_violations", arm.slo_violations as f64),
+                    ("policy_faults", arm.policy_faults as f64),
+                    ("jobs_finished", arm.jobs_finished as f64),
+                ] {
+                    e.sample(
+                        "arbiter_experiment_arm",
+                        &[
+                            ("experiment", &exp.record.name),
+                            ("arm", &arm.arm),
+                            ("metric", metric),
+                        ],
+                        value,
+                    );
+                }
+            }
+        }
+        e.finish()
+    }
+
+    // ------------------------------------------------------------ node agents
+
+    /// Registers (or re-registers) a node agent; returns its session id and
+    /// what it must be told first. Surviving workloads it reports are adopted.
+    pub fn register_node(
+        &mut self,
+        caller: &Caller,
+        hello: &v1::NodeHello,
+        tx: tokio::sync::mpsc::UnboundedSender<v1::HostMessage>,
+    ) -> Result<u64, ApiError> {
+        Self::require_admin(caller)?;
+        let request = hello_request(hello).map_err(ApiError::InvalidArgument)?;
+        let name = request.name.clone();
+        if self
+            .nodes
+            .iter()
+            .any(|n| n.request.name == name && n.kind == NodeKind::Simulated)
+        {
+            return Err(ApiError::AlreadyExists(format!(
+                "`{name}` is a simulated node of the embedded pool"
+            )));
+        }
+        let session = self.next_session;
+        self.next_session += 1;
+        let now = std::time::Instant::now();
+        // The welcome goes first: reconciliation below may already send stops.
+        let _ = tx.send(v1::HostMessage {
+            body: Some(v1::host_message::Body::Welcome(v1::Welcome {
+                heartbeat_ms: self.cfg.heartbeat.as_millis() as u32,
+                lost_after_ms: self.cfg.lost_after.as_millis() as u32,
+            })),
+        });
+        let link = AgentLink {
+            session,
+            tx,
+            last_seen: now,
+        };
+        match self.nodes.iter_mut().find(|n| n.request.name == name) {
+            Some(n) => {
+                n.request = request.clone();
+                n.status = NodeStatus::Ready;
+                n.link = Some(link);
+                n.last_seen = now;
+            }
+            None => self.nodes.push(PoolNode {
+                request: request.clone(),
+                status: NodeStatus::Ready,
+                kind: NodeKind::Agent,
+                link: Some(link),
+                last_seen: now,
+            }),
+        }
+        let record = AgentRecord {
+            name: name.clone(),
+            pool: request.pool.clone(),
+            cpu_milli: request.cpu_milli,
+            memory_mib: request.memory_mib,
+            gpu_model: request.gpu_model.clone(),
+            gpu_memory_mib: request.gpu_memory_mib,
+            gpu_count: request.gpu_count,
+        };
+        if let Ok(bytes) = serde_json::to_vec(&record) {
+            self.writer.send(Write::Put(format!("agent/{name}"), bytes));
+        }
+        self.writer.send(Write::Delete(format!("node/{name}")));
+        // Reconcile what the node still runs with what the host believes.
+        let reported: HashMap<u64, &v1::WorkloadReport> =
+            hello.workloads.iter().map(|w| (w.job_id, w)).collect();
+        let believed: Vec<u64> = self
+            .released()
+            .filter(|j| {
+                j.status == JobStatus::Running && j.placement.iter().any(|w| w.node == name)
+            })
+            .map(|j| j.id)
+            .collect();
+        let mut requeue = Vec::new();
+        for id in &believed {
+            match reported.get(id) {
+                Some(w) if w.running => {
+                    tracing::info!(node = %name, job = id, pid = w.pid, "workload adopted");
+                }
+                Some(w) => {
+                    let status = if w.exit_code == 0 {
+                        JobStatus::Succeeded
+                    } else {
+                        JobStatus::Failed
+                    };
+                    self.remove_from_cell(*id);
+                    drop(self.finish_job(
+                        *id,
+                        status,
+                        &format!("exited with {} while the node was away", w.exit_code),
+                    ));
+                }
+                None => requeue.push(*id),
+            }
+        }
+        for w in &hello.workloads {
+            if w.running && !believed.contains(&w.job_id) {
+                self.send_to(
+                    &name,
+                    v1::host_message::Body::Stop(v1::Stop {
+                        job_id: w.job_id,
+                        reason: "not running here according to the control plane".into(),
+                    }),
+                );
+            }
+        }
+        for id in requeue {
+            self.requeue(id, &format!("lost on `{name}` while the node was away"));
+        }
+        self.rebuild_cells();
+        tracing::info!(node = %name, session, gpus = hello.gpus.len(), "node agent registered");
+        Ok(session)
+    }
+
+    /// Drops every node stream (shutdown); agents reconnect to the next host.
+    pub fn disconnect_agents(&mut self) {
+        for n in &mut self.nodes {
+            n.link = None;
+        }
+    }
+
+    fn agent_mut(&mut self, name: &str, session: u64) -> Option<&mut PoolNode> {
+        self.nodes.iter_mut().find(|n| {
+            n.request.name == name && n.link.as_ref().is_some_and(|l| l.session == session)
+        })
+    }
+
+    /// A heartbeat from a node agent's current session.
+    pub fn node_heartbeat(&mut self, name: &str, session: u64, hb: &v1::Heartbeat) {
+        let now = std::time::Instant::now();
+        let Some(node) = self.agent_mut(name, session) else {
+            return;
+        };
+        node.last_seen = now;
+        if let Some(l) = node.link.as_mut() {
+            l.last_seen = now;
+        }
+        for cell in &mut self.cells {
+            let Some(index) = cell.state.node_index(name) else {
+                continue;
+            };
+            let range = cell.state.cluster().node(index).gpu_range();
+            let metrics: Vec<model::GpuMetric> = hb
+                .gpus
+                .iter()
+                .filter(|g| g.index < range.len() as u32)
+                .map(|g| model::GpuMetric {
+                    gpu: range.start + g.index,
+                    utilization_pct: g.utilization_pct.min(100) as u8,
+                    sm_activity_pct: g.sm_activity_pct.min(100) as u8,
+                    memory_used_mib: g.memory_used_mib,
+                })
+                .collect();
+            if !metrics.is_empty()
+                && let Err(e) = cell.state.record_gpu_metrics(metrics)
+            {
+                tracing::warn!(node = name, error = %e, "GPU metrics refused");
+            }
+        }
+    }
+
+    /// A workload event from a node agent.
+    pub fn node_event(&mut self, name: &str, session: u64, ev: &v1::WorkloadEvent) {
+        if self.agent_mut(name, session).is_none() {
+            return;
+        }
+        let here = self.jobs.get(&ev.job_id).is_some_and(|j| {
+            j.status == JobStatus::Running && j.placement.iter().any(|w| w.node == name)
+        });
+        if !here {
+            return;
+        }
+        match v1::WorkloadEventKind::try_from(ev.kind) {
+            Ok(v1::WorkloadEventKind::Started) => {
+                if let Some(j) = self.jobs.get_mut(&ev.job_id) {
+                    j.message = format!("running on {name}");
+                }
+            }
+            Ok(v1::WorkloadEventKind::Exited) => {
+                let status = if ev.exit_code == 0 {
+                    JobStatus::Succeeded
+                } else {
+                    JobStatus::Failed
+                };
+                self.stop_elsewhere(ev.job_id, name);
+                self.remove_from_cell(ev.job_id);
+                drop(self.finish_job(ev.job_id, status, &format!("exit code {}", ev.exit_code)));
+            }
+            Ok(v1::WorkloadEventKind::FailedToStart) => {
+                self.stop_elsewhere(ev.job_id, name);
+                self.remove_from_cell(ev.job_id);
+                drop(self.finish_job(
+                    ev.job_id,
+                    JobStatus::Failed,
+                    &format!("failed to start on {name}: {}", ev.message),
+                ));
+            }
+            Ok(v1::WorkloadEventKind::Evicted) => {
+                self.stop_elsewhere(ev.job_id, name);
+                self.requeue(ev.job_id, &format!("evicted by {name}: {}", ev.message));
+            }
+            _ => tracing::warn!(node = name, "workload event of unknown kind"),
+        }
+    }
+
+    /// The agent's stream ended; the heartbeat timeout decides whether it is lost.
+    pub fn node_disconnected(&mut self, name: &str, session: u64) {
+        if let Some(node) = self.agent_mut(name, session) {
+            node.link = None;
+            tracing::warn!(node = name, session, "node agent disconnected");
+        }
+    }
+
+    /// Marks silent agents lost and reschedules their jobs.
+    fn check_agents(&mut self) {
+        let now = std::time::Instant::now();
+        let lost: Vec<String> = self
+            .nodes
+            .iter()
+            .filter(|n| {
+                n.kind == NodeKind::Agent
+                    && n.status != NodeStatus::Lost
+                    && now.duration_since(n.last_seen) > self.cfg.lost_after
+            })
+            .map(|n| n.request.name.clone())
+            .collect();
+        if lost.is_empty() {
+            return;
+        }
+        for name in &lost {
+            tracing::error!(node = %name, "node lost: no heartbeat; rescheduling its jobs");
+            if let Some(n) = self.nodes.iter_mut().find(|n| &n.request.name == name) {
+                n.status = NodeStatus::Lost;
+                n.link = None;
+            }
+            let victims: Vec<u64> = self
+                .released()
+                .filter(|j| {
+                    j.status == JobStatus::Running && j.placement.iter().any(|w| &w.node == name)
+                })
+                .map(|j| j.id)
+                .collect();
+            for id in victims {
+                self.stop_elsewhere(id, name);
+                self.requeue(id, &format!("node `{name}` lost"));
+            }
+        }
+        self.rebuild_cells();
+    }
+
+    /// Puts a running job back in the queue of its cell (resources freed).
+    fn requeue(&mut self, id: u64, why: &str) {
+        for cell in &mut self.cells {
+            if let Some(&local) = cell.local.get(&id)
+                && let Err(e) = cell.state.evict(local)
+            {
+                tracing::error!(job = id, error = %e, "evicting from the cell");
+            }
+        }
+        if let Some(j) = self.jobs.get_mut(&id) {
+            j.placement.clear();
+            j.preemptions += 1;
+            j.message = why.to_string();
+        }
+        self.set_status(id, JobStatus::Pending);
+    }
+
+    fn send_to(&self, node: &str, body: v1::host_message::Body) {
+        let Some(link) = self
+            .nodes
+            .iter()
+            .find(|n| n.request.name == node)
+            .and_then(|n| n.link.as_ref())
+        else {
+            return;
+        };
+        if link.tx.send(v1::HostMessage { body: Some(body) }).is_err() {
+            tracing::warn!(node, "node agent stream closed; message dropped");
+        }
+    }
+
+    fn is_agent(&self, node: &str) -> bool {
+        self.nodes
+            .iter()
+            .any(|n| n.request.name == node && n.kind == NodeKind::Agent)
+    }
+
+    /// Tells every agent node of a job except `except` to stop it.
+    fn stop_elsewhere(&self, id: u64, except: &str) {
+        let Some(job) = self.jobs.get(&id) else {
+            return;
+        };
+        let mut told = HashSet::new();
+        for w in &job.placement {
+            if w.node != except && self.is_agent(&w.node) && told.insert(w.node.clone()) {
+                self.send_to(
+                    &w.node,
+                    v1::host_message::Body::Stop(v1::Stop {
+                        job_id: id,
+                        reason: "stopped by the control plane".into(),
+                    }),
+                );
+            }
+        }
+    }
+
+    /// Sends the launch of a started job to the agents of its workers.
+    fn launch_on_agents(&self, id: u64) {
+        let Some(job) = self.jobs.get(&id) else {
+            return;
+        };
+        let s = &job.spec;
+        for w in &job.placement {
+            if !self.is_agent(&w.node) {
+                continue;
+            }
+            self.send_to(
+                &w.node,
+                v1::host_message::Body::Launch(v1::Launch {
+                    job_id: id,
+                    name: s.name.clone(),
+                    command: s.command.clone(),
+                    gpus: w.gpus.clone(),
+                    memory_limit_mib: s.gpu_memory_mib,
+                    compute_share_permille: if s.gpu_milli > 0 { s.gpu_milli } else { 1000 },
+                    role: u32::from(s.qos != model::qos::GUARANTEED),
+                }),
+            );
+        }
+    }
+
+    // ------------------------------------------------------------ cells
+
+    /// Which arm a job belongs to under the running split experiment.
+    fn route(&self, job: &StoredJob) -> &'static str {
+        match &self.experiment {
+            Some(e) if e.record.mode == Mode::Split => {
+                let candidate = if e.record.candidate_tenants.is_empty() {
+                    unit_hash(job.id) < e.record.candidate_share
+                } else {
+                    e.record.candidate_tenants.contains(&job.tenant)
+                };
+                if candidate { CANDIDATE } else { CONTROL }
+            }
+            _ => CONTROL,
+        }
+    }
+
+    /// Rebuilds the cells from the job table (start-up, experiment start/end).
+    fn rebuild_cells(&mut self) {
+        let span = tracing::info_span!("rebuild_cells");
+        let _g = span.enter();
+        let now = now_ms();
+        let default_slot = self.registry.slot(DEFAULT_SLOT);
+        let mut arms: Vec<(&'static str, Arc<PolicySlot>)> = vec![(CONTROL, default_slot)];
+        let mut candidate_nodes: HashSet<String> = HashSet::new();
+        if let Some(e) = self
+            .experiment
+            .as_ref()
+            .filter(|e| e.record.mode == Mode::Split)
+            && let Some(slot) = self.registry.find(&e.record.candidate_slot)
+        {
+            arms.push((CANDIDATE, slot));
+            let mut names: Vec<&str> = self
+                .nodes
+                .iter()
+                .filter(|n| n.status != NodeStatus::Lost)
+                .map(|n| n.request.name.as_str())
+                .collect();
+            names.sort();
+            let k = ((e.record.candidate_share * names.len() as f64).round() as usize)
+                .clamp(1, names.len().saturating_sub(1).max(1));
+            candidate_nodes = names[names.len().saturating_sub(k)..]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+        }
+        for (_, slot) in &arms {
+            for g in slot.generations() {
+                g.discard_instance();
+            }
+        }
+        let mut cells: Vec<Cell> = arms
+            .into_iter()
+            .map(|(arm, slot)| {
+                let mut state = ClusterState::new();
+                state.set_now(now);
+                for (name, t) in &self.tenants {
+                    if t.quota_gpus > 0 {
+                        state.set_tenant_quota(name, Some(t.quota_gpus));
+                    }
+                }
+                for n in self.nodes.iter().filter(|n| n.status != NodeStatus::Lost) {
+                    let mine = if arm == CANDIDATE {
+                        candidate_nodes.contains(&n.request.name)
+                    } else {
+                        !candidate_nodes.contains(&n.request.name)
+                    };
+                    if !mine {
+                        continue;
+                    }
+                    match state.add_node(n.request.clone()) {
+                        Ok(_) if n.status == NodeStatus::Draining => {
+                            let _ =
+                                state.set_node_state(&n.request.name, model::node_state::CORDONED);
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::error!(node = %n.request.name, error = %e, "node refused")
+                        }
+                    }
+                }
+                let driver =
+                    RoundDriver::new(Arc::clone(&slot)).with_max_decisions(self.cfg.max_decisions);
+                Cell {
+                    arm: arm.to_string(),
+                    slot,
+                    driver,
+                    state,
+                    local: HashMap::new(),
+                    global: HashMap::new(),
+                    last_epoch: 0,
+                }
+            })
+            .collect();
+        let mut ids: Vec<u64> = self.released().map(|j| j.id).collect();
+        ids.sort_unstable();
+        let mut requeued = Vec::new();
+        for id in ids {
+            let Some(job) = self.jobs.get(&id).cloned() else {
+                continue;
+            };
+            let routed = self.route(&job);
+            let home = if job.status == JobStatus::Running {
+                job.placement.first().and_then(|w| {
+                    cells
+                        .iter()
+                        .position(|c| c.state.node_index(&w.node).is_some())
+                })
+            } else {
+                None
+            };
+            let cell_index = home
+                .or_else(|| cells.iter().position(|c| c.arm == routed))
+                .unwrap_or(0);
+            let cell = &mut cells[cell_index];
+            let local = match cell.state.submit(job_request(&job)) {
+                Ok(local) => local,
+                Err(e) => {
+                    tracing::error!(job = id, error = %e, "job refused by its cell; marking it failed");
+                    requeued.push((id, Err(e.to_string())));
+                    continue;
+                }
+            };
+            cell.local.insert(id, local);
+            cell.global.insert(local, id);
+            if job.status == JobStatus::Running {
+                let placed = place_again(&mut cell.state, local, &job.placement);
+                if let Err(e) = placed {
+                    tracing::warn!(job = id, error = %e, "running job could not keep its placement; requeued");
+                    requeued.push((id, Ok(())));
+                }
+            }
+            if let Some(j) = self.jobs.get_mut(&id) {
+                j.arm = if self
+                    .experiment
+                    .as_ref()
+                    .is_some_and(|e| e.record.mode == Mode::Split)
+                {
+                    cells[cell_index].arm.clone()
+                } else {
+                    String::new()
+                };
+            }
+        }
+        for (id, outcome) in requeued {
+            match outcome {
+                Ok(()) => {
+                    if let Some(j) = self.jobs.get_mut(&id) {
+                        j.placement.clear();
+                        j.preemptions += 1;
+                    }
+                    self.set_status(id, JobStatus::Pending);
+                }
+                Err(e) => {
+                    let _ = self.finish_job(id, JobStatus::Failed, &e);
+                }
+            }
+        }
+        for cell in &mut cells {
+            let snapshot = cell.state.snapshot();
+            cell.last_epoch = cell.state.epoch();
+            if let Some(j) = self.journal.as_mut()
+                && let Err(e) = j.append(&Record::Snapshot {
+                    cell: cell.arm.clone(),
+                    wall_ms: now,
+                    snapshot: Box::new(snapshot.clone()),
+                })
+            {
+                tracing::error!(error = %e, "journal write failed; journaling stops");
+                self.journal = None;
+            }
+            if cell.arm == CONTROL
+                && let Some(shadow) = self.experiment.as_ref().and_then(|e| e.shadow.as_ref())
+            {
+                shadow.send(ShadowInput::Snapshot(Box::new(snapshot)));
+            }
+        }
+        self.cells = cells;
+    }
+
+    // ------------------------------------------------------------ the round
+
+    /// One control period: completions, admission, a round per cell, guardrails.
+    pub fn tick(&mut self) {
+        let span = tracing::info_span!("tick", round = self.rounds + 1);
+        let _g = span.enter();
+        let now = now_ms();
+        self.check_agents();
+        self.complete_finished(now);
+        self.admit(now);
+        for i in 0..self.cells.len() {
+            self.run_cell_round(i, now);
+        }
+        self.rounds += 1;
+        self.check_guardrail();
+    }
+
+    /// Simulated pool: jobs whose run time is up succeed.
+    fn complete_finished(&mut self, now: u64) {
+        let done: Vec<u64> = self
+            .ids(JobStatus::Running)
+            .filter_map(|id| self.jobs.get(&id))
+            .filter(|j| j.start_ms.saturating_add(j.spec.duration_ms) <= now)
+            // Jobs on agent nodes end when their process exits, not on a timer.
+            .filter(|j| !j.placement.iter().any(|w| self.is_agent(&w.node)))
+            .map(|j| j.id)
+            .collect();
+        for id in done {
+            self.remove_from_cell(id);
+            drop(self.finish_job(id, JobStatus::Succeeded, "completed"));
+        }
+    }
+
+    /// Releases queued jobs to their cells, in the order tenant policies give.
+    fn admit(&mut self, now: u64) {
+        let mut by_tenant: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        for j in self
+            .ids(JobStatus::Queued)
+            .filter_map(|id| self.jobs.get(&id))
+        {
+            by_tenant.entry(j.tenant.clone()).or_default().push(j.id);
+        }
+        for (tenant, queued) in by_tenant {
+            let release = self.tenant_release_order(&tenant, &queued, now);
+            for id in release {
+                self.release(id);
+            }
+        }
+    }
+
+    fn tenant_release_order(&mut self, tenant: &str, queued: &[u64], now: u64) -> Vec<u64> {
+        let slot_name = tenant_slot(tenant);
+        let Some(generation) = self.registry.find(&slot_name).and_then(|s| s.active()) else {
+            return queued.to_vec();
+        };
+        let quota = self.tenants.get(tenant).map_or(0, |t| t.quota_gpus);
+        let claimed = self.tenant_gpus_claimed(tenant);
+        let running: Vec<&StoredJob> = self.released().filter(|j| j.tenant == tenant).collect();
+        let mut jobs = Vec::with_capacity(queued.len() + running.len());
+        for (position, id) in queued.iter().enumerate() {
+            if let Some(j) = self.jobs.get(id) {
+                jobs.push(tenant_job(position as u32, j, false));
+            }
+        }
+        for (k, j) in running.iter().enumerate() {
+            jobs.push(tenant_job((queued.len() + k) as u32, j, true));
+        }
+        let view = TenantView {
+            now_ms: now,
+            tenant: tenant.to_string(),
+            gpu_quota: quota,
+            gpus_in_use: claimed,
+            jobs,
+        };
+        let verdict = {
+            let entry = self.tenant_instances.get_mut(&slot_name);
+            let reuse = entry
+                .as_ref()
+                .is_some_and(|(id, i)| *id == generation.id && i.poisoned().is_none());
+            if !reuse {
+                match generation.new_instance() {
+                    Ok(i) => {
+                        self.tenant_instances
+                            .insert(slot_name.clone(), (generation.id, i));
+                    }
+                    Err(e) => {
+                        tracing::warn!(tenant, error = %e, "tenant policy failed to start; submit order");
+                        self.tenant_faults += 1;
+                        return queued.to_vec();
+                    }
+                }
+            }
+            let Some((_, instance)) = self.tenant_instances.get_mut(&slot_name) else {
+                return queued.to_vec();
+            };
+            let span = tracing::debug_span!("tenant_policy", tenant, generation = generation.id);
+            let _g = span.enter();
+            instance.order(view)
+        };
+        let verdict = match verdict {
+            Ok(v) => v,
+            Err(fault) => {
+                tracing::warn!(tenant, %fault, "tenant policy fault; submit order this round");
+                self.tenant_faults += 1;
+                *self
+                    .metrics
+                    .faults
+                    .entry((
+                        slot_name,
+                        generation.id.to_string(),
+                        fault.kind().to_string(),
+                    ))
+                    .or_default() += 1;
+                return queued.to_vec();
+            }
+        };
+        let hold: HashSet<u32> = verdict.hold.iter().copied().collect();
+        let mut seen = HashSet::new();
+        let mut order: Vec<u32> = verdict
+            .order
+            .iter()
+            .copied()
+            .filter(|&p| (p as usize) < queued.len() && !hold.contains(&p) && seen.insert(p))
+            .collect();
+        order.extend((0..queued.len() as u32).filter(|p| !hold.contains(p) && !seen.contains(p)));
+        let mut budget = if quota == 0 {
+            u32::MAX
+        } else {
+            quota.saturating_sub(claimed)
+        };
+        let mut release = Vec::new();
+        for p in order {
+            let id = queued[p as usize];
+            let gpus = self.jobs.get(&id).map_or(0, |j| j.spec.gpus);
+            if gpus > budget {
+                break;
+            }
+            budget -= gpus;
+            release.push(id);
+        }
+        release
+    }
+
+    fn release(&mut self, id: u64) {
+        let Some(job) = self.jobs.get(&id).cloned() else {
+            return;
+        };
+        let arm = self.route(&job);
+        let Some(cell) = self.cells.iter_mut().find(|c| c.arm == arm) else {
+            return;
+        };
+        match cell.state.submit(job_request(&job)) {
+            Ok(local) => {
+                cell.local.insert(id, local);
+                cell.global.insert(local, id);
+                let split = self
+                    .experiment
+                    .as_ref()
+                    .is_some_and(|e| e.record.mode == Mode::Split);
+                if let Some(j) = self.jobs.get_mut(&id) {
+                    j.arm = if split {
+                        arm.to_string()
+                    } else {
+                        String::new()
+                    };
+                }
+                self.stats_mut(arm).submitted += 1;
+                self.set_status(id, JobStatus::Pending);
+            }
+            Err(e) => {
+                drop(self.finish_job(id, JobStatus::Failed, &format!("refused: {e}")));
+            }
+        }
+    }
+
+    fn run_cell_round(&mut self, index: usize, now: u64) {
+        let cell = &mut self.cells[index];
+        cell.state.set_now(now);
+        let report = cell.driver.run_round(&mut cell.state);
+        let arm = cell.arm.clone();
+        let slot = cell.slot.name().to_string();
+        // This round's own delta (a round closes exactly one epoch).
+        let delta = cell.state.delta_since(report.epoch.saturating_sub(1));
+        // Idle rounds (nothing changed, nothing decided, nothing failed) are
+        // not journaled: they carry no input. The next journaled delta then
+        // starts at the last journaled epoch, which is exact because the
+        // skipped deltas were empty.
+        let idle = delta.as_ref().is_some_and(|d| d.events.is_empty())
+            && report.decisions.is_empty()
+            && report.faults.is_empty()
+            && matches!(report.served, Served::Active(_));
+        let journal_base = cell.last_epoch;
+        if !idle {
+            cell.last_epoch = report.epoch;
+        }
+        let round = RoundInfo {
+            epoch: report.epoch,
+            now_ms: cell.state.now_ms(),
+            max_decisions: self.cfg.max_decisions,
+        };
+        // Outcomes in the plane's job table.
+        let mut started = Vec::new();
+        for local in &report.applied.started {
+            if let Some(&id) = cell.global.get(local) {
+                let placement = cell
+                    .state
+                    .job_index(*local)
+                    .map(|i| workers_at(&cell.state, cell.state.cluster().job(i).placement()))
+                    .unwrap_or_default();
+                started.push((id, placement));
+            }
+        }
+        let preempted: Vec<u64> = report
+            .applied
+            .preempted
+            .iter()
+            .filter_map(|l| cell.global.get(l).copied())
+            .collect();
+        let alloc = cell.state.gpu_allocation_pct();
+        let frag = {
+            let plan = Plan::new(cell.state.cluster());
+            fragmentation_pct(&plan, pending_demand(cell.state.cluster()))
+        };
+        let generation = match report.served {
+            Served::Active(g) | Served::Fallback(g) => Some(g),
+            Served::Native | Served::Nobody => None,
+        };
+        let digest = generation
+            .and_then(|g| cell.slot.get(g).ok())
+            .map(|g| g.digest().to_string())
+            .unwrap_or_default();
+        let served = match report.served {
+            Served::Active(_) => "active",
+            Served::Fallback(_) => "fallback",
+            Served::Native => "native",
+            Served::Nobody => "nobody",
+        };
+        // Metrics.
+        *self.metrics.rounds.entry(arm.clone()).or_default() += 1;
+        self.metrics
+            .round_latency
+            .entry(arm.clone())
+            .or_default()
+            .observe(report.latency.as_secs_f64());
+        let gen_label = generation.map_or_else(|| "native".to_string(), |g| g.to_string());
+        self.metrics
+            .latency
+            .entry((slot.clone(), gen_label))
+            .or_default()
+            .observe(report.policy_time.as_secs_f64());
+        if !matches!(report.served, Served::Active(_)) {
+            *self.metrics.fallbacks.entry(arm.clone()).or_default() += 1;
+        }
+        for (g, fault) in &report.faults {
+            let g = g.map_or_else(|| "native".to_string(), |g| g.to_string());
+            *self
+                .metrics
+                .faults
+                .entry((slot.clone(), g, fault.kind().to_string()))
+                .or_default() += 1;
+        }
+        {
+            let stats = self.stats_mut(&arm);
+            stats.faults += report.faults.len() as u64;
+            stats.alloc_pct.push(alloc);
+            stats.frag_pct.push(frag);
+            stats.policy_ms.push(report.policy_time.as_secs_f64() * 1e3);
+        }
+        // Shadow: same inputs, off the critical path.
+        if arm == CONTROL
+            && let Some(shadow) = self.experiment.as_ref().and_then(|e| e.shadow.as_ref())
+            && let Some(delta) = &delta
+        {
+            shadow.send(ShadowInput::Round {
+                delta: delta.clone(),
+                round,
+                incumbent: report.decisions.clone(),
+            });
+        }
+        // Journal.
+        if !idle && let Some(journal) = self.journal.as_mut() {
+            let journal_started = std::time::Instant::now();
+            let mut delta = delta.unwrap_or_else(|| arbiter_policy_sdk::model::Delta {
+                base_epoch: journal_base,
+                epoch: report.epoch,
+                now_ms: round.now_ms,
+                events: Vec::new(),
+            });
+            delta.base_epoch = journal_base;
+            let record = Record::Round(Box::new(RoundRecord {
+                cell: arm.clone(),
+                delta,
+                round,
+                served: served.into(),
+                slot: slot.clone(),
+                generation,
+                digest,
+                decisions: report.decisions.clone(),
+                faults: report.faults.iter().map(|(_, f)| f.to_string()).collect(),
+                fuel: None,
+                latency_us: report.latency.as_micros() as u64,
+                policy_us: report.policy_time.as_micros() as u64,
+            }));
+            if let Err(e) = journal.append(&record) {
+                tracing::error!(error = %e, "journal write failed; journaling stops");
+                self.journal = None;
+            }
+            self.metrics
+                .journal
+                .observe(journal_started.elapsed().as_secs_f64());
+        }
+        for (id, placement) in started {
+            if let Some(j) = self.jobs.get_mut(&id) {
+                j.placement = placement;
+                j.start_ms = now;
+                let delay = now.saturating_sub(j.submit_ms) as f64;
+                let arm = j.arm.clone();
+                let stats = self.stats_mut(&arm);
+                stats.started += 1;
+                stats.queue_delay_ms.push(delay);
+            }
+            self.set_status(id, JobStatus::Running);
+            self.launch_on_agents(id);
+        }
+        for id in preempted {
+            self.stop_elsewhere(id, "");
+            if let Some(j) = self.jobs.get_mut(&id) {
+                j.preemptions += 1;
+                j.placement.clear();
+                let arm = j.arm.clone();
+                self.stats_mut(&arm).preemptions += 1;
+            }
+            self.set_status(id, JobStatus::Pending);
+        }
+    }
+}
+
+/// The node an agent describes; the error names the bad field.
+fn hello_request(h: &v1::NodeHello) -> Result<NodeRequest, String> {
+    if h.name.is_empty()
+        || h.name.len() > 63
+        || !h
+            .name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        return Err("node name must be 1..=63 of [A-Za-z0-9._-]".into());
+    }
+    if h.gpus.is_empty() {
+        return Err("a node must report at least one GPU".into());
+    }
+    let model = h.gpus[0].model.clone();
+    if h.gpus.iter().any(|g| g.model != model) {
+        return Err("all GPUs of a node must be one model".into());
+    }
+    Ok(NodeRequest {
+        name: h.name.clone(),
+        pool: if h.pool.is_empty() {
+            "agents".into()
+        } else {
+            h.pool.clone()
+        },
+        cpu_milli: h.cpu_milli,
+        memory_mib: h.memory_mib,
+        gpu_model: model,
+        gpu_memory_mib: h.gpus.iter().map(|g| g.memory_mib).min().unwrap_or(0),
+        gpu_count: h.gpus.len() as u32,
+        on_loan: false,
+    })
+}
+
+fn agent_request(r: &AgentRecord) -> NodeRequest {
+    NodeRequest {
+        name: r.name.clone(),
+        pool: r.pool.clone(),
+        cpu_milli: r.cpu_milli,
+        memory_mib: r.memory_mib,
+        gpu_model: r.gpu_model.clone(),
+        gpu_memory_mib: r.gpu_memory_mib,
+        gpu_count: r.gpu_count,
+        on_loan: false,
+    }
+}
+
+fn move_status(
+    index: &mut HashMap<JobStatus, BTreeSet<u64>>,
+    id: u64,
+    from: JobStatus,
+    to: JobStatus,
+) {
+    if let Some(set) = index.get_mut(&from) {
+        set.remove(&id);
+    }
+    index.entry(to).or_default().insert(id);
+}
+
+fn tenant_slot(tenant: &str) -> String {
+    format!("tenant:{tenant}")
+}
+
+fn arm_or_control(arm: &str) -> String {
+    if arm.is_empty() {
+        CONTROL.to_string()
+    } else {
+        arm.to_string()
+    }
+}
+
+fn job_write(job: &StoredJob) -> Write {
+    match serde_json::to_vec(job) {
+        Ok(bytes) => Write::Job(job.id, bytes),
+        // Unreachable for these plain records; never lose the id silently.
+        Err(e) => Write::Put(format!("error/job/{}", job.id), e.to_string().into_bytes()),
+    }
+}
+
+fn constant_time_eq(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
+fn restrict_permissions(path: &Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
+    }
+}
+
+/// A deterministic hash of a job id onto [0, 1) (splitmix64).
+pub fn unit_hash(id: u64) -> f64 {
+    let mut z = id.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 53) as f64
+}
+
+fn job_request(job: &StoredJob) -> JobRequest {
+    let s = &job.spec;
+    let workers = s.workers();
+    let per_worker = if s.gpus == 0 { 0 } else { s.gpus_per_worker };
+    let mut req = JobRequest::gpus(job.state_name(), job.tenant.clone(), workers, per_worker);
+    req.priority = s.priority;
+    req.qos = s.qos;
+    if s.cpu_milli > 0 {
+        req.cpu_milli = s.cpu_milli;
+    }
+    if s.memory_mib > 0 {
+        req.memory_mib = s.memory_mib;
+    }
+    if s.gpu_milli > 0 {
+        req.gpu_milli = s.gpu_milli;
+    }
+    req.estimate_ms = s.duration_ms;
+    req.deadline_ms = if s.deadline_ms > 0 {
+        job.submit_ms + s.deadline_ms
+    } else {
+        0
+    };
+    req.gpu_models = s.gpu_models.clone();
+    req.gpu_memory_mib = s.gpu_memory_mib;
+    req
+}
+
+fn tenant_job(position: u32, j: &StoredJob, running: bool) -> TenantJob {
+    TenantJob {
+        position,
+        name: j.spec.name.clone(),
+        gpus: j.spec.gpus,
+        priority: j.spec.priority,
+        submit_ms: j.submit_ms,
+        estimate_ms: j.spec.duration_ms,
+        deadline_ms: if j.spec.deadline_ms > 0 {
+            j.submit_ms + j.spec.deadline_ms
+        } else {
+            0
+        },
+        running,
+    }
+}
+
+/// Node-named placement of a job in a cell's state.
+fn workers_at(state: &ClusterState, workers: &[WorkerPlacement]) -> Vec<WorkerAt> {
+    workers
+        .iter()
+        .map(|w| {
+            let node = state.cluster().node(w.node);
+            let base = node.gpu_range().start;
+            WorkerAt {
+                node: node.name().to_string(),
+                gpus: w.gpus.iter().map(|g| g.saturating_sub(base)).collect(),
+            }
+        })
+        .collect()
+}
+
+/// Puts a running job back where it ran, in a rebuilt cell.
+fn place_again(
+    state: &mut ClusterState,
+    local: JobId,
+    placement: &[WorkerAt],
+) -> anyhow::Result<()> {
+    let index = state
+        .job_index(local)
+        .ok_or_else(|| anyhow::anyhow!("job not in the cell"))?;
+    let mut workers = Vec::with_capacity(placement.len());
+    for w in placement {
+        let node = state
+            .node_index(&w.node)
+            .ok_or_else(|| anyhow::anyhow!("node `{}` is not in this cell", w.node))?;
+        let base = state.cluster().node(node).gpu_range().start;
+        workers.push(WorkerPlacement {
+            node,
+            gpus: w.gpus.iter().map(|g| base + g).collect(),
+        });
+    }
+    if workers.is_empty() {
+        anyhow::bail!("no recorded placement");
+    }
+    let decision = vec![Decision::Place(index, workers)];
+    state
+        .validate(&decision, 1)
+        .map_err(|(_, e)| anyhow::anyhow!("{e}"))?;
+    state.apply(decision).context("re-placing")?;
+    Ok(())
+}
+
+fn merge(a: &Histogram, b: &Histogram) -> Histogram {
+    let mut m = a.clone();
+    m.add(b);
+    m
+}
+
+fn experiment_state(s: ExperimentState) -> v1::ExperimentState {
+    match s {
+        ExperimentState::Running => v1::ExperimentState::Running,
+        ExperimentState::Promoted => v1::ExperimentState::Promoted,
+        ExperimentState::Aborted => v1::ExperimentState::Aborted,
+        ExperimentState::RolledBack => v1::ExperimentState::RolledBack,
+    }
+}
+
+fn status_skeleton(r: &ExperimentRecord) -> v1::ExperimentStatus {
+    v1::ExperimentStatus {
+        name: r.name.clone(),
+        mode: match r.mode {
+            Mode::Split => v1::ExperimentMode::Split,
+            Mode::Shadow => v1::ExperimentMode::Shadow,
+        } as i32,
+        state: experiment_state(r.state) as i32,
+        candidate_slot: r.candidate_slot.clone(),
+        arms: Vec::new(),
+        shadow: None,
+        reason: r.reason.clone(),
+        started_ms: r.started_ms,
+        ended_ms: r.ended_ms,
+    }
+}
+
+fn arm_metrics(
+    arm: &str,
+    slot: &str,
+    generation: u64,
+    nodes: u32,
+    gpus: u32,
+    s: &ArmStats,
+) -> v1::ArmMetrics {
+    v1::ArmMetrics {
+        arm: arm.to_string(),
+        slot: slot.to_string(),
+        generation,
+        nodes,
+        gpus,
+        jobs_submitted: s.submitted,
+        jobs_started: s.started,
+        jobs_finished: s.finished,
+        queue_delay_ms: Some(s.queue_delay_ms.estimate()),
+        jct_ms: Some(s.jct_ms.estimate()),
+        gpu_allocation_pct: Some(s.alloc_pct.estimate()),
+        fragmentation_pct: Some(s.frag_pct.estimate()),
+        preemptions: s.preemptions,
+        slo_violations: s.slo_violations,
+        policy_faults: s.faults,
+        policy_latency_ms: Some(s.policy_ms.estimate()),
+    }
+}

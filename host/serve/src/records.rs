@@ -1,0 +1,335 @@
+//! What the control plane persists: jobs, tenants, experiments and policy
+//! slots, as serde records (JSON in the store), and their API forms.
+
+use arbiter_proto::v1;
+use serde::{Deserialize, Serialize};
+
+/// Where a job stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobStatus {
+    /// In its tenant's admission queue.
+    Queued,
+    /// Released to the scheduler.
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl JobStatus {
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            JobStatus::Succeeded | JobStatus::Failed | JobStatus::Cancelled
+        )
+    }
+
+    pub fn to_proto(self) -> v1::JobState {
+        match self {
+            JobStatus::Queued => v1::JobState::Queued,
+            JobStatus::Pending => v1::JobState::Pending,
+            JobStatus::Running => v1::JobState::Running,
+            JobStatus::Succeeded => v1::JobState::Succeeded,
+            JobStatus::Failed => v1::JobState::Failed,
+            JobStatus::Cancelled => v1::JobState::Cancelled,
+        }
+    }
+
+    pub fn from_proto(s: v1::JobState) -> Option<JobStatus> {
+        Some(match s {
+            v1::JobState::Unspecified => return None,
+            v1::JobState::Queued => JobStatus::Queued,
+            v1::JobState::Pending => JobStatus::Pending,
+            v1::JobState::Running => JobStatus::Running,
+            v1::JobState::Succeeded => JobStatus::Succeeded,
+            v1::JobState::Failed => JobStatus::Failed,
+            v1::JobState::Cancelled => JobStatus::Cancelled,
+        })
+    }
+}
+
+/// One worker of a running job: node name and the node-local GPU ordinals.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerAt {
+    pub node: String,
+    pub gpus: Vec<u32>,
+}
+
+/// A job as the control plane keeps it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StoredJob {
+    pub id: u64,
+    pub spec: JobSpecRecord,
+    pub tenant: String,
+    pub status: JobStatus,
+    pub submit_ms: u64,
+    pub start_ms: u64,
+    pub end_ms: u64,
+    pub placement: Vec<WorkerAt>,
+    pub preemptions: u32,
+    pub arm: String,
+    pub message: String,
+}
+
+/// A validated job specification.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSpecRecord {
+    pub name: String,
+    pub gpus: u32,
+    pub gpus_per_worker: u32,
+    pub gpu_milli: u32,
+    pub cpu_milli: u32,
+    pub memory_mib: u32,
+    pub priority: i32,
+    pub qos: u8,
+    pub duration_ms: u64,
+    pub deadline_ms: u64,
+    pub command: Vec<String>,
+    pub gpu_models: Vec<String>,
+    #[serde(default)]
+    pub gpu_memory_mib: u32,
+}
+
+/// Longest job name accepted.
+pub const MAX_NAME: usize = 253;
+/// Most GPUs one job may ask for.
+pub const MAX_GPUS: u32 = 4096;
+
+impl JobSpecRecord {
+    /// Checks a submitted spec; the error says which field is wrong.
+    pub fn from_proto(spec: &v1::JobSpec) -> Result<JobSpecRecord, String> {
+        if spec.name.is_empty() || spec.name.len() > MAX_NAME {
+            return Err(format!("name must be 1..={MAX_NAME} bytes"));
+        }
+        if spec.name.chars().any(|c| c.is_control()) {
+            return Err("name must not contain control characters".into());
+        }
+        if spec.gpus > MAX_GPUS {
+            return Err(format!("gpus must be at most {MAX_GPUS}"));
+        }
+        if spec.gpu_milli > 1000 {
+            return Err("gpu_milli must be 0..=1000".into());
+        }
+        if spec.gpu_milli > 0 && spec.gpus > 1 {
+            return Err("a fractional job (gpu_milli > 0) uses exactly one GPU".into());
+        }
+        let gpus = if spec.gpu_milli > 0 { 1 } else { spec.gpus };
+        let per_worker = match spec.gpus_per_worker {
+            0 => gpus.max(1),
+            n => n,
+        };
+        if gpus > 0 && gpus % per_worker != 0 {
+            return Err(format!(
+                "gpus ({gpus}) must be a multiple of gpus_per_worker ({per_worker})"
+            ));
+        }
+        if spec.qos > 2 {
+            return Err("qos must be 0 (guaranteed), 1 (opportunistic) or 2 (best effort)".into());
+        }
+        Ok(JobSpecRecord {
+            name: spec.name.clone(),
+            gpus,
+            gpus_per_worker: per_worker,
+            gpu_milli: spec.gpu_milli,
+            cpu_milli: spec.cpu_milli,
+            memory_mib: spec.memory_mib,
+            priority: spec.priority,
+            qos: spec.qos as u8,
+            duration_ms: spec.duration_ms,
+            deadline_ms: spec.deadline_ms,
+            command: spec.command.clone(),
+            gpu_models: spec.gpu_models.clone(),
+            gpu_memory_mib: spec.gpu_memory_mib,
+        })
+    }
+
+    pub fn workers(&self) -> u32 {
+        if self.gpus == 0 {
+            1
+        } else {
+            self.gpus / self.gpus_per_worker.max(1)
+        }
+    }
+}
+
+impl StoredJob {
+    pub fn to_proto(&self) -> v1::Job {
+        let s = &self.spec;
+        v1::Job {
+            id: self.id,
+            spec: Some(v1::JobSpec {
+                name: s.name.clone(),
+                tenant: self.tenant.clone(),
+                gpus: s.gpus,
+                gpus_per_worker: s.gpus_per_worker,
+                gpu_milli: s.gpu_milli,
+                cpu_milli: s.cpu_milli,
+                memory_mib: s.memory_mib,
+                priority: s.priority,
+                qos: u32::from(s.qos),
+                duration_ms: s.duration_ms,
+                deadline_ms: s.deadline_ms,
+                command: s.command.clone(),
+                gpu_models: s.gpu_models.clone(),
+                gpu_memory_mib: s.gpu_memory_mib,
+            }),
+            state: self.status.to_proto() as i32,
+            submit_ms: self.submit_ms,
+            start_ms: self.start_ms,
+            end_ms: self.end_ms,
+            node: self
+                .placement
+                .iter()
+                .map(|w| w.node.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+            gpu_indices: self.placement.iter().flat_map(|w| w.gpus.clone()).collect(),
+            preemptions: self.preemptions,
+            arm: self.arm.clone(),
+            message: self.message.clone(),
+        }
+    }
+
+    /// The name the job has inside a cell's cluster state (unique there).
+    pub fn state_name(&self) -> String {
+        format!("{}#{}", self.spec.name, self.id)
+    }
+}
+
+/// A tenant and the hash of its token.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantRecord {
+    pub name: String,
+    pub quota_gpus: u32,
+    pub token_sha256: String,
+}
+
+/// Guardrail settings, with defaults filled in.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GuardrailRecord {
+    pub metric: String,
+    pub alpha: f64,
+    pub min_samples: u32,
+    pub max_faults: u32,
+}
+
+pub const GUARDRAIL_METRICS: [&str; 4] = ["queue_delay", "jct", "slo_violations", "faults"];
+
+impl GuardrailRecord {
+    pub fn from_proto(g: Option<&v1::Guardrail>) -> Result<GuardrailRecord, String> {
+        let metric = match g.map(|g| g.metric.as_str()) {
+            None | Some("") => "queue_delay".to_string(),
+            Some(m) if GUARDRAIL_METRICS.contains(&m) => m.to_string(),
+            Some(m) => {
+                return Err(format!(
+                    "unknown guardrail metric `{m}` (one of {GUARDRAIL_METRICS:?})"
+                ));
+            }
+        };
+        let alpha = match g.map(|g| g.alpha) {
+            Some(a) if a > 0.0 => a,
+            _ => 0.05,
+        };
+        if !(alpha > 0.0 && alpha < 0.5) {
+            return Err("guardrail alpha must be in (0, 0.5)".into());
+        }
+        Ok(GuardrailRecord {
+            metric,
+            alpha,
+            min_samples: g.map(|g| g.min_samples).filter(|&n| n > 0).unwrap_or(30),
+            max_faults: g.map(|g| g.max_faults).filter(|&n| n > 0).unwrap_or(3),
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    Split,
+    Shadow,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExperimentState {
+    Running,
+    Promoted,
+    Aborted,
+    RolledBack,
+}
+
+/// An experiment's definition and outcome.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExperimentRecord {
+    pub name: String,
+    pub mode: Mode,
+    pub state: ExperimentState,
+    pub candidate_slot: String,
+    pub candidate_tenants: Vec<String>,
+    pub candidate_share: f64,
+    pub guardrail: GuardrailRecord,
+    pub reason: String,
+    pub started_ms: u64,
+    pub ended_ms: u64,
+}
+
+/// A generation of a slot as persisted: the component by digest, its config.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GenerationRecord {
+    pub digest: String,
+    pub config: String,
+}
+
+/// A policy slot as persisted.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotRecord {
+    pub generations: Vec<GenerationRecord>,
+    /// Index into `generations` of the active one.
+    pub active: Option<usize>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(gpus: u32, per: u32, milli: u32) -> v1::JobSpec {
+        v1::JobSpec {
+            name: "a".into(),
+            gpus,
+            gpus_per_worker: per,
+            gpu_milli: milli,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn spec_validation_names_the_field() {
+        assert!(JobSpecRecord::from_proto(&spec(4, 0, 0)).is_ok());
+        assert_eq!(
+            JobSpecRecord::from_proto(&spec(8, 2, 0)).map(|s| s.workers()),
+            Ok(4)
+        );
+        assert!(
+            JobSpecRecord::from_proto(&spec(3, 2, 0))
+                .unwrap_err()
+                .contains("multiple")
+        );
+        assert!(
+            JobSpecRecord::from_proto(&spec(1, 0, 1500))
+                .unwrap_err()
+                .contains("gpu_milli")
+        );
+        let mut s = spec(1, 0, 0);
+        s.name.clear();
+        assert!(JobSpecRecord::from_proto(&s).unwrap_err().contains("name"));
+        assert!(
+            GuardrailRecord::from_proto(Some(&v1::Guardrail {
+                metric: "nope".into(),
+                ..Default::default()
+            }))
+            .is_err()
+        );
+    }
+}

@@ -1,0 +1,200 @@
+//! Wires the plane, the round loop, the gRPC services (with reflection) and
+//! the Prometheus endpoint into a running server.
+
+use crate::api::Api;
+use crate::plane::{Plane, PlaneConfig};
+use anyhow::Context;
+use arbiter_proto::v1;
+use parking_lot::Mutex;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+
+/// Largest gRPC message accepted (policy uploads are the big ones; the plane
+/// refuses components over [`crate::plane::MAX_UPLOAD`] with a clear error).
+const MAX_MESSAGE: usize = 32 << 20;
+
+/// How long a shutdown waits for open calls and streams.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Everything `arbiter serve` needs.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    pub listen: SocketAddr,
+    pub data: PathBuf,
+    /// Where `/metrics` is served; `None` = not served over HTTP (still via gRPC).
+    pub metrics_listen: Option<SocketAddr>,
+    pub plane: PlaneConfig,
+}
+
+/// A started server.
+pub struct Running {
+    pub grpc_addr: SocketAddr,
+    pub metrics_addr: Option<SocketAddr>,
+    /// Set on the first start (a new data directory).
+    pub new_admin_token: Option<String>,
+    pub journal_path: PathBuf,
+    pub plane: Arc<Mutex<Plane>>,
+    stop: Arc<AtomicBool>,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    grpc: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+    rounds: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Running {
+    /// Stops the round loop and the server, and waits for both.
+    pub async fn shutdown(mut self) -> anyhow::Result<()> {
+        self.stop.store(true, Ordering::Release);
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.rounds.take() {
+            tokio::task::spawn_blocking(move || t.join())
+                .await
+                .context("joining the round loop")?
+                .map_err(|_| anyhow::anyhow!("round loop panicked"))?;
+        }
+        // Long-lived streams (node sessions, job watchers) would hold a
+        // graceful shutdown open forever: close the node streams, then give
+        // the rest a moment before cutting them.
+        self.plane.lock().disconnect_agents();
+        match tokio::time::timeout(SHUTDOWN_GRACE, &mut self.grpc).await {
+            Ok(joined) => joined
+                .context("joining the gRPC server")?
+                .context("gRPC server")?,
+            Err(_) => {
+                tracing::warn!("open streams outlived the shutdown grace period; closing them");
+                self.grpc.abort();
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Opens the data directory and starts serving.
+pub async fn start(cfg: ServeConfig) -> anyhow::Result<Running> {
+    let plane_cfg = cfg.plane.clone();
+    let data = cfg.data.clone();
+    let opened = tokio::task::spawn_blocking(move || Plane::open(plane_cfg, &data))
+        .await
+        .context("opening the plane")??;
+    let plane = Arc::new(Mutex::new(opened.plane));
+    let stop = Arc::new(AtomicBool::new(false));
+    let rounds = {
+        let plane = Arc::clone(&plane);
+        let stop = Arc::clone(&stop);
+        let period = cfg.plane.round_interval;
+        std::thread::Builder::new()
+            .name("arbiter-rounds".into())
+            .spawn(move || {
+                let mut next = Instant::now();
+                while !stop.load(Ordering::Acquire) {
+                    plane.lock().tick();
+                    next += period;
+                    let now = Instant::now();
+                    if next > now {
+                        std::thread::sleep(next - now);
+                    } else {
+                        // Overran the period: do not try to catch up in a burst.
+                        next = now;
+                    }
+                }
+            })
+            .context("spawning the round loop")?
+    };
+    let api = Api {
+        plane: Arc::clone(&plane),
+    };
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(arbiter_proto::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .context("building the reflection service")?;
+    let listener = TcpListener::bind(cfg.listen)
+        .await
+        .with_context(|| format!("binding {}", cfg.listen))?;
+    let grpc_addr = listener.local_addr().context("local address")?;
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let router = tonic::transport::Server::builder()
+        .add_service(reflection)
+        .add_service(
+            v1::jobs_server::JobsServer::new(api.clone()).max_decoding_message_size(MAX_MESSAGE),
+        )
+        .add_service(
+            v1::policies_server::PoliciesServer::new(api.clone())
+                .max_decoding_message_size(MAX_MESSAGE),
+        )
+        .add_service(v1::experiments_server::ExperimentsServer::new(api.clone()))
+        .add_service(v1::nodes_server::NodesServer::new(api.clone()))
+        .add_service(v1::cluster_server::ClusterServer::new(api.clone()))
+        .add_service(v1::node_link_server::NodeLinkServer::new(api.clone()));
+    let grpc = tokio::spawn(router.serve_with_incoming_shutdown(
+        TcpListenerStream::new(listener),
+        async {
+            let _ = rx.await;
+        },
+    ));
+    let metrics_addr = match cfg.metrics_listen {
+        Some(addr) => Some(serve_metrics(addr, Arc::clone(&plane)).await?),
+        None => None,
+    };
+    tracing::info!(%grpc_addr, ?metrics_addr, data = %cfg.data.display(), "arbiter control plane serving");
+    Ok(Running {
+        grpc_addr,
+        metrics_addr,
+        new_admin_token: opened.new_admin_token,
+        journal_path: opened.journal_path,
+        plane,
+        stop,
+        shutdown: Some(tx),
+        grpc,
+        rounds: Some(rounds),
+    })
+}
+
+/// Serves until Ctrl-C.
+pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
+    let running = start(cfg).await?;
+    if let Some(token) = &running.new_admin_token {
+        println!("admin token (also in the data directory's admin.token): {token}");
+    }
+    println!("arbiter serving gRPC on {}", running.grpc_addr);
+    if let Some(m) = running.metrics_addr {
+        println!("metrics on http://{m}/metrics");
+    }
+    tokio::signal::ctrl_c()
+        .await
+        .context("waiting for Ctrl-C")?;
+    running.shutdown().await
+}
+
+async fn serve_metrics(addr: SocketAddr, plane: Arc<Mutex<Plane>>) -> anyhow::Result<SocketAddr> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding metrics on {addr}"))?;
+    let bound = listener.local_addr().context("metrics address")?;
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let plane = Arc::clone(&plane);
+            async move {
+                (
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        "text/plain; version=0.0.4; charset=utf-8",
+                    )],
+                    plane.lock().metrics_text(),
+                )
+            }
+        }),
+    );
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "metrics endpoint stopped");
+        }
+    });
+    Ok(bound)
+}

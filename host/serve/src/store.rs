@@ -1,0 +1,251 @@
+//! The embedded durable store (redb) and its group-commit writer.
+//!
+//! Two tables: `jobs` (job id → JSON record) and `kv` (prefixed key → bytes)
+//! for tenants, experiments, policy slots, policy blobs and metadata. Writers
+//! never block on disk one by one: [`StoreWriter`] drains its queue into one
+//! transaction per batch (one fsync for hundreds of submissions), and a caller
+//! that must not answer before its write is durable waits on the returned
+//! [`Ack`]. `kill -9` at any moment loses at most writes nobody was told about.
+
+use anyhow::Context;
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use tokio::sync::oneshot;
+
+type Reply = oneshot::Sender<Result<(), String>>;
+
+const JOBS: TableDefinition<u64, &[u8]> = TableDefinition::new("jobs");
+const KV: TableDefinition<&str, &[u8]> = TableDefinition::new("kv");
+
+/// Most writes folded into one transaction.
+const MAX_BATCH: usize = 8192;
+
+/// One write.
+#[derive(Debug)]
+pub enum Write {
+    Job(u64, Vec<u8>),
+    Put(String, Vec<u8>),
+    Delete(String),
+}
+
+/// Everything in the store, read at start-up.
+#[derive(Debug, Default)]
+pub struct Contents {
+    pub jobs: Vec<(u64, Vec<u8>)>,
+    /// Sorted by key.
+    pub kv: Vec<(String, Vec<u8>)>,
+}
+
+impl Contents {
+    /// Entries whose key starts with `prefix`, with the prefix stripped.
+    pub fn with_prefix<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = (&'a str, &'a [u8])> {
+        self.kv
+            .iter()
+            .filter_map(move |(k, v)| k.strip_prefix(prefix).map(|k| (k, v.as_slice())))
+    }
+
+    pub fn get(&self, key: &str) -> Option<&[u8]> {
+        self.kv
+            .binary_search_by(|(k, _)| k.as_str().cmp(key))
+            .ok()
+            .map(|i| self.kv[i].1.as_slice())
+    }
+}
+
+/// The database file.
+pub struct Store {
+    db: Arc<Database>,
+}
+
+impl Store {
+    pub fn open(dir: &Path) -> anyhow::Result<Store> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let path = dir.join("arbiter.redb");
+        // A writer thread of an earlier `Store` in this process may still be
+        // closing the file; give it a moment before calling it an error.
+        let mut attempts = 0;
+        let db = loop {
+            match Database::create(&path) {
+                Err(redb::DatabaseError::DatabaseAlreadyOpen) if attempts < 100 => {
+                    attempts += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                other => break other.with_context(|| format!("opening {}", path.display()))?,
+            }
+        };
+        // Create the tables so that readers never meet a missing one.
+        let tx = db.begin_write().context("store: begin")?;
+        tx.open_table(JOBS).context("store: jobs table")?;
+        tx.open_table(KV).context("store: kv table")?;
+        tx.commit().context("store: commit")?;
+        Ok(Store { db: Arc::new(db) })
+    }
+
+    pub fn read_all(&self) -> anyhow::Result<Contents> {
+        let tx = self.db.begin_read().context("store: begin read")?;
+        let mut contents = Contents::default();
+        let jobs = tx.open_table(JOBS).context("store: jobs table")?;
+        for item in jobs.iter().context("store: iterating jobs")? {
+            let (k, v) = item.context("store: reading a job")?;
+            contents.jobs.push((k.value(), v.value().to_vec()));
+        }
+        let kv = tx.open_table(KV).context("store: kv table")?;
+        for item in kv.iter().context("store: iterating kv")? {
+            let (k, v) = item.context("store: reading a key")?;
+            contents
+                .kv
+                .push((k.value().to_string(), v.value().to_vec()));
+        }
+        Ok(contents)
+    }
+
+    /// Starts the group-commit writer thread.
+    pub fn writer(&self) -> anyhow::Result<StoreWriter> {
+        let (tx, rx) = mpsc::channel::<(Write, Option<Reply>)>();
+        let db = Arc::clone(&self.db);
+        let thread = std::thread::Builder::new()
+            .name("arbiter-store".into())
+            .spawn(move || write_loop(&db, &rx))
+            .context("spawning the store writer")?;
+        Ok(StoreWriter {
+            tx,
+            _thread: Arc::new(thread),
+        })
+    }
+}
+
+fn write_loop(db: &Database, rx: &mpsc::Receiver<(Write, Option<Reply>)>) {
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(w) => batch.push(w),
+                Err(_) => break,
+            }
+        }
+        let result = commit(db, &batch).map_err(|e| format!("{e:#}"));
+        if let Err(e) = &result {
+            tracing::error!(error = %e, writes = batch.len(), "store commit failed");
+        }
+        for (_, ack) in batch {
+            if let Some(ack) = ack {
+                let _ = ack.send(result.clone());
+            }
+        }
+    }
+}
+
+fn commit(db: &Database, batch: &[(Write, Option<Reply>)]) -> anyhow::Result<()> {
+    let tx = db.begin_write().context("begin")?;
+    {
+        let mut jobs = tx.open_table(JOBS).context("jobs table")?;
+        let mut kv = tx.open_table(KV).context("kv table")?;
+        for (write, _) in batch {
+            match write {
+                Write::Job(id, bytes) => {
+                    jobs.insert(*id, bytes.as_slice()).context("insert job")?;
+                }
+                Write::Put(key, bytes) => {
+                    kv.insert(key.as_str(), bytes.as_slice())
+                        .context("insert key")?;
+                }
+                Write::Delete(key) => {
+                    kv.remove(key.as_str()).context("remove key")?;
+                }
+            }
+        }
+    }
+    tx.commit().context("commit")?;
+    Ok(())
+}
+
+/// A handle to the writer thread; clone freely.
+#[derive(Clone)]
+pub struct StoreWriter {
+    tx: mpsc::Sender<(Write, Option<Reply>)>,
+    _thread: Arc<JoinHandle<()>>,
+}
+
+/// Completion of a durable write.
+pub struct Ack(oneshot::Receiver<Result<(), String>>);
+
+fn outcome(r: Result<Result<(), String>, oneshot::error::RecvError>) -> anyhow::Result<()> {
+    match r {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(anyhow::anyhow!("store write failed: {e}")),
+        Err(_) => Err(anyhow::anyhow!("store writer stopped")),
+    }
+}
+
+impl Ack {
+    /// Blocks until the write is on disk (not from an async task).
+    pub fn wait(self) -> anyhow::Result<()> {
+        outcome(self.0.blocking_recv())
+    }
+
+    /// Waits until the write is on disk.
+    pub async fn done(self) -> anyhow::Result<()> {
+        outcome(self.0.await)
+    }
+}
+
+impl StoreWriter {
+    /// Queues a write; nobody waits for it.
+    pub fn send(&self, write: Write) {
+        if self.tx.send((write, None)).is_err() {
+            tracing::error!("store writer stopped; a write is lost");
+        }
+    }
+
+    /// Queues writes; the returned [`Ack`] completes when all are durable.
+    pub fn send_durable(&self, writes: Vec<Write>) -> Ack {
+        let (ack_tx, ack_rx) = oneshot::channel();
+        let n = writes.len();
+        if n == 0 {
+            let _ = ack_tx.send(Ok(()));
+            return Ack(ack_rx);
+        }
+        let mut ack_tx = Some(ack_tx);
+        for (i, w) in writes.into_iter().enumerate() {
+            // Only the last write of the group is acknowledged: it commits in
+            // the same transaction as the others, or after them.
+            let ack = if i + 1 == n { ack_tx.take() } else { None };
+            if let Err(mpsc::SendError((_, Some(reply)))) = self.tx.send((w, ack)) {
+                let _ = reply.send(Err("store writer stopped".into()));
+            }
+        }
+        Ack(ack_rx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_survive_reopen_and_prefixes_filter() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        {
+            let store = Store::open(dir.path())?;
+            let w = store.writer()?;
+            w.send(Write::Put("tenant/a".into(), b"1".to_vec()));
+            w.send_durable(vec![
+                Write::Job(7, b"{}".to_vec()),
+                Write::Put("tenant/b".into(), b"2".to_vec()),
+                Write::Put("exp/x".into(), b"3".to_vec()),
+            ])
+            .wait()?;
+        }
+        let store = Store::open(dir.path())?;
+        let c = store.read_all()?;
+        assert_eq!(c.jobs, vec![(7, b"{}".to_vec())]);
+        let tenants: Vec<_> = c.with_prefix("tenant/").collect();
+        assert_eq!(tenants, vec![("a", &b"1"[..]), ("b", &b"2"[..])]);
+        assert_eq!(c.get("exp/x"), Some(&b"3"[..]));
+        assert_eq!(c.get("exp/y"), None);
+        Ok(())
+    }
+}

@@ -1,0 +1,725 @@
+//! The control plane end to end over loopback gRPC: jobs, tenants, policies,
+//! split and shadow experiments, guardrails, promotion, malformed requests.
+
+use arbiter_proto::v1;
+use arbiter_serve::plane::{PlaneConfig, default_pool};
+use arbiter_serve::server::{Running, ServeConfig, start};
+use std::time::Duration;
+use tonic::Code;
+use tonic::metadata::MetadataValue;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+type Auth = InterceptedService<Channel, Bearer>;
+
+#[derive(Clone)]
+struct Bearer(Option<MetadataValue<tonic::metadata::Ascii>>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(v) = &self.0 {
+            req.metadata_mut().insert("authorization", v.clone());
+        }
+        Ok(req)
+    }
+}
+
+struct Client {
+    jobs: v1::jobs_client::JobsClient<Auth>,
+    policies: v1::policies_client::PoliciesClient<Auth>,
+    experiments: v1::experiments_client::ExperimentsClient<Auth>,
+    cluster: v1::cluster_client::ClusterClient<Auth>,
+}
+
+async fn client(running: &Running, token: Option<&str>) -> Client {
+    let channel = Channel::from_shared(format!("http://{}", running.grpc_addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let auth = Bearer(token.map(|t| format!("Bearer {t}").parse().unwrap()));
+    Client {
+        jobs: v1::jobs_client::JobsClient::with_interceptor(channel.clone(), auth.clone()),
+        policies: v1::policies_client::PoliciesClient::with_interceptor(
+            channel.clone(),
+            auth.clone(),
+        )
+        .max_encoding_message_size(64 << 20),
+        experiments: v1::experiments_client::ExperimentsClient::with_interceptor(
+            channel.clone(),
+            auth.clone(),
+        ),
+        cluster: v1::cluster_client::ClusterClient::with_interceptor(channel, auth),
+    }
+}
+
+async fn server(dir: &std::path::Path, nodes: u32, duration: Duration) -> Running {
+    start(ServeConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        data: dir.to_path_buf(),
+        metrics_listen: None,
+        plane: PlaneConfig {
+            round_interval: Duration::from_millis(20),
+            nodes: default_pool(nodes, 8),
+            default_duration: duration,
+            ..PlaneConfig::default()
+        },
+    })
+    .await
+    .unwrap()
+}
+
+fn spec(name: &str, gpus: u32, duration_ms: u64) -> v1::JobSpec {
+    v1::JobSpec {
+        name: name.into(),
+        gpus,
+        duration_ms,
+        ..Default::default()
+    }
+}
+
+async fn wait_for<F, Fut>(what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..500 {
+        if f().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+async fn job_state(c: &mut Client, id: u64) -> v1::JobState {
+    let j = c.jobs.get(v1::JobRef { id }).await.unwrap().into_inner();
+    v1::JobState::try_from(j.state).unwrap()
+}
+
+async fn add_tenant(admin: &mut Client, name: &str, quota: u32) -> String {
+    admin
+        .cluster
+        .add_tenant(v1::AddTenantRequest {
+            name: name.into(),
+            quota_gpus: quota,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .token
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_run_to_completion_and_tenants_are_isolated() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = server(dir.path(), 2, Duration::from_millis(200)).await;
+    let admin_token = running.new_admin_token.clone().unwrap();
+    let mut admin = client(&running, Some(&admin_token)).await;
+    let a_token = add_tenant(&mut admin, "team-a", 0).await;
+    let b_token = add_tenant(&mut admin, "team-b", 0).await;
+    let mut a = client(&running, Some(&a_token)).await;
+    let mut b = client(&running, Some(&b_token)).await;
+
+    let id = a
+        .jobs
+        .submit(v1::SubmitJobRequest {
+            spec: Some(spec("train", 4, 300)),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .id;
+    wait_for("the job to finish", || {
+        let mut a = client_clone(&a);
+        async move { job_state(&mut a, id).await == v1::JobState::Succeeded }
+    })
+    .await;
+    let job = a.jobs.get(v1::JobRef { id }).await.unwrap().into_inner();
+    assert_eq!(job.spec.unwrap().tenant, "team-a");
+    assert!(job.node.starts_with("sim-"), "{}", job.node);
+    assert_eq!(job.gpu_indices.len(), 4);
+    assert!(job.end_ms >= job.start_ms + 300);
+
+    // Another tenant can neither read nor cancel it, nor learn it exists.
+    let e = b.jobs.get(v1::JobRef { id }).await.unwrap_err();
+    assert_eq!(e.code(), Code::NotFound);
+    let e = b.jobs.cancel(v1::JobRef { id }).await.unwrap_err();
+    assert_eq!(e.code(), Code::NotFound);
+    let listed = b
+        .jobs
+        .list(v1::ListJobsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .jobs;
+    assert!(listed.is_empty());
+    // Nor submit as team-a, nor touch a slot other than its own.
+    let mut s = spec("sneaky", 1, 100);
+    s.tenant = "team-a".into();
+    let e = b
+        .jobs
+        .submit(v1::SubmitJobRequest { spec: Some(s) })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied);
+    let e = b
+        .policies
+        .swap(v1::SwapPolicyRequest {
+            slot: "default".into(),
+            generation: 1,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied);
+    let e = b
+        .cluster
+        .add_tenant(v1::AddTenantRequest {
+            name: "x".into(),
+            quota_gpus: 0,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied);
+    // The admin sees everything.
+    let all = admin
+        .jobs
+        .list(v1::ListJobsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .jobs;
+    assert_eq!(all.len(), 1);
+
+    // Cancelling a running job frees it at once.
+    let id2 = a
+        .jobs
+        .submit(v1::SubmitJobRequest {
+            spec: Some(spec("long", 2, 60_000)),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .id;
+    wait_for("the long job to run", || {
+        let mut a = client_clone(&a);
+        async move { job_state(&mut a, id2).await == v1::JobState::Running }
+    })
+    .await;
+    let cancelled = a
+        .jobs
+        .cancel(v1::JobRef { id: id2 })
+        .await
+        .unwrap()
+        .into_inner()
+        .job
+        .unwrap();
+    assert_eq!(cancelled.state, v1::JobState::Cancelled as i32);
+    let e = a.jobs.cancel(v1::JobRef { id: id2 }).await.unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition);
+    running.shutdown().await.unwrap();
+}
+
+fn client_clone(c: &Client) -> Client {
+    Client {
+        jobs: c.jobs.clone(),
+        policies: c.policies.clone(),
+        experiments: c.experiments.clone(),
+        cluster: c.cluster.clone(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_requests_get_clear_status_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = server(dir.path(), 1, Duration::from_secs(1)).await;
+    let token = running.new_admin_token.clone().unwrap();
+    let mut admin = client(&running, Some(&token)).await;
+    let mut anonymous = client(&running, None).await;
+    let mut forged = client(&running, Some("not-a-token")).await;
+
+    let e = anonymous
+        .jobs
+        .list(v1::ListJobsRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated);
+    assert!(e.message().contains("authorization"), "{}", e.message());
+    let e = forged
+        .jobs
+        .list(v1::ListJobsRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated);
+
+    let e = admin
+        .jobs
+        .submit(v1::SubmitJobRequest { spec: None })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    let mut bad = spec("odd", 3, 100);
+    bad.gpus_per_worker = 2;
+    let e = admin
+        .jobs
+        .submit(v1::SubmitJobRequest { spec: Some(bad) })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("gpus_per_worker"), "{}", e.message());
+
+    // Not a component at all.
+    let e = admin
+        .policies
+        .upload(v1::UploadPolicyRequest {
+            slot: "x".into(),
+            wasm: b"\0asm not really".to_vec(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("component"), "{}", e.message());
+    // Oversized.
+    let e = admin
+        .policies
+        .upload(v1::UploadPolicyRequest {
+            slot: "x".into(),
+            wasm: vec![0u8; (16 << 20) + 1],
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("at most"), "{}", e.message());
+    // A tenant-role slot refuses a scheduler-only component, and vice versa.
+    let e = admin
+        .policies
+        .upload(v1::UploadPolicyRequest {
+            slot: "default".into(),
+            wasm: arbiter_policies::fixture("foreign-world")
+                .map(<[u8]>::to_vec)
+                .unwrap_or_default(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    // A configuration the policy refuses.
+    let e = admin
+        .policies
+        .upload(v1::UploadPolicyRequest {
+            slot: "x".into(),
+            wasm: arbiter_policies::get("fifo").unwrap().to_vec(),
+            config: "this is = = not toml".into(),
+            activate: true,
+        })
+        .await;
+    // fifo ignores configuration it does not know, so either answer is fine,
+    // but an error must be INVALID_ARGUMENT.
+    if let Err(e) = e {
+        assert_eq!(e.code(), Code::InvalidArgument);
+    }
+    // A field this API does not know is refused, not silently dropped.
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct SubmitWithExtra {
+        #[prost(message, optional, tag = "1")]
+        spec: Option<v1::JobSpec>,
+        #[prost(string, tag = "99")]
+        colour: String,
+    }
+    let channel = Channel::from_shared(format!("http://{}", running.grpc_addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut raw = tonic::client::Grpc::new(channel);
+    raw.ready().await.unwrap();
+    let mut req = tonic::Request::new(SubmitWithExtra {
+        spec: Some(spec("x", 1, 100)),
+        colour: "blue".into(),
+    });
+    req.metadata_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    let e = raw
+        .unary::<_, v1::SubmitJobResponse, _>(
+            req,
+            tonic::codegen::http::uri::PathAndQuery::from_static("/arbiter.v1.Jobs/Submit"),
+            tonic_prost::ProstCodec::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("does not know"), "{}", e.message());
+
+    let e = admin
+        .experiments
+        .start(v1::StartExperimentRequest {
+            name: "e".into(),
+            mode: 0,
+            candidate_slot: "x".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    let e = admin
+        .experiments
+        .status(v1::ExperimentRef {
+            name: "nope".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::NotFound);
+    running.shutdown().await.unwrap();
+}
+
+async fn load(c: &mut Client, slot: &str, wasm: &[u8], config: &str) -> v1::GenerationInfo {
+    c.policies
+        .upload(v1::UploadPolicyRequest {
+            slot: slot.into(),
+            wasm: wasm.to_vec(),
+            config: config.into(),
+            activate: true,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .generation
+        .unwrap()
+}
+
+async fn status(c: &mut Client, name: &str) -> v1::ExperimentStatus {
+    c.experiments
+        .status(v1::ExperimentRef { name: name.into() })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_split_ab_reports_per_arm_metrics_and_promotes() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = server(dir.path(), 4, Duration::from_millis(100)).await;
+    let token = running.new_admin_token.clone().unwrap();
+    let mut admin = client(&running, Some(&token)).await;
+    let a_token = add_tenant(&mut admin, "team-a", 0).await;
+    let b_token = add_tenant(&mut admin, "team-b", 0).await;
+    load(
+        &mut admin,
+        "fifo",
+        arbiter_policies::get("fifo").unwrap(),
+        "",
+    )
+    .await;
+    let started = admin
+        .experiments
+        .start(v1::StartExperimentRequest {
+            name: "bf-vs-fifo".into(),
+            mode: v1::ExperimentMode::Split as i32,
+            candidate_slot: "fifo".into(),
+            candidate_tenants: vec!["team-b".into()],
+            candidate_share: 0.5,
+            guardrail: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(started.state, v1::ExperimentState::Running as i32);
+    let arms: Vec<(String, u32)> = started
+        .arms
+        .iter()
+        .map(|a| (a.arm.clone(), a.nodes))
+        .collect();
+    assert_eq!(arms, vec![("control".into(), 2), ("candidate".into(), 2)]);
+
+    let mut a = client(&running, Some(&a_token)).await;
+    let mut b = client(&running, Some(&b_token)).await;
+    let specs: Vec<v1::JobSpec> = (0..12)
+        .map(|i| spec(&format!("j{i}"), 1 + i % 4, 100))
+        .collect();
+    let ids_a = a
+        .jobs
+        .submit_batch(v1::SubmitJobsRequest {
+            specs: specs.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .ids;
+    let ids_b = b
+        .jobs
+        .submit_batch(v1::SubmitJobsRequest { specs })
+        .await
+        .unwrap()
+        .into_inner()
+        .ids;
+    for id in ids_a.iter().chain(&ids_b) {
+        let id = *id;
+        wait_for("jobs to finish", || {
+            let mut admin = client_clone(&admin);
+            async move { job_state(&mut admin, id).await == v1::JobState::Succeeded }
+        })
+        .await;
+    }
+    let job_b = b
+        .jobs
+        .get(v1::JobRef { id: ids_b[0] })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(job_b.arm, "candidate");
+    let job_a = a
+        .jobs
+        .get(v1::JobRef { id: ids_a[0] })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(job_a.arm, "control");
+    let s = status(&mut admin, "bf-vs-fifo").await;
+    for arm in &s.arms {
+        assert_eq!(arm.jobs_finished, 12, "{arm:?}");
+        let q = arm.queue_delay_ms.unwrap();
+        assert_eq!(q.samples, 12);
+        assert!(q.ci_low <= q.mean && q.mean <= q.ci_high);
+        assert!(arm.jct_ms.unwrap().mean >= 100.0);
+        assert!(arm.gpu_allocation_pct.unwrap().samples > 0);
+        assert_eq!(arm.policy_faults, 0);
+    }
+    // Experiment-arm metrics are exported.
+    let text = admin
+        .cluster
+        .metrics(v1::MetricsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .text;
+    assert!(text.contains("arbiter_experiment_arm{experiment=\"bf-vs-fifo\",arm=\"candidate\",metric=\"jobs_finished\"} 12"), "{text}");
+
+    let promoted = admin
+        .experiments
+        .promote(v1::ExperimentRef {
+            name: "bf-vs-fifo".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(promoted.state, v1::ExperimentState::Promoted as i32);
+    let view = admin
+        .cluster
+        .view(v1::ClusterViewRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(view.active_policy, "fifo");
+    assert!(view.experiment.is_empty());
+    running.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shadow_diffs_placements_without_enforcing_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = server(dir.path(), 2, Duration::from_secs(60)).await;
+    let token = running.new_admin_token.clone().unwrap();
+    let mut admin = client(&running, Some(&token)).await;
+    load(
+        &mut admin,
+        "fifo",
+        arbiter_policies::get("fifo").unwrap(),
+        "",
+    )
+    .await;
+    admin
+        .experiments
+        .start(v1::StartExperimentRequest {
+            name: "shadow".into(),
+            mode: v1::ExperimentMode::Shadow as i32,
+            candidate_slot: "fifo".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    // After A (4 GPUs) on sim-00 and B (6) on sim-01, a 2-GPU job fits the
+    // first node for first-fit but the fuller one for best-fit.
+    let ids = admin
+        .jobs
+        .submit_batch(v1::SubmitJobsRequest {
+            specs: vec![spec("a", 4, 0), spec("b", 6, 0), spec("c", 2, 0)],
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .ids;
+    for id in ids.clone() {
+        wait_for("placement", || {
+            let mut admin = client_clone(&admin);
+            async move { job_state(&mut admin, id).await == v1::JobState::Running }
+        })
+        .await;
+    }
+    let c = admin
+        .jobs
+        .get(v1::JobRef { id: ids[2] })
+        .await
+        .unwrap()
+        .into_inner();
+    // Enforced: best-fit's choice (the node with 2 GPUs left).
+    assert_eq!(c.node, "sim-01");
+    let mut s = status(&mut admin, "shadow").await;
+    for _ in 0..100 {
+        if s.shadow
+            .as_ref()
+            .is_some_and(|sh| sh.placements_differing > 0)
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        s = status(&mut admin, "shadow").await;
+    }
+    let sh = s.shadow.unwrap();
+    assert!(sh.rounds > 0);
+    assert_eq!(sh.candidate_faults, 0);
+    let diff = sh
+        .recent
+        .iter()
+        .find(|d| d.job_name.starts_with("c#"))
+        .unwrap_or_else(|| panic!("no diff for c: {:?}", sh.recent));
+    assert!(diff.incumbent.starts_with("sim-01["), "{diff:?}");
+    assert!(diff.candidate.starts_with("sim-00["), "{diff:?}");
+    running.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guardrail_rolls_a_faulting_candidate_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = server(dir.path(), 2, Duration::from_millis(100)).await;
+    let token = running.new_admin_token.clone().unwrap();
+    let mut admin = client(&running, Some(&token)).await;
+    let bad = arbiter_policies::fixture("misbehave").unwrap();
+    load(&mut admin, "bad", bad, "mode = trap").await;
+    admin
+        .experiments
+        .start(v1::StartExperimentRequest {
+            name: "risky".into(),
+            mode: v1::ExperimentMode::Split as i32,
+            candidate_slot: "bad".into(),
+            candidate_share: 0.5,
+            guardrail: Some(v1::Guardrail {
+                metric: "faults".into(),
+                max_faults: 3,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    // Jobs keep running meanwhile: the candidate arm falls back to native fifo.
+    let ids = admin
+        .jobs
+        .submit_batch(v1::SubmitJobsRequest {
+            specs: (0..6).map(|i| spec(&format!("j{i}"), 1, 100)).collect(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .ids;
+    let mut s = status(&mut admin, "risky").await;
+    for _ in 0..200 {
+        if s.state != v1::ExperimentState::Running as i32 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        s = status(&mut admin, "risky").await;
+    }
+    assert_eq!(s.state, v1::ExperimentState::RolledBack as i32, "{s:?}");
+    assert!(s.reason.contains("faulted"), "{}", s.reason);
+    for id in ids {
+        wait_for("jobs to finish after the rollback", || {
+            let mut admin = client_clone(&admin);
+            async move { job_state(&mut admin, id).await == v1::JobState::Succeeded }
+        })
+        .await;
+    }
+    // The default policy is untouched.
+    let view = admin
+        .cluster
+        .view(v1::ClusterViewRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(view.active_policy, "best-fit");
+    running.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_policy_orders_its_own_queue_within_quota() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = server(dir.path(), 2, Duration::from_secs(600)).await;
+    let token = running.new_admin_token.clone().unwrap();
+    let mut admin = client(&running, Some(&token)).await;
+    let a_token = add_tenant(&mut admin, "team-a", 4).await;
+    let b_token = add_tenant(&mut admin, "team-b", 0).await;
+    let mut a = client(&running, Some(&a_token)).await;
+    let mut b = client(&running, Some(&b_token)).await;
+    let wasm = arbiter_policies::fixture("tenant-deadline-first").unwrap();
+    // Another tenant cannot load into team-a's slot.
+    let e = b
+        .policies
+        .upload(v1::UploadPolicyRequest {
+            slot: "tenant:team-a".into(),
+            wasm: wasm.to_vec(),
+            activate: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied);
+    // A tenant's upload lands in its own slot by default.
+    let g = load(&mut a, "", wasm, "").await;
+    assert!(g.roles.contains(&"tenant".to_string()), "{g:?}");
+    let slot = a
+        .policies
+        .describe(v1::SlotRef {
+            slot: "tenant:team-a".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(slot.generations.len(), 1);
+
+    let mut late = spec("late", 2, 600_000);
+    // Deadlines all reachable (10 min run time): none is hopeless.
+    late.deadline_ms = 36_000_000;
+    let mut urgent = spec("urgent", 2, 600_000);
+    urgent.deadline_ms = 1_800_000;
+    let mut mid = spec("mid", 2, 600_000);
+    mid.deadline_ms = 3_600_000;
+    let ids = a
+        .jobs
+        .submit_batch(v1::SubmitJobsRequest {
+            specs: vec![late, urgent, mid],
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .ids;
+    for id in [ids[1], ids[2]] {
+        wait_for("the urgent jobs to run", || {
+            let mut a = client_clone(&a);
+            async move { job_state(&mut a, id).await == v1::JobState::Running }
+        })
+        .await;
+    }
+    // Quota 4 GPUs: the latest deadline waits in the tenant's queue.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(job_state(&mut a, ids[0]).await, v1::JobState::Queued);
+    // Cancelling one frees quota and the waiting job is released.
+    a.jobs.cancel(v1::JobRef { id: ids[1] }).await.unwrap();
+    wait_for("the late job to run", || {
+        let mut a = client_clone(&a);
+        let id = ids[0];
+        async move { job_state(&mut a, id).await == v1::JobState::Running }
+    })
+    .await;
+    running.shutdown().await.unwrap();
+}

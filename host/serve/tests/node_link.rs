@@ -1,0 +1,291 @@
+//! The host's side of the node link, driven by scripted agents over real
+//! gRPC streams: registration, launch with the policy's GPUs/quota/share,
+//! completion, loss after missed heartbeats, rescheduling, adoption after an
+//! agent restart, and stopping a duplicate.
+
+use arbiter_proto::v1;
+use arbiter_serve::plane::PlaneConfig;
+use arbiter_serve::server::{Running, ServeConfig, start};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+
+fn bearer<T>(token: &str, msg: T) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    r.metadata_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    r
+}
+
+/// A scripted node agent: what it sends, and what the host sent it.
+struct Agent {
+    tx: mpsc::Sender<v1::NodeMessage>,
+    rx: tonic::Streaming<v1::HostMessage>,
+}
+
+impl Agent {
+    async fn connect(
+        running: &Running,
+        token: &str,
+        name: &str,
+        workloads: Vec<v1::WorkloadReport>,
+    ) -> Agent {
+        let channel = Channel::from_shared(format!("http://{}", running.grpc_addr))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut client = v1::node_link_client::NodeLinkClient::new(channel);
+        let (tx, rx) = mpsc::channel(64);
+        tx.send(v1::NodeMessage {
+            body: Some(v1::node_message::Body::Hello(v1::NodeHello {
+                name: name.into(),
+                pool: "lab".into(),
+                cpu_milli: 32_000,
+                memory_mib: 131_072,
+                gpus: (0..2)
+                    .map(|i| v1::GpuInfo {
+                        index: i,
+                        model: "H200".into(),
+                        memory_mib: 143_000,
+                    })
+                    .collect(),
+                workloads,
+            })),
+        })
+        .await
+        .unwrap();
+        let rx = client
+            .session(bearer(token, ReceiverStream::new(rx)))
+            .await
+            .unwrap()
+            .into_inner();
+        let mut agent = Agent { tx, rx };
+        match agent.next().await {
+            v1::host_message::Body::Welcome(w) => assert!(w.heartbeat_ms > 0),
+            other => panic!("expected welcome, got {other:?}"),
+        }
+        agent
+    }
+
+    async fn next(&mut self) -> v1::host_message::Body {
+        let msg = tokio::time::timeout(Duration::from_secs(10), self.rx.next())
+            .await
+            .expect("host said nothing")
+            .expect("stream ended")
+            .expect("stream error");
+        msg.body.expect("empty host message")
+    }
+
+    async fn send(&self, body: v1::node_message::Body) {
+        self.tx
+            .send(v1::NodeMessage { body: Some(body) })
+            .await
+            .unwrap();
+    }
+
+    async fn heartbeat(&self) {
+        self.send(v1::node_message::Body::Heartbeat(v1::Heartbeat {
+            seq: 1,
+            gpus: vec![v1::GpuSample {
+                index: 0,
+                utilization_pct: 40,
+                sm_activity_pct: 30,
+                memory_used_mib: 1000,
+                health: 1,
+            }],
+        }))
+        .await;
+    }
+
+    async fn event(&self, job: u64, kind: v1::WorkloadEventKind, code: i32) {
+        self.send(v1::node_message::Body::Event(v1::WorkloadEvent {
+            job_id: job,
+            kind: kind as i32,
+            exit_code: code,
+            message: String::new(),
+        }))
+        .await;
+    }
+}
+
+async fn job(running: &Running, token: &str, id: u64) -> v1::Job {
+    let channel = Channel::from_shared(format!("http://{}", running.grpc_addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    v1::jobs_client::JobsClient::new(channel)
+        .get(bearer(token, v1::JobRef { id }))
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+async fn submit(running: &Running, token: &str, spec: v1::JobSpec) -> u64 {
+    let channel = Channel::from_shared(format!("http://{}", running.grpc_addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    v1::jobs_client::JobsClient::new(channel)
+        .submit(bearer(token, v1::SubmitJobRequest { spec: Some(spec) }))
+        .await
+        .unwrap()
+        .into_inner()
+        .id
+}
+
+async fn wait_state(running: &Running, token: &str, id: u64, state: v1::JobState) -> v1::Job {
+    for _ in 0..500 {
+        let j = job(running, token, id).await;
+        if j.state == state as i32 {
+            return j;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("job {id} never reached {state:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_register_run_jobs_get_lost_and_are_adopted() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = start(ServeConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        data: dir.path().to_path_buf(),
+        metrics_listen: None,
+        plane: PlaneConfig {
+            round_interval: Duration::from_millis(20),
+            nodes: Vec::new(),
+            heartbeat: Duration::from_millis(100),
+            lost_after: Duration::from_millis(600),
+            ..PlaneConfig::default()
+        },
+    })
+    .await
+    .unwrap();
+    let token = running.new_admin_token.clone().unwrap();
+
+    let mut a = Agent::connect(&running, &token, "node-a", Vec::new()).await;
+    a.heartbeat().await;
+
+    // The policy's choice reaches the agent with the quota and share.
+    let short = submit(
+        &running,
+        &token,
+        v1::JobSpec {
+            name: "short".into(),
+            gpus: 1,
+            gpu_milli: 500,
+            gpu_memory_mib: 4096,
+            qos: 1,
+            command: vec!["train".into()],
+            ..Default::default()
+        },
+    )
+    .await;
+    let launch = match a.next().await {
+        v1::host_message::Body::Launch(l) => l,
+        other => panic!("expected a launch, got {other:?}"),
+    };
+    assert_eq!(launch.job_id, short);
+    assert_eq!(launch.command, vec!["train".to_string()]);
+    assert_eq!(launch.gpus.len(), 1);
+    assert_eq!(launch.memory_limit_mib, 4096);
+    assert_eq!(launch.compute_share_permille, 500);
+    assert_eq!(launch.role, 1, "opportunistic = offline");
+    a.event(short, v1::WorkloadEventKind::Started, 0).await;
+    a.event(short, v1::WorkloadEventKind::Exited, 0).await;
+    let done = wait_state(&running, &token, short, v1::JobState::Succeeded).await;
+    assert_eq!(done.node, "node-a");
+
+    // A long job on node-a; node-a goes silent and is declared lost.
+    let long = submit(
+        &running,
+        &token,
+        v1::JobSpec {
+            name: "long".into(),
+            gpus: 2,
+            command: vec!["serve".into()],
+            ..Default::default()
+        },
+    )
+    .await;
+    match a.next().await {
+        v1::host_message::Body::Launch(l) => assert_eq!(l.job_id, long),
+        other => panic!("expected a launch, got {other:?}"),
+    }
+    drop(a);
+    let requeued = wait_state(&running, &token, long, v1::JobState::Pending).await;
+    assert_eq!(requeued.preemptions, 1);
+    assert!(requeued.message.contains("lost"), "{}", requeued.message);
+
+    // node-b registers and gets the job.
+    let mut b = Agent::connect(&running, &token, "node-b", Vec::new()).await;
+    match b.next().await {
+        v1::host_message::Body::Launch(l) => assert_eq!(l.job_id, long),
+        other => panic!("expected the rescheduled launch, got {other:?}"),
+    }
+    let moved = wait_state(&running, &token, long, v1::JobState::Running).await;
+    assert_eq!(moved.node, "node-b");
+
+    // node-a comes back still running the old copy: the host stops it.
+    let mut a = Agent::connect(
+        &running,
+        &token,
+        "node-a",
+        vec![v1::WorkloadReport {
+            job_id: long,
+            pid: 1234,
+            running: true,
+            exit_code: 0,
+        }],
+    )
+    .await;
+    match a.next().await {
+        v1::host_message::Body::Stop(s) => assert_eq!(s.job_id, long),
+        other => panic!("expected a stop, got {other:?}"),
+    }
+
+    // node-b's agent restarts; its workload survived and is adopted, not relaunched.
+    drop(b);
+    let b = Agent::connect(
+        &running,
+        &token,
+        "node-b",
+        vec![v1::WorkloadReport {
+            job_id: long,
+            pid: 4321,
+            running: true,
+            exit_code: 0,
+        }],
+    )
+    .await;
+    b.heartbeat().await;
+    let adopted = job(&running, &token, long).await;
+    assert_eq!(adopted.state, v1::JobState::Running as i32);
+    assert_eq!(adopted.node, "node-b");
+    assert_eq!(adopted.preemptions, 1);
+    b.event(long, v1::WorkloadEventKind::Exited, 3).await;
+    let failed = wait_state(&running, &token, long, v1::JobState::Failed).await;
+    assert!(failed.message.contains("exit code 3"), "{}", failed.message);
+
+    // The nodes are listed as agents.
+    let channel = Channel::from_shared(format!("http://{}", running.grpc_addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let nodes = v1::nodes_client::NodesClient::new(channel)
+        .list(bearer(&token, v1::ListNodesRequest {}))
+        .await
+        .unwrap()
+        .into_inner()
+        .nodes;
+    assert!(nodes.iter().all(|n| n.kind == "agent"), "{nodes:?}");
+    assert_eq!(nodes.len(), 2);
+    drop(a);
+    running.shutdown().await.unwrap();
+}
