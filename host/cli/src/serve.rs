@@ -26,7 +26,7 @@ pub struct ServeArgs {
     /// Scheduling period.
     #[arg(long, value_parser = parse_duration, default_value = "100ms")]
     pub round: Duration,
-    /// Simulated nodes in the embedded pool.
+    /// Simulated nodes in the embedded pool (0: only `arbiter node` agents).
     #[arg(long, default_value_t = 4)]
     pub nodes: u32,
     #[arg(long, default_value_t = 8)]
@@ -37,6 +37,12 @@ pub struct ServeArgs {
     /// Run time of jobs that state none, on the simulated pool.
     #[arg(long, value_parser = parse_duration, default_value = "60s")]
     pub default_duration: Duration,
+    /// Heartbeat period asked of `arbiter node` agents.
+    #[arg(long, value_parser = parse_duration, default_value = "500ms")]
+    pub heartbeat: Duration,
+    /// An agent silent this long is lost and its jobs are rescheduled.
+    #[arg(long, value_parser = parse_duration, default_value = "3s")]
+    pub lost_after: Duration,
 }
 
 pub fn serve(a: &ServeArgs) -> anyhow::Result<()> {
@@ -54,6 +60,8 @@ pub fn serve(a: &ServeArgs) -> anyhow::Result<()> {
             nodes: default_pool(a.nodes, a.gpus_per_node),
             default_policy: a.policy.clone(),
             default_duration: a.default_duration,
+            heartbeat: a.heartbeat,
+            lost_after: a.lost_after,
             ..PlaneConfig::default()
         },
     };
