@@ -723,3 +723,252 @@ async fn a_tenant_policy_orders_its_own_queue_within_quota() {
     .await;
     running.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_swap_rollback_stats_drain_abort_hash_split_metrics_and_reflection() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = start(ServeConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        data: dir.path().to_path_buf(),
+        metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
+        plane: PlaneConfig {
+            round_interval: Duration::from_millis(20),
+            nodes: default_pool(4, 8),
+            default_duration: Duration::from_millis(100),
+            ..PlaneConfig::default()
+        },
+    })
+    .await
+    .unwrap();
+    let token = running.new_admin_token.clone().unwrap();
+    let mut admin = client(&running, Some(&token)).await;
+
+    // Watch sees a job's life.
+    let mut watch = admin
+        .jobs
+        .watch(v1::WatchJobsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let id = admin
+        .jobs
+        .submit(v1::SubmitJobRequest {
+            spec: Some(spec("watched", 1, 100)),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .id;
+    let mut seen = Vec::new();
+    while !seen.contains(&(v1::JobState::Succeeded as i32)) {
+        let ev = tokio::time::timeout(Duration::from_secs(10), watch.message())
+            .await
+            .expect("watch went quiet")
+            .unwrap()
+            .unwrap();
+        let job = ev.job.unwrap();
+        if job.id == id {
+            seen.push(job.state);
+        }
+    }
+    assert_eq!(
+        seen,
+        [
+            v1::JobState::Queued,
+            v1::JobState::Pending,
+            v1::JobState::Running,
+            v1::JobState::Succeeded
+        ]
+        .map(|s| s as i32)
+    );
+
+    // Swap to a new generation of the default slot, then roll back.
+    let g2 = load(
+        &mut admin,
+        "default",
+        arbiter_policies::get("fifo").unwrap(),
+        "",
+    )
+    .await;
+    assert!(g2.active);
+    let rolled = admin
+        .policies
+        .rollback(v1::RollbackPolicyRequest {
+            slot: "default".into(),
+            generation: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let active: Vec<_> = rolled.generations.iter().filter(|g| g.active).collect();
+    assert_eq!(active.len(), 1);
+    assert_eq!(active[0].name, "best-fit");
+    let swapped = admin
+        .policies
+        .swap(v1::SwapPolicyRequest {
+            slot: "default".into(),
+            generation: g2.id,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        swapped
+            .generations
+            .iter()
+            .any(|g| g.id == g2.id && g.active)
+    );
+    let e = admin
+        .policies
+        .swap(v1::SwapPolicyRequest {
+            slot: "default".into(),
+            generation: 999,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::NotFound);
+    let stats = admin
+        .policies
+        .stats(v1::SlotRef {
+            slot: "default".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(stats.rounds > 0);
+    assert!(stats.latency_p99_ms >= stats.latency_p50_ms);
+
+    // Drain a node: nothing new lands there.
+    let channel = Channel::from_shared(format!("http://{}", running.grpc_addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut nodes = v1::nodes_client::NodesClient::with_interceptor(
+        channel.clone(),
+        Bearer(Some(format!("Bearer {token}").parse().unwrap())),
+    );
+    let drained = nodes
+        .drain(v1::DrainNodeRequest {
+            name: "sim-00".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(drained.state, "draining");
+    let e = nodes
+        .drain(v1::DrainNodeRequest {
+            name: "nope".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::NotFound);
+
+    // A hash split sends about its share of jobs to the candidate; abort ends it.
+    load(&mut admin, "sjf", arbiter_policies::get("sjf").unwrap(), "").await;
+    admin
+        .experiments
+        .start(v1::StartExperimentRequest {
+            name: "hash".into(),
+            mode: v1::ExperimentMode::Split as i32,
+            candidate_slot: "sjf".into(),
+            candidate_share: 0.25,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let ids = admin
+        .jobs
+        .submit_batch(v1::SubmitJobsRequest {
+            specs: (0..200).map(|i| spec(&format!("h{i}"), 1, 50)).collect(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .ids;
+    let last = *ids.last().unwrap();
+    wait_for("the batch to be released", || {
+        let mut admin = client_clone(&admin);
+        async move { job_state(&mut admin, last).await != v1::JobState::Queued }
+    })
+    .await;
+    let jobs = admin
+        .jobs
+        .list(v1::ListJobsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .jobs;
+    let candidate = jobs
+        .iter()
+        .filter(|j| ids.contains(&j.id) && j.arm == "candidate")
+        .count();
+    assert!(
+        (25..=75).contains(&candidate),
+        "{candidate} of 200 routed to a 25% arm"
+    );
+    let aborted = admin
+        .experiments
+        .abort(v1::ExperimentRef {
+            name: "hash".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(aborted.state, v1::ExperimentState::Aborted as i32);
+    let listed = admin
+        .experiments
+        .list(v1::ListExperimentsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .experiments;
+    assert_eq!(listed.len(), 1);
+
+    // Prometheus over HTTP.
+    let addr = running.metrics_addr.unwrap();
+    let body = tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    })
+    .await
+    .unwrap();
+    assert!(body.starts_with("HTTP/1.1 200"), "{body}");
+    assert!(body.contains("# TYPE arbiter_round_seconds histogram"));
+    assert!(body.contains("arbiter_policy_seconds_bucket{slot=\"default\""));
+
+    // Reflection lists the services for generic clients.
+    use tonic_reflection::pb::v1::{
+        ServerReflectionRequest, server_reflection_client::ServerReflectionClient,
+        server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
+    };
+    let mut reflection = ServerReflectionClient::new(channel);
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut answers = reflection
+        .server_reflection_info(tokio_stream::iter(vec![request]))
+        .await
+        .unwrap()
+        .into_inner();
+    let answer = answers.message().await.unwrap().unwrap();
+    let Some(MessageResponse::ListServicesResponse(list)) = answer.message_response else {
+        panic!("unexpected reflection answer");
+    };
+    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    for service in [
+        "arbiter.v1.Jobs",
+        "arbiter.v1.Policies",
+        "arbiter.v1.Experiments",
+        "arbiter.v1.NodeLink",
+    ] {
+        assert!(names.iter().any(|n| n == service), "{names:?}");
+    }
+    running.shutdown().await.unwrap();
+}
