@@ -166,6 +166,16 @@ impl Node {
 
     /// Launch a workload on its GPU (with that GPU's MPS environment when MPS is on).
     pub fn launch(&mut self, spec: &WorkloadSpec) -> Result<u32, ActionError> {
+        self.launch_tagged(spec, None)
+    }
+
+    /// [`launch`](Self::launch) with an owner label kept in the workload's persisted record
+    /// (see [`Supervisor::launch_tagged`]).
+    pub fn launch_tagged(
+        &mut self,
+        spec: &WorkloadSpec,
+        tag: Option<String>,
+    ) -> Result<u32, ActionError> {
         let count = self
             .backend
             .device_count()
@@ -193,7 +203,7 @@ impl Node {
             }
         }
         let mps = self.mps.as_ref().and_then(|m| m.for_gpu(spec.gpu));
-        Ok(self.supervisor.launch(spec, mps)?)
+        Ok(self.supervisor.launch_tagged(spec, mps, tag)?)
     }
 
     /// Reap finished workloads and escalate overdue evictions (call every control period).

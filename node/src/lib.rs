@@ -1,6 +1,7 @@
 //! `arbiter-node`: the node enforcer (see `ARCHITECTURE.md`, "node").
 //!
 //! Module map:
+//! * [`agent`] — the node agent: the gRPC link to the control plane (`arbiter node`);
 //! * [`gpu`] — the [`GpuBackend`](gpu::GpuBackend) trait, sample types and the simulated
 //!   backend; [`nvml`] — the NVML backend (`nvml-wrapper`);
 //! * [`mps`] — one `nvidia-cuda-mps-control` daemon per GPU behind [`MpsControl`](mps::MpsControl);
@@ -19,6 +20,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod agent;
 pub mod coordinator;
 pub mod enforcer;
 pub mod gpu;
@@ -27,6 +29,7 @@ pub mod nvml;
 pub mod procfs;
 pub mod supervisor;
 
+pub use agent::{AgentConfig, run_agent};
 pub use coordinator::{Coordinator, CoordinatorConfig, CoordinatorError, StepReport};
 pub use enforcer::{ActionError, ActionOutcome, Applied, Node, NodeConfig};
 pub use gpu::{GpuBackend, GpuError, SimBackend};

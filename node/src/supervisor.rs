@@ -142,6 +142,10 @@ pub struct WorkloadRecord {
     pub stderr: PathBuf,
     /// Ran with the MPS client environment.
     pub mps: bool,
+    /// Free-form owner label given at launch (the node agent stores `job-<id>/<rank>`), so
+    /// that whoever adopts the workload after a restart knows what it belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
 }
 
 /// How a workload ended.
@@ -373,6 +377,17 @@ impl Supervisor {
         spec: &WorkloadSpec,
         mps: Option<&dyn MpsControl>,
     ) -> Result<u32, SupervisorError> {
+        self.launch_tagged(spec, mps, None)
+    }
+
+    /// [`launch`](Self::launch) with an owner label persisted in the workload's record
+    /// ([`WorkloadRecord::tag`]) from the start, so it survives a node restart.
+    pub fn launch_tagged(
+        &mut self,
+        spec: &WorkloadSpec,
+        mps: Option<&dyn MpsControl>,
+        tag: Option<String>,
+    ) -> Result<u32, SupervisorError> {
         let Some((program, args)) = spec.command.split_first() else {
             return Err(SupervisorError::InvalidSpec("empty command".into()));
         };
@@ -497,6 +512,7 @@ impl Supervisor {
             stdout,
             stderr,
             mps: mps.is_some(),
+            tag,
         };
         self.persist(&record)?;
         tracing::info!(id, pid, gpu = spec.gpu, command = ?spec.command, "workload started");

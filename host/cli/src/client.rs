@@ -144,6 +144,9 @@ pub struct SubmitArgs {
     /// A fraction of one GPU, in milli (e.g. 500 = half a GPU).
     #[arg(long)]
     pub gpu_milli: Option<u32>,
+    /// Device-memory quota per GPU, MiB (enforced on the node by the interposer).
+    #[arg(long = "gpu-memory", value_name = "MiB")]
+    pub gpu_memory: Option<u32>,
     /// Tenant (admin only; a tenant token always submits as its tenant).
     #[arg(long)]
     pub tenant: Option<String>,
@@ -171,6 +174,7 @@ pub async fn submit(a: &SubmitArgs) -> anyhow::Result<()> {
         gpus: a.gpus,
         gpus_per_worker: a.gpus_per_worker.unwrap_or(0),
         gpu_milli: a.gpu_milli.unwrap_or(0),
+        gpu_memory_mib: a.gpu_memory.unwrap_or(0),
         priority: a.priority,
         qos: u32::from(a.opportunistic),
         duration_ms: a.duration.map_or(0, |d| d.as_millis() as u64),

@@ -4,6 +4,7 @@
 //! with a one-line cause chain on standard error.
 
 mod client;
+mod node;
 mod policy;
 mod serve;
 
@@ -55,6 +56,8 @@ enum Command {
     Tenant(client::TenantCommand),
     /// Replay a decision journal bit for bit, and run a counterfactual.
     Replay(serve::ReplayArgs),
+    /// Run a node agent: supervise workloads on this machine's GPUs for a control plane.
+    Node(node::NodeArgs),
 }
 
 /// Runs a client future on a small runtime.
@@ -100,6 +103,7 @@ fn main() -> ExitCode {
         Command::Nodes(cmd) => block_on(client::nodes(cmd)),
         Command::Tenant(cmd) => block_on(client::tenant(cmd)),
         Command::Replay(a) => serve::replay(a),
+        Command::Node(a) => node::node(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

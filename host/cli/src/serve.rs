@@ -47,8 +47,8 @@ pub struct ServeArgs {
 
 pub fn serve(a: &ServeArgs) -> anyhow::Result<()> {
     anyhow::ensure!(
-        a.nodes > 0 && a.gpus_per_node > 0,
-        "the pool needs nodes and GPUs"
+        a.nodes == 0 || a.gpus_per_node > 0,
+        "simulated nodes need GPUs (--nodes 0 for agents only)"
     );
     anyhow::ensure!(!a.round.is_zero(), "--round must be positive");
     let cfg = arbiter_serve::ServeConfig {
