@@ -11,7 +11,7 @@
 
 use crate::journal::{Journal, Record};
 use anyhow::{Context, bail};
-use arbiter_host::runtime::{CompiledPolicy, PolicyEngine, RuntimeConfig};
+use arbiter_host::runtime::{CompiledPolicy, PolicyEngine, PolicyInstance, RuntimeConfig};
 use arbiter_host::state::{JobRequest, NodeRequest};
 use arbiter_policy_sdk::cluster::Cluster;
 use arbiter_policy_sdk::model::{Decision, Event};
@@ -76,6 +76,17 @@ pub fn compile(wasm: &[u8]) -> anyhow::Result<CompiledPolicy> {
         .map_err(|e| anyhow::anyhow!("compiling the replay policy: {e}"))
 }
 
+/// A configured instance, as the live host starts one.
+fn fresh_instance(policy: &CompiledPolicy, config: &str) -> anyhow::Result<PolicyInstance> {
+    let mut instance = policy
+        .instantiate()
+        .map_err(|e| anyhow::anyhow!("instantiating: {e}"))?;
+    instance
+        .configure(config)
+        .map_err(|e| anyhow::anyhow!("configuring: {e}"))?;
+    Ok(instance)
+}
+
 /// Replays one cell of a journal with `policy`, comparing its answers.
 pub fn exact(
     journal: &Journal,
@@ -103,12 +114,7 @@ pub fn exact(
                 cell: c, snapshot, ..
             } if c == cell => {
                 // The live host starts a fresh instance on every rebuild.
-                let mut fresh = policy
-                    .instantiate()
-                    .map_err(|e| anyhow::anyhow!("instantiating: {e}"))?;
-                fresh
-                    .configure(&config)
-                    .map_err(|e| anyhow::anyhow!("configuring: {e}"))?;
+                let mut fresh = fresh_instance(policy, &config)?;
                 fresh
                     .resync((**snapshot).clone())
                     .map_err(|e| anyhow::anyhow!("resync at epoch {}: {e}", snapshot.epoch))?;
@@ -142,13 +148,7 @@ pub fn exact(
                 } else {
                     if replayed.is_err() {
                         // A trapped instance is never re-entered; the live host restarts it.
-                        let mut fresh = policy
-                            .instantiate()
-                            .map_err(|e| anyhow::anyhow!("instantiating: {e}"))?;
-                        fresh
-                            .configure(&config)
-                            .map_err(|e| anyhow::anyhow!("configuring: {e}"))?;
-                        *inst = fresh;
+                        *inst = fresh_instance(policy, &config)?;
                     }
                     if out.mismatches.len() < MAX_MISMATCHES {
                         out.mismatches.push(Mismatch {

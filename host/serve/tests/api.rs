@@ -92,6 +92,14 @@ where
     panic!("timed out waiting for {what}");
 }
 
+async fn wait_state(c: &Client, id: u64, state: v1::JobState) {
+    wait_for(&format!("job {id} to be {state:?}"), || {
+        let mut c = client_clone(c);
+        async move { job_state(&mut c, id).await == state }
+    })
+    .await;
+}
+
 async fn job_state(c: &mut Client, id: u64) -> v1::JobState {
     let j = c.jobs.get(v1::JobRef { id }).await.unwrap().into_inner();
     v1::JobState::try_from(j.state).unwrap()
@@ -130,11 +138,7 @@ async fn jobs_run_to_completion_and_tenants_are_isolated() {
         .unwrap()
         .into_inner()
         .id;
-    wait_for("the job to finish", || {
-        let mut a = client_clone(&a);
-        async move { job_state(&mut a, id).await == v1::JobState::Succeeded }
-    })
-    .await;
+    wait_state(&a, id, v1::JobState::Succeeded).await;
     let job = a.jobs.get(v1::JobRef { id }).await.unwrap().into_inner();
     assert_eq!(job.spec.unwrap().tenant, "team-a");
     assert!(job.node.starts_with("sim-"), "{}", job.node);
@@ -201,11 +205,7 @@ async fn jobs_run_to_completion_and_tenants_are_isolated() {
         .unwrap()
         .into_inner()
         .id;
-    wait_for("the long job to run", || {
-        let mut a = client_clone(&a);
-        async move { job_state(&mut a, id2).await == v1::JobState::Running }
-    })
-    .await;
+    wait_state(&a, id2, v1::JobState::Running).await;
     let cancelled = a
         .jobs
         .cancel(v1::JobRef { id: id2 })
@@ -456,11 +456,7 @@ async fn tenant_split_ab_reports_per_arm_metrics_and_promotes() {
         .ids;
     for id in ids_a.iter().chain(&ids_b) {
         let id = *id;
-        wait_for("jobs to finish", || {
-            let mut admin = client_clone(&admin);
-            async move { job_state(&mut admin, id).await == v1::JobState::Succeeded }
-        })
-        .await;
+        wait_state(&admin, id, v1::JobState::Succeeded).await;
     }
     let job_b = b
         .jobs
@@ -551,11 +547,7 @@ async fn shadow_diffs_placements_without_enforcing_them() {
         .into_inner()
         .ids;
     for id in ids.clone() {
-        wait_for("placement", || {
-            let mut admin = client_clone(&admin);
-            async move { job_state(&mut admin, id).await == v1::JobState::Running }
-        })
-        .await;
+        wait_state(&admin, id, v1::JobState::Running).await;
     }
     let c = admin
         .jobs
@@ -634,11 +626,7 @@ async fn guardrail_rolls_a_faulting_candidate_back() {
     assert_eq!(s.state, v1::ExperimentState::RolledBack as i32, "{s:?}");
     assert!(s.reason.contains("faulted"), "{}", s.reason);
     for id in ids {
-        wait_for("jobs to finish after the rollback", || {
-            let mut admin = client_clone(&admin);
-            async move { job_state(&mut admin, id).await == v1::JobState::Succeeded }
-        })
-        .await;
+        wait_state(&admin, id, v1::JobState::Succeeded).await;
     }
     // The default policy is untouched.
     let view = admin
@@ -704,23 +692,14 @@ async fn a_tenant_policy_orders_its_own_queue_within_quota() {
         .into_inner()
         .ids;
     for id in [ids[1], ids[2]] {
-        wait_for("the urgent jobs to run", || {
-            let mut a = client_clone(&a);
-            async move { job_state(&mut a, id).await == v1::JobState::Running }
-        })
-        .await;
+        wait_state(&a, id, v1::JobState::Running).await;
     }
     // Quota 4 GPUs: the latest deadline waits in the tenant's queue.
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(job_state(&mut a, ids[0]).await, v1::JobState::Queued);
     // Cancelling one frees quota and the waiting job is released.
     a.jobs.cancel(v1::JobRef { id: ids[1] }).await.unwrap();
-    wait_for("the late job to run", || {
-        let mut a = client_clone(&a);
-        let id = ids[0];
-        async move { job_state(&mut a, id).await == v1::JobState::Running }
-    })
-    .await;
+    wait_state(&a, ids[0], v1::JobState::Running).await;
     running.shutdown().await.unwrap();
 }
 
