@@ -1,0 +1,168 @@
+//! `arbiter node`: the node agent (enforcer + link to `arbiter serve`).
+
+use crate::client::parse_duration;
+use anyhow::Context;
+use arbiter_node::coordinator::{Coordinator, CoordinatorConfig, DEFAULT_POLICY};
+use arbiter_node::supervisor::{Supervisor, SupervisorConfig};
+use arbiter_node::{AgentConfig, GpuBackend, Node, NodeConfig, NvmlBackend, SimBackend};
+use clap::Args;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+#[derive(Args)]
+pub struct NodeArgs {
+    /// Control plane URL.
+    #[arg(long, default_value = "http://127.0.0.1:7070")]
+    pub server: String,
+    /// Admin token.
+    #[arg(long, env = "ARBITER_TOKEN", hide_env_values = true)]
+    pub token: String,
+    /// Node name (unique in the cluster).
+    #[arg(long)]
+    pub name: String,
+    /// Pool to join (default: the control plane's).
+    #[arg(long, default_value = "")]
+    pub pool: String,
+    /// Workload records and logs; an agent restarted on the same directory adopts the
+    /// workloads still running.
+    #[arg(long)]
+    pub state_dir: PathBuf,
+    /// Control blocks (default: `<state-dir>/blocks`; `/dev/shm/...` is a good choice).
+    #[arg(long)]
+    pub block_dir: Option<PathBuf>,
+    /// `libnvidia-ml.so.1` to load (default: the system's).
+    #[arg(long)]
+    pub nvml_lib: Option<PathBuf>,
+    /// Simulated GPUs instead of NVML (machines without a GPU).
+    #[arg(long)]
+    pub sim_gpus: Option<u32>,
+    /// Memory of each simulated GPU, MiB.
+    #[arg(long, default_value_t = 16_384)]
+    pub sim_gpu_memory_mib: u64,
+    /// `libarbiter_interpose.so` (default: next to this executable).
+    #[arg(long)]
+    pub interposer: Option<PathBuf>,
+    /// Control period of the node policy.
+    #[arg(long, value_parser = parse_duration, default_value = "100ms")]
+    pub period: Duration,
+    /// Built-in node policy (`none`: only supervise).
+    #[arg(long, default_value = DEFAULT_POLICY)]
+    pub policy: String,
+    /// SIGTERM → SIGKILL grace period on eviction.
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    pub grace: Duration,
+    /// Extra environment for workloads (`KEY=VALUE`, repeatable).
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    pub env: Vec<String>,
+    /// CPU reported to the control plane (milli-CPU; default: this machine's).
+    #[arg(long)]
+    pub cpu_milli: Option<u32>,
+    /// Memory reported to the control plane (MiB; default: this machine's).
+    #[arg(long)]
+    pub memory_mib: Option<u32>,
+}
+
+fn default_interposer() -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe().context("locate this executable")?;
+    Ok(exe
+        .parent()
+        .map(|d| d.join("libarbiter_interpose.so"))
+        .unwrap_or_else(|| PathBuf::from("libarbiter_interpose.so")))
+}
+
+pub fn node(a: &NodeArgs) -> anyhow::Result<()> {
+    let mut env = Vec::new();
+    for kv in &a.env {
+        let (k, v) = kv
+            .split_once('=')
+            .with_context(|| format!("--env {kv}: expected KEY=VALUE"))?;
+        env.push((k.to_string(), v.to_string()));
+    }
+    let backend: Arc<dyn GpuBackend> = match a.sim_gpus {
+        Some(n) => Arc::new(SimBackend::new(n, a.sim_gpu_memory_mib << 20)),
+        None => Arc::new(
+            NvmlBackend::open(a.nvml_lib.as_deref())
+                .context("NVML (use --sim-gpus N on a machine without a GPU)")?,
+        ),
+    };
+    let interposer = match &a.interposer {
+        Some(p) => p.clone(),
+        None => default_interposer()?,
+    };
+    if !interposer.exists() {
+        tracing::warn!(path = %interposer.display(), "interposer not found; workloads run without enforcement");
+    }
+    let block_dir = a
+        .block_dir
+        .clone()
+        .unwrap_or_else(|| a.state_dir.join("blocks"));
+    let mut sc = SupervisorConfig::new(&a.state_dir, &block_dir, &interposer);
+    sc.control_period = a.period;
+    sc.grace = a.grace;
+    let (supervisor, adopted) = Supervisor::open(sc).context("open the state dir")?;
+    if !adopted.adopted.is_empty() {
+        tracing::info!(workloads = ?adopted.adopted, "adopted running workloads");
+    }
+    let node = Node::new(backend, None, supervisor, NodeConfig::default());
+    let coordinator = if a.policy == "none" {
+        None
+    } else {
+        let settings = CoordinatorConfig {
+            period: a.period,
+            ..CoordinatorConfig::default()
+        };
+        Some(
+            Coordinator::builtin(&a.policy, None, settings)
+                .with_context(|| format!("node policy {}", a.policy))?,
+        )
+    };
+    let name = a.name.clone();
+    let mut cfg = AgentConfig::new(&a.server, &a.token, &a.name);
+    cfg.pool = a.pool.clone();
+    cfg.cpu_milli = a.cpu_milli;
+    cfg.memory_mib = a.memory_mib;
+    cfg.control_period = a.period;
+    cfg.workload_env = env;
+    cfg.on_registered = Some(Arc::new(move |n| {
+        let mut out = std::io::stdout().lock();
+        let _ = if n == 1 {
+            writeln!(out, "arbiter node {name} connected")
+        } else {
+            writeln!(out, "arbiter node {name} reconnected")
+        };
+        let _ = out.flush();
+    }));
+
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        std::thread::Builder::new()
+            .name("arbiter-node-signals".into())
+            .spawn(move || {
+                let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                else {
+                    return;
+                };
+                rt.block_on(async {
+                    let mut term = match tokio::signal::unix::signal(
+                        tokio::signal::unix::SignalKind::terminate(),
+                    ) {
+                        Ok(s) => s,
+                        Err(_) => return,
+                    };
+                    tokio::select! {
+                        _ = tokio::signal::ctrl_c() => {}
+                        _ = term.recv() => {}
+                    }
+                });
+                stop.store(true, Ordering::Relaxed);
+            })
+            .context("spawn the signal thread")?;
+    }
+    arbiter_node::run_agent(cfg, node, coordinator, stop)
+}

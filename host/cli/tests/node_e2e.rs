@@ -1,0 +1,496 @@
+//! `arbiter serve --nodes 0` and two `arbiter node` agents as real processes on loopback,
+//! with the fake NVML (`tests/fake-nvml`), the fake driver (`tests/fake-cuda`), the real
+//! interposer and the C workload (`tests/cuda-workload`), driven by the real CLI:
+//!
+//! 1. a job runs on the node the policy chose, under the interposer with its memory quota
+//!    (the workload sees the quota as the device's memory) and its compute share, and its exit
+//!    code reaches the host;
+//! 2. `kill -9` of the node agent running a long job: the host marks the node lost and
+//!    reschedules the job on the other node;
+//! 3. the killed agent restarts on the same state dir, adopts its surviving workload,
+//!    re-registers, and the host stops the duplicate.
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_arbiter");
+const GPU_MIB: u64 = 16_384;
+const QUOTA_MIB: u64 = 1024;
+
+fn tmp_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The fake `libnvidia-ml.so` (nested cargo with its own target dir, shared with the node
+/// crate's tests).
+fn fake_nvml_lib() -> PathBuf {
+    let target = tmp_root().join("fake-nvml-target");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = Command::new(cargo)
+        .current_dir(workspace_root())
+        .args([
+            "build",
+            "--manifest-path",
+            "tests/fake-nvml/Cargo.toml",
+            "--target-dir",
+        ])
+        .arg(&target)
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("CARGO_BUILD_TARGET_DIR")
+        .env_remove("CARGO_MAKEFLAGS")
+        .env_remove("MAKEFLAGS")
+        .output()
+        .expect("run cargo");
+    assert!(
+        out.status.success(),
+        "building fake-nvml failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    target.join("debug").join("libnvidia_ml.so")
+}
+
+/// A private copy of the fake NVML with a two-GPU scenario (its own `dlopen` instance).
+fn install_fake_nvml(dir: &Path, lib: &Path) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let dst = dir.join("libnvidia-ml.so.1");
+    std::fs::copy(lib, &dst).expect("copy fake nvml");
+    let gpu = |i: u32| {
+        serde_json::json!({
+            "name": "Fake H100", "uuid": format!("GPU-{i:04}"), "memory_total_mib": GPU_MIB,
+            "timeline": [ { "t": 0, "utilization_pct": 10 } ]
+        })
+    };
+    let scenario = serde_json::json!({ "gpus": [gpu(0), gpu(1)] });
+    std::fs::write(
+        dir.join("fake-nvml.json"),
+        serde_json::to_vec_pretty(&scenario).unwrap(),
+    )
+    .unwrap();
+    dst
+}
+
+/// A child process killed (SIGKILL) when dropped, with its stdout lines on a channel.
+struct Proc {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Proc {
+    fn spawn(cmd: &mut Command) -> Proc {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn arbiter");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    // Keep draining so the child never blocks on a full pipe.
+                    continue;
+                }
+            }
+        });
+        Proc { child, lines }
+    }
+
+    /// Wait for a stdout line starting with `prefix`; returns the rest of it.
+    fn wait_line(&self, prefix: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => {
+                    if let Some(rest) = l.strip_prefix(prefix) {
+                        return rest.trim().to_string();
+                    }
+                }
+                Err(e) => panic!("no `{prefix}` line: {e}"),
+            }
+        }
+    }
+
+    fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+struct Cluster {
+    url: String,
+    token: String,
+    interposer: PathBuf,
+    libdir: PathBuf,
+    workload: PathBuf,
+    dir: PathBuf,
+}
+
+impl Cluster {
+    fn cli(&self, args: &[&str]) -> Value {
+        let split = args.iter().position(|a| *a == "--").unwrap_or(args.len());
+        let out = Command::new(BIN)
+            .args(&args[..split])
+            .args(["--server", &self.url, "--token", &self.token, "--json"])
+            .args(&args[split..])
+            .output()
+            .expect("run arbiter");
+        assert!(
+            out.status.success(),
+            "arbiter {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "arbiter {args:?}: not JSON ({e}): {}",
+                String::from_utf8_lossy(&out.stdout)
+            )
+        })
+    }
+
+    fn job(&self, id: u64) -> Value {
+        self.cli(&["jobs"])
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|j| j["id"] == id)
+            .cloned()
+            .unwrap_or(Value::Null)
+    }
+
+    fn node_state(&self, name: &str) -> String {
+        self.cli(&["top"])["node_list"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|n| n["name"] == name)
+            .map(|n| n["state"].as_str().unwrap_or("").to_string())
+            .unwrap_or_default()
+    }
+
+    fn state_dir(&self, node: &str) -> PathBuf {
+        self.dir.join(node).join("state")
+    }
+
+    fn start_node(&self, name: &str, nvml: &Path) -> Proc {
+        let p = Proc::spawn(
+            Command::new(BIN)
+                .args(["node", "--server", &self.url, "--name", name])
+                .arg("--state-dir")
+                .arg(self.state_dir(name))
+                .arg("--nvml-lib")
+                .arg(nvml)
+                .arg("--interposer")
+                .arg(&self.interposer)
+                .args(["--period", "100ms", "--grace", "2s"])
+                .args(["--cpu-milli", "32000", "--memory-mib", "131072"])
+                .arg("--env")
+                .arg(format!("LD_LIBRARY_PATH={}", self.libdir.display()))
+                .args([
+                    "--env",
+                    "WL_RESOLVE=gpa",
+                    "--env",
+                    "FAKE_CUDA_KERNEL_NS=200000",
+                ])
+                .arg("--env")
+                .arg(format!(
+                    "FAKE_CUDA_STATE={}",
+                    self.dir.join(name).join("fake-cuda-state").display()
+                ))
+                .args(["--log", "arbiter_node=info"])
+                .env("ARBITER_TOKEN", &self.token),
+        );
+        let rest = p.wait_line(&format!("arbiter node {name} "), Duration::from_secs(60));
+        assert_eq!(rest, "connected");
+        p
+    }
+
+    fn submit(&self, name: &str, command: &[&str]) -> u64 {
+        let mut args = vec![
+            "submit",
+            "--name",
+            name,
+            "--gpus",
+            "1",
+            "--gpu-milli",
+            "500",
+            "--gpu-memory",
+            "1024",
+            "--",
+        ];
+        args.extend_from_slice(command);
+        self.cli(&args)["id"].as_u64().expect("job id")
+    }
+
+    /// Workload records in a node's state dir.
+    fn records(&self, node: &str) -> Vec<Value> {
+        let dir = self.state_dir(node).join("workloads");
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.extension().is_some_and(|x| x == "json")
+                && let Ok(text) = std::fs::read(&p)
+                && let Ok(v) = serde_json::from_slice::<Value>(&text)
+            {
+                out.push(v);
+            }
+        }
+        out
+    }
+
+    /// Everything the node's workloads wrote on stdout.
+    fn outputs(&self, node: &str) -> String {
+        let dir = self.state_dir(node).join("workloads");
+        let mut s = String::new();
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            if e.path().extension().is_some_and(|x| x == "out") {
+                s += &std::fs::read_to_string(e.path()).unwrap_or_default();
+            }
+        }
+        s
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // Workloads outlive killed agents: take down their process groups.
+        for node in ["node-a", "node-b"] {
+            for r in self.records(node) {
+                if let Some(pid) = r["pid"].as_u64() {
+                    let _ = Command::new("kill")
+                        .args(["-9", "--", &format!("-{pid}")])
+                        .stderr(Stdio::null())
+                        .status();
+                }
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn wait_until(what: &str, timeout: Duration, f: impl FnMut() -> bool) {
+    wait_until_or(what, timeout, f, String::new);
+}
+
+fn wait_until_or(
+    what: &str,
+    timeout: Duration,
+    mut f: impl FnMut() -> bool,
+    context: impl Fn() -> String,
+) {
+    let deadline = Instant::now() + timeout;
+    while !f() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {}",
+            context()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn agents_run_jobs_under_the_interposer_survive_loss_and_are_reconciled() {
+    let fixtures = cuda_workload::build(&tmp_root().join("node-cuda-fixtures"))
+        .expect("build the interposer, the fake driver and the workloads");
+    let nvml = fake_nvml_lib();
+    let dir = tmp_root().join(format!("cli-node-e2e-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+
+    let data = dir.join("data");
+    let server = Proc::spawn(
+        Command::new(BIN)
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--nodes",
+                "0",
+                "--no-metrics",
+                "--round",
+                "50ms",
+                "--heartbeat",
+                "200ms",
+                "--lost-after",
+                "1s",
+            ])
+            .arg("--data")
+            .arg(&data),
+    );
+    let addr = server.wait_line("arbiter serving gRPC on ", Duration::from_secs(120));
+    let token = std::fs::read_to_string(data.join("admin.token"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let mut c = Cluster {
+        url: format!("http://{addr}"),
+        token,
+        interposer: fixtures.interposer.clone(),
+        libdir: fixtures.libdir.clone(),
+        workload: fixtures.workload.clone(),
+        dir: dir.clone(),
+    };
+    let nvml_a = install_fake_nvml(&dir.join("node-a"), &nvml);
+    let nvml_b = install_fake_nvml(&dir.join("node-b"), &nvml);
+    let mut node_a = c.start_node("node-a", &nvml_a);
+    let mut node_b = c.start_node("node-b", &nvml_b);
+    wait_until("both nodes ready", Duration::from_secs(10), || {
+        c.node_state("node-a") == "ready" && c.node_state("node-b") == "ready"
+    });
+
+    // 1. A short job: runs under the interposer with its quota; its exit code reaches the host.
+    let wl = c.workload.display().to_string();
+    let short = c.submit(
+        "short",
+        &[
+            "sh",
+            "-c",
+            "\"$0\" meminfo && echo \"preload=$LD_PRELOAD block=$ARBITER_CONTROL_BLOCK job=$ARBITER_JOB_ID\" && exit 3",
+            &wl,
+        ],
+    );
+    wait_until_or(
+        "the short job to fail with exit code 3",
+        Duration::from_secs(30),
+        || c.job(short)["state"] == "failed",
+        || format!("{} {}", c.job(short), c.cli(&["top"])),
+    );
+    let j = c.job(short);
+    assert!(
+        j["message"].as_str().unwrap_or("").contains("exit code 3"),
+        "{j}"
+    );
+    let chosen = j["node"].as_str().expect("node").to_string();
+    assert!(chosen == "node-a" || chosen == "node-b", "{j}");
+    let other = if chosen == "node-a" {
+        "node-b"
+    } else {
+        "node-a"
+    };
+    let out = c.outputs(&chosen);
+    assert!(
+        out.contains(&format!("meminfo total={}", QUOTA_MIB << 20)),
+        "the workload must see its quota as the device's memory: {out}"
+    );
+    assert!(
+        out.contains(&format!("preload={}", c.interposer.display())),
+        "{out}"
+    );
+    assert!(out.contains(&format!("job={short}")), "{out}");
+    assert!(
+        c.outputs(other).is_empty(),
+        "nothing ran on the other node: {}",
+        c.outputs(other)
+    );
+
+    // 2. A long job; its node's agent is killed -9.
+    let long = c.submit("long", &[&wl, "train"]);
+    wait_until("the long job to run", Duration::from_secs(30), || {
+        c.job(long)["state"] == "running"
+    });
+    let first = c.job(long)["node"].as_str().unwrap().to_string();
+    let second = if first == "node-a" {
+        "node-b"
+    } else {
+        "node-a"
+    };
+    let mut record = Value::Null;
+    wait_until(
+        "the long job's workload record",
+        Duration::from_secs(10),
+        || {
+            record = c
+                .records(&first)
+                .into_iter()
+                .find(|r| r["tag"] == format!("job-{long}/0"))
+                .unwrap_or(Value::Null);
+            !record.is_null() && c.outputs(&first).contains("ready")
+        },
+    );
+    assert_eq!(record["compute_share_permille"], 500, "{record}");
+    assert_eq!(record["role"], 0, "{record}");
+    let pid = record["pid"].as_u64().unwrap();
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    let environ = String::from_utf8_lossy(&environ);
+    assert!(
+        environ.contains(&format!("LD_PRELOAD={}", c.interposer.display())),
+        "the workload runs under the interposer"
+    );
+
+    let (first_proc, nvml_first) = if first == "node-a" {
+        (&mut node_a, nvml_a.clone())
+    } else {
+        (&mut node_b, nvml_b.clone())
+    };
+    first_proc.kill9();
+    wait_until(
+        "the killed node to be lost",
+        Duration::from_secs(15),
+        || c.node_state(&first) == "lost",
+    );
+    wait_until("the long job to move", Duration::from_secs(30), || {
+        let j = c.job(long);
+        j["state"] == "running" && j["node"] == second
+    });
+    assert!(
+        c.job(long)["preemptions"].as_u64().unwrap_or(0) >= 1,
+        "{}",
+        c.job(long)
+    );
+    wait_until(
+        "the rescheduled copy to start",
+        Duration::from_secs(10),
+        || {
+            c.records(second)
+                .iter()
+                .any(|r| r["tag"] == format!("job-{long}/0"))
+        },
+    );
+    // The orphaned copy is still running on the lost node.
+    assert!(Path::new(&format!("/proc/{pid}")).exists());
+
+    // 3. The agent comes back on the same state dir: it adopts the old copy, re-registers,
+    //    and the host stops the duplicate.
+    *first_proc = c.start_node(&first, &nvml_first);
+    wait_until(
+        "the restarted node to be ready",
+        Duration::from_secs(10),
+        || c.node_state(&first) == "ready",
+    );
+    wait_until(
+        "the duplicate to be stopped",
+        Duration::from_secs(20),
+        || c.records(&first).is_empty(),
+    );
+    let j = c.job(long);
+    assert_eq!(j["state"], "running", "{j}");
+    assert_eq!(j["node"], second, "{j}");
+
+    // Cancel: the surviving copy is stopped too.
+    c.cli(&["cancel", &long.to_string()]);
+    wait_until(
+        "the cancelled job's workload to go",
+        Duration::from_secs(20),
+        || c.records(second).is_empty(),
+    );
+    drop(node_a);
+    drop(node_b);
+    drop(server);
+    c.token.clear();
+}
