@@ -161,6 +161,12 @@ pub struct SubmitArgs {
     /// Opportunistic QoS (may be preempted).
     #[arg(long)]
     pub opportunistic: bool,
+    /// Host CPU to reserve, in milli-cores (default: none).
+    #[arg(long, default_value_t = 0)]
+    pub cpu_milli: u32,
+    /// Host memory to reserve, in MiB (default: none).
+    #[arg(long, default_value_t = 0)]
+    pub memory_mib: u32,
     /// The workload command.
     #[arg(last = true)]
     pub command: Vec<String>,
@@ -175,6 +181,8 @@ pub async fn submit(a: &SubmitArgs) -> anyhow::Result<()> {
         gpus_per_worker: a.gpus_per_worker.unwrap_or(0),
         gpu_milli: a.gpu_milli.unwrap_or(0),
         gpu_memory_mib: a.gpu_memory.unwrap_or(0),
+        cpu_milli: a.cpu_milli,
+        memory_mib: a.memory_mib,
         priority: a.priority,
         qos: u32::from(a.opportunistic),
         duration_ms: a.duration.map_or(0, |d| d.as_millis() as u64),

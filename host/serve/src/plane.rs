@@ -2568,12 +2568,10 @@ fn job_request(job: &StoredJob) -> JobRequest {
     let mut req = JobRequest::gpus(job.state_name(), job.tenant.clone(), workers, per_worker);
     req.priority = s.priority;
     req.qos = s.qos;
-    if s.cpu_milli > 0 {
-        req.cpu_milli = s.cpu_milli;
-    }
-    if s.memory_mib > 0 {
-        req.memory_mib = s.memory_mib;
-    }
+    // What the user asked for, nothing implied: a GPU job that states no CPU
+    // or memory must still fit a small agent node.
+    req.cpu_milli = s.cpu_milli;
+    req.memory_mib = s.memory_mib;
     if s.gpu_milli > 0 {
         req.gpu_milli = s.gpu_milli;
     }
