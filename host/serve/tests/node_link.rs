@@ -201,6 +201,40 @@ async fn agents_register_run_jobs_get_lost_and_are_adopted() {
     let done = wait_state(&running, &token, short, v1::JobState::Succeeded).await;
     assert_eq!(done.node, "node-a");
 
+    // The node's coordinator evicts an offline job: the host requeues it and
+    // places it again.
+    let evicted = submit(
+        &running,
+        &token,
+        v1::JobSpec {
+            name: "offline".into(),
+            gpus: 1,
+            qos: 1,
+            ..Default::default()
+        },
+    )
+    .await;
+    match a.next().await {
+        v1::host_message::Body::Launch(l) => assert_eq!(l.job_id, evicted),
+        other => panic!("expected a launch, got {other:?}"),
+    }
+    wait_state(&running, &token, evicted, v1::JobState::Running).await;
+    a.send(v1::node_message::Body::Event(v1::WorkloadEvent {
+        job_id: evicted,
+        kind: v1::WorkloadEventKind::Evicted as i32,
+        exit_code: 0,
+        message: "GPU 0 overlimit".into(),
+    }))
+    .await;
+    match a.next().await {
+        v1::host_message::Body::Launch(l) => assert_eq!(l.job_id, evicted, "placed again"),
+        other => panic!("expected the job to be placed again, got {other:?}"),
+    }
+    let again = wait_state(&running, &token, evicted, v1::JobState::Running).await;
+    assert_eq!(again.preemptions, 1);
+    a.event(evicted, v1::WorkloadEventKind::Exited, 0).await;
+    wait_state(&running, &token, evicted, v1::JobState::Succeeded).await;
+
     // A long job on node-a; node-a goes silent and is declared lost.
     let long = submit(
         &running,
