@@ -3,6 +3,7 @@
 use crate::client::parse_duration;
 use anyhow::Context;
 use arbiter_node::coordinator::{Coordinator, CoordinatorConfig, DEFAULT_POLICY};
+use arbiter_node::mps::{MpsConfig, MpsManager};
 use arbiter_node::supervisor::{Supervisor, SupervisorConfig};
 use arbiter_node::{AgentConfig, GpuBackend, Node, NodeConfig, NvmlBackend, SimBackend};
 use clap::Args;
@@ -63,6 +64,12 @@ pub struct NodeArgs {
     /// Memory reported to the control plane (MiB; default: this machine's).
     #[arg(long)]
     pub memory_mib: Option<u32>,
+    /// Run one MPS control daemon per GPU with this binary (normally
+    /// `nvidia-cuda-mps-control`); its pipes and logs live under
+    /// `<state-dir>/mps`. Without it, workloads share GPUs by time slicing and
+    /// the interposer's pacing alone.
+    #[arg(long)]
+    pub mps_control: Option<PathBuf>,
 }
 
 fn default_interposer() -> anyhow::Result<PathBuf> {
@@ -106,7 +113,26 @@ pub fn node(a: &NodeArgs) -> anyhow::Result<()> {
     if !adopted.adopted.is_empty() {
         tracing::info!(workloads = ?adopted.adopted, "adopted running workloads");
     }
-    let node = Node::new(backend, None, supervisor, NodeConfig::default());
+    let mps = match &a.mps_control {
+        Some(binary) => {
+            let config = MpsConfig::new(binary.clone(), &a.state_dir.join("mps"));
+            let count = backend.device_count().context("counting GPUs for MPS")?;
+            let mut gpus = Vec::with_capacity(count as usize);
+            for i in 0..count {
+                let info = backend
+                    .device_info(i)
+                    .with_context(|| format!("GPU {i} for MPS"))?;
+                gpus.push((i, info.uuid));
+            }
+            let manager = MpsManager::new(&config, &gpus);
+            manager
+                .start_all(Some(&*backend))
+                .context("starting the MPS control daemons")?;
+            Some(manager)
+        }
+        None => None,
+    };
+    let node = Node::new(backend, mps, supervisor, NodeConfig::default());
     let coordinator = if a.policy == "none" {
         None
     } else {
