@@ -59,19 +59,23 @@ fn fake_nvml_lib() -> PathBuf {
 
 /// A private copy of the fake NVML with a two-GPU scenario (its own `dlopen` instance).
 fn install_fake_nvml(dir: &Path, lib: &Path) -> PathBuf {
-    std::fs::create_dir_all(dir).unwrap();
-    let dst = dir.join("libnvidia-ml.so.1");
-    std::fs::copy(lib, &dst).expect("copy fake nvml");
     let gpu = |i: u32| {
         serde_json::json!({
             "name": "Fake H100", "uuid": format!("GPU-{i:04}"), "memory_total_mib": GPU_MIB,
             "timeline": [ { "t": 0, "utilization_pct": 10 } ]
         })
     };
-    let scenario = serde_json::json!({ "gpus": [gpu(0), gpu(1)] });
+    install_fake_nvml_with(dir, lib, &serde_json::json!({ "gpus": [gpu(0), gpu(1)] }))
+}
+
+/// A private copy of the fake NVML playing `scenario`.
+fn install_fake_nvml_with(dir: &Path, lib: &Path, scenario: &Value) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let dst = dir.join("libnvidia-ml.so.1");
+    std::fs::copy(lib, &dst).expect("copy fake nvml");
     std::fs::write(
         dir.join("fake-nvml.json"),
-        serde_json::to_vec_pretty(&scenario).unwrap(),
+        serde_json::to_vec_pretty(scenario).unwrap(),
     )
     .unwrap();
     dst
@@ -221,6 +225,10 @@ impl Cluster {
     }
 
     fn submit(&self, name: &str, command: &[&str]) -> u64 {
+        self.submit_with(name, &[], command)
+    }
+
+    fn submit_with(&self, name: &str, extra: &[&str], command: &[&str]) -> u64 {
         let mut args = vec![
             "submit",
             "--name",
@@ -231,8 +239,9 @@ impl Cluster {
             "500",
             "--gpu-memory",
             "1024",
-            "--",
         ];
+        args.extend_from_slice(extra);
+        args.push("--");
         args.extend_from_slice(command);
         self.cli(&args)["id"].as_u64().expect("job id")
     }
@@ -269,7 +278,7 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         // Workloads outlive killed agents: take down their process groups.
-        for node in ["node-a", "node-b"] {
+        for node in ["node-a", "node-b", "burst-node"] {
             for r in self.records(node) {
                 if let Some(pid) = r["pid"].as_u64() {
                     let _ = Command::new("kill")
@@ -304,15 +313,8 @@ fn wait_until_or(
     }
 }
 
-#[test]
-fn agents_run_jobs_under_the_interposer_survive_loss_and_are_reconciled() {
-    let fixtures = cuda_workload::build(&tmp_root().join("node-cuda-fixtures"))
-        .expect("build the interposer, the fake driver and the workloads");
-    let nvml = fake_nvml_lib();
-    let dir = tmp_root().join(format!("cli-node-e2e-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-
+/// `arbiter serve --nodes 0` in `dir`, and a client for it.
+fn control_plane(dir: &Path, fixtures: &cuda_workload::Fixtures) -> (Proc, Cluster) {
     let data = dir.join("data");
     let server = Proc::spawn(
         Command::new(BIN)
@@ -338,14 +340,27 @@ fn agents_run_jobs_under_the_interposer_survive_loss_and_are_reconciled() {
         .unwrap()
         .trim()
         .to_string();
-    let mut c = Cluster {
+    let c = Cluster {
         url: format!("http://{addr}"),
         token,
         interposer: fixtures.interposer.clone(),
         libdir: fixtures.libdir.clone(),
         workload: fixtures.workload.clone(),
-        dir: dir.clone(),
+        dir: dir.to_path_buf(),
     };
+    (server, c)
+}
+
+#[test]
+fn agents_run_jobs_under_the_interposer_survive_loss_and_are_reconciled() {
+    let fixtures = cuda_workload::build(&tmp_root().join("node-cuda-fixtures"))
+        .expect("build the interposer, the fake driver and the workloads");
+    let nvml = fake_nvml_lib();
+    let dir = tmp_root().join(format!("cli-node-e2e-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+
+    let (server, mut c) = control_plane(&dir, &fixtures);
     let nvml_a = install_fake_nvml(&dir.join("node-a"), &nvml);
     let nvml_b = install_fake_nvml(&dir.join("node-b"), &nvml);
     let mut node_a = c.start_node("node-a", &nvml_a);
@@ -493,4 +508,95 @@ fn agents_run_jobs_under_the_interposer_survive_loss_and_are_reconciled() {
     drop(node_b);
     drop(server);
     c.token.clear();
+}
+
+/// The fake NVML scenario of two 16 GiB GPUs whose time the test sets: quiet, then
+/// the online workload bursts (SM activity up, clock down), then its memory bursts
+/// past the Overlimit threshold.
+fn burst_scenario(dir: &Path) -> Value {
+    let quiet = |i: u32| {
+        serde_json::json!({
+            "name": "Fake T4", "uuid": format!("GPU-burst-{i}"), "memory_total_mib": GPU_MIB,
+            "max_sm_clock_mhz": 1980,
+            "timeline": [ { "t": 0, "utilization_pct": 5, "sm_clock_mhz": 1980, "memory_used_mib": 512 } ]
+        })
+    };
+    let mut bursting = quiet(0);
+    bursting["timeline"] = serde_json::json!([
+        { "t": 0, "utilization_pct": 30, "sm_clock_mhz": 1980, "memory_used_mib": 4096 },
+        { "t": 1, "utilization_pct": 75, "sm_clock_mhz": 1683, "memory_used_mib": 6144 },
+        { "t": 2, "utilization_pct": 78, "sm_clock_mhz": 1683, "memory_used_mib": 15892 }
+    ]);
+    serde_json::json!({ "time_file": dir.join("t"), "gpus": [bursting, quiet(1)] })
+}
+
+#[test]
+fn an_online_burst_paces_then_evicts_offline_work_and_the_host_requeues_it() {
+    let fixtures = cuda_workload::build(&tmp_root().join("node-cuda-fixtures"))
+        .expect("build the interposer, the fake driver and the workloads");
+    let nvml = fake_nvml_lib();
+    let dir = tmp_root().join(format!("cli-node-burst-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (_server, c) = control_plane(&dir, &fixtures);
+    let node_dir = dir.join("burst-node");
+    std::fs::create_dir_all(&node_dir).unwrap();
+    let set_time = |t: u32| std::fs::write(node_dir.join("t"), t.to_string()).unwrap();
+    set_time(0);
+    let lib = install_fake_nvml_with(&node_dir, &nvml, &burst_scenario(&node_dir));
+    let _node = c.start_node("burst-node", &lib);
+
+    // An online job and an offline one share GPU 0 (best-fit packs the two halves).
+    let wl = c.workload.display().to_string();
+    let online = c.submit("online", &["sleep", "600"]);
+    let offline = c.submit_with(
+        "offline",
+        &["--opportunistic"],
+        &[&wl, "launch-loop", "600000"],
+    );
+    for id in [online, offline] {
+        wait_until_or(
+            "both jobs to run",
+            Duration::from_secs(30),
+            || c.job(id)["state"] == "running",
+            || format!("{}", c.cli(&["jobs"])),
+        );
+    }
+    let share = |role: u64| {
+        c.records("burst-node")
+            .iter()
+            .find(|r| r["role"] == role && r["gpu"] == 0)
+            .and_then(|r| r["compute_share_permille"].as_u64())
+    };
+    assert!(
+        share(0).is_some() && share(1).is_some(),
+        "both on GPU 0: {:?}",
+        c.records("burst-node")
+    );
+    // Quiet: let the controller settle, then the burst must lower the offline share.
+    std::thread::sleep(Duration::from_millis(1500));
+    let quiet_share = share(1).unwrap_or(0);
+    set_time(1);
+    wait_until_or(
+        "the coordinator to lower the offline share",
+        Duration::from_secs(20),
+        || share(1).is_some_and(|s| s < quiet_share),
+        || format!("quiet {quiet_share}, now {:?}", share(1)),
+    );
+    let online_share = share(0);
+    // Memory past the Overlimit threshold: the offline job is evicted, and the host
+    // requeues it (it counts a preemption and says why).
+    set_time(2);
+    wait_until_or(
+        "the host to see the eviction",
+        Duration::from_secs(30),
+        || c.job(offline)["preemptions"].as_u64().unwrap_or(0) >= 1,
+        || format!("{}", c.job(offline)),
+    );
+    // It is placed again at once, on the same node: the scheduler does not see
+    // GPU health yet (docs/contract.md, G21), so the coordinator evicts it again.
+    // The online job is never touched.
+    assert_eq!(c.job(online)["state"], "running");
+    assert_eq!(c.job(online)["preemptions"], 0);
+    assert_eq!(share(0), online_share);
 }
