@@ -18,6 +18,13 @@
 //!   unallocated GPUs, FGD fragmentation (amount and ratio) against arrived
 //!   load.
 //!
+//! * **aryl** ([`aryl`]): the Aryl paper's cluster model — a training pool
+//!   and a slower inference pool whose idle servers are lent following an
+//!   inference demand curve and taken back through the policy's `reclaim`
+//!   role; elastic jobs, progress in GPU-time, preemption with a restart
+//!   overhead. Metrics: queueing, JCT, combined usage, preemptions and
+//!   collateral damage, and reclaim rules compared on the same requests.
+//!
 //! CPU, memory, milli-GPU and GPU memory are separate dimensions (the SDK
 //! accounts them); GPU-model constraints, multi-GPU and gang tasks are
 //! placed by the policy and checked by the host's validator like any live
@@ -26,6 +33,7 @@
 //! The CLI flattens [`SimArgs`] into `arbiter sim` and calls [`run`]. With
 //! no `--trace`, the built-in example runs (16 nodes, 128 GPUs, 320 jobs).
 
+pub mod aryl;
 pub mod metrics;
 pub mod report;
 pub mod scenario;
