@@ -269,7 +269,11 @@ impl State {
                             .map_or(u32::from(s.utilization_pct), |v| v.min(100)),
                         memory_used_mib: u32::try_from(s.memory_used_bytes / MIB)
                             .unwrap_or(u32::MAX),
-                        health: u32::from(health::HEALTHY),
+                        // What the node policy published (overlimit, disabled…),
+                        // so the host stops placing new work on that GPU's node.
+                        health: u32::from(
+                            self.node.published_health(index).unwrap_or(health::HEALTHY),
+                        ),
                     }
                 }
                 Err(e) => {

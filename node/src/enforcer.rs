@@ -215,6 +215,11 @@ impl Node {
         reports
     }
 
+    /// The health the node policy last published for a GPU (`set-health`).
+    pub fn published_health(&self, index: u32) -> Option<u8> {
+        self.policy_health.get(&index).copied()
+    }
+
     fn gpu_health(&mut self, index: u32, observed_ok: bool) -> u8 {
         let set = self.policy_health.get(&index).copied();
         if set == Some(health::DISABLED) {

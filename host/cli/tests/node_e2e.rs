@@ -593,8 +593,14 @@ fn an_online_burst_paces_then_evicts_offline_work_and_the_host_requeues_it() {
         || c.job(offline)["preemptions"].as_u64().unwrap_or(0) >= 1,
         || format!("{}", c.job(offline)),
     );
-    // It is placed again at once, on the same node: the scheduler does not see
-    // GPU health yet (docs/contract.md, G21), so the coordinator evicts it again.
+    // The node reports the GPU overlimit, so the host cordons it: the offline job
+    // waits instead of landing on the same GPU again.
+    wait_until_or(
+        "the host to cordon the unhealthy node",
+        Duration::from_secs(20),
+        || c.node_state("burst-node") == "unhealthy",
+        || format!("{} {}", c.cli(&["top"]), c.job(offline)),
+    );
     // The online job is never touched.
     assert_eq!(c.job(online)["state"], "running");
     assert_eq!(c.job(online)["preemptions"], 0);

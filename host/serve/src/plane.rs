@@ -187,6 +187,8 @@ struct PoolNode {
     link: Option<AgentLink>,
     /// When an agent node was last heard from (or restored at start-up).
     last_seen: std::time::Instant,
+    /// Cordoned because its coordinator reports a GPU overlimit or disabled.
+    health_cordoned: bool,
 }
 
 /// An agent node as persisted, so its running jobs survive a host restart.
@@ -305,6 +307,7 @@ impl Plane {
                     kind: NodeKind::Simulated,
                     link: None,
                     last_seen: std::time::Instant::now(),
+                    health_cordoned: false,
                 })
                 .collect(),
             cfg,
@@ -381,6 +384,7 @@ impl Plane {
                 kind: NodeKind::Agent,
                 link: None,
                 last_seen: std::time::Instant::now(),
+                health_cordoned: false,
             });
         }
         for (name, bytes) in contents.with_prefix("node/") {
@@ -1382,6 +1386,7 @@ impl Plane {
                     gpus: n.request.gpu_count,
                     gpus_free: free,
                     state: match n.status {
+                        NodeStatus::Ready if n.health_cordoned => "unhealthy",
                         NodeStatus::Ready => "ready",
                         NodeStatus::Draining => "draining",
                         NodeStatus::Lost => "lost",
@@ -1657,6 +1662,7 @@ impl Plane {
                 kind: NodeKind::Agent,
                 link: Some(link),
                 last_seen: now,
+                health_cordoned: false,
             }),
         }
         let record = AgentRecord {
@@ -1746,6 +1752,18 @@ impl Plane {
         if let Some(l) = node.link.as_mut() {
             l.last_seen = now;
         }
+        // A GPU its coordinator holds overlimit or disabled takes no new work:
+        // cordon the node until every GPU is back (the contract has no per-GPU
+        // state yet, G21). An operator's drain is never undone here.
+        let unhealthy = hb.gpus.iter().any(|g| {
+            g.health == u32::from(model::health::OVERLIMIT)
+                || g.health == u32::from(model::health::DISABLED)
+        });
+        let toggle = node.status == NodeStatus::Ready && node.health_cordoned != unhealthy;
+        if toggle {
+            node.health_cordoned = unhealthy;
+            tracing::warn!(node = name, unhealthy, "node health changed");
+        }
         for cell in &mut self.cells {
             let Some(index) = cell.state.node_index(name) else {
                 continue;
@@ -1762,6 +1780,16 @@ impl Plane {
                     memory_used_mib: g.memory_used_mib,
                 })
                 .collect();
+            if toggle {
+                let state = if unhealthy {
+                    model::node_state::CORDONED
+                } else {
+                    model::node_state::READY
+                };
+                if let Err(e) = cell.state.set_node_state(name, state) {
+                    tracing::warn!(node = name, error = %e, "node state refused");
+                }
+            }
             if !metrics.is_empty()
                 && let Err(e) = cell.state.record_gpu_metrics(metrics)
             {
@@ -2011,7 +2039,7 @@ impl Plane {
                         continue;
                     }
                     match state.add_node(n.request.clone()) {
-                        Ok(_) if n.status == NodeStatus::Draining => {
+                        Ok(_) if n.status == NodeStatus::Draining || n.health_cordoned => {
                             let _ =
                                 state.set_node_state(&n.request.name, model::node_state::CORDONED);
                         }

@@ -87,6 +87,10 @@ impl Agent {
     }
 
     async fn heartbeat(&self) {
+        self.heartbeat_with_health(1).await;
+    }
+
+    async fn heartbeat_with_health(&self, health: u32) {
         self.send(v1::node_message::Body::Heartbeat(v1::Heartbeat {
             seq: 1,
             gpus: vec![v1::GpuSample {
@@ -94,7 +98,7 @@ impl Agent {
                 utilization_pct: 40,
                 sm_activity_pct: 30,
                 memory_used_mib: 1000,
-                health: 1,
+                health,
             }],
         }))
         .await;
@@ -234,6 +238,33 @@ async fn agents_register_run_jobs_get_lost_and_are_adopted() {
     assert_eq!(again.preemptions, 1);
     a.event(evicted, v1::WorkloadEventKind::Exited, 0).await;
     wait_state(&running, &token, evicted, v1::JobState::Succeeded).await;
+
+    // A GPU its coordinator holds overlimit cordons the node: nothing new lands
+    // there until every GPU has recovered.
+    a.heartbeat_with_health(3).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let held = submit(
+        &running,
+        &token,
+        v1::JobSpec {
+            name: "held".into(),
+            gpus: 1,
+            ..Default::default()
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        job(&running, &token, held).await.state,
+        v1::JobState::Pending as i32
+    );
+    a.heartbeat().await;
+    match a.next().await {
+        v1::host_message::Body::Launch(l) => assert_eq!(l.job_id, held),
+        other => panic!("expected the held job after recovery, got {other:?}"),
+    }
+    a.event(held, v1::WorkloadEventKind::Exited, 0).await;
+    wait_state(&running, &token, held, v1::JobState::Succeeded).await;
 
     // A long job on node-a; node-a goes silent and is declared lost.
     let long = submit(
