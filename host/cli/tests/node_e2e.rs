@@ -14,12 +14,24 @@ use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{OnceLock, mpsc};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_arbiter");
 const GPU_MIB: u64 = 16_384;
 const QUOTA_MIB: u64 = 1024;
+
+/// Interposer, fake libcuda and C workloads, built once per test binary (the
+/// tests run in parallel and would otherwise rebuild the same directory).
+fn fixtures() -> &'static cuda_workload::Fixtures {
+    static FIXTURES: OnceLock<Result<cuda_workload::Fixtures, String>> = OnceLock::new();
+    match FIXTURES.get_or_init(|| {
+        cuda_workload::build(&tmp_root().join("node-cuda-fixtures")).map_err(|e| e.to_string())
+    }) {
+        Ok(f) => f,
+        Err(e) => panic!("build the interposer, the fake driver and the workloads: {e}"),
+    }
+}
 
 fn tmp_root() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
@@ -353,8 +365,7 @@ fn control_plane(dir: &Path, fixtures: &cuda_workload::Fixtures) -> (Proc, Clust
 
 #[test]
 fn agents_run_jobs_under_the_interposer_survive_loss_and_are_reconciled() {
-    let fixtures = cuda_workload::build(&tmp_root().join("node-cuda-fixtures"))
-        .expect("build the interposer, the fake driver and the workloads");
+    let fixtures = fixtures();
     let nvml = fake_nvml_lib();
     let dir = tmp_root().join(format!("cli-node-e2e-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -532,8 +543,7 @@ fn burst_scenario(dir: &Path) -> Value {
 
 #[test]
 fn an_online_burst_paces_then_evicts_offline_work_and_the_host_requeues_it() {
-    let fixtures = cuda_workload::build(&tmp_root().join("node-cuda-fixtures"))
-        .expect("build the interposer, the fake driver and the workloads");
+    let fixtures = fixtures();
     let nvml = fake_nvml_lib();
     let dir = tmp_root().join(format!("cli-node-burst-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
