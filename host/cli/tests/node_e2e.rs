@@ -371,7 +371,7 @@ fn agents_run_jobs_under_the_interposer_survive_loss_and_are_reconciled() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
 
-    let (server, mut c) = control_plane(&dir, &fixtures);
+    let (server, mut c) = control_plane(&dir, fixtures);
     let nvml_a = install_fake_nvml(&dir.join("node-a"), &nvml);
     let nvml_b = install_fake_nvml(&dir.join("node-b"), &nvml);
     let mut node_a = c.start_node("node-a", &nvml_a);
@@ -548,7 +548,7 @@ fn an_online_burst_paces_then_evicts_offline_work_and_the_host_requeues_it() {
     let dir = tmp_root().join(format!("cli-node-burst-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let (_server, c) = control_plane(&dir, &fixtures);
+    let (_server, c) = control_plane(&dir, fixtures);
     let node_dir = dir.join("burst-node");
     std::fs::create_dir_all(&node_dir).unwrap();
     let set_time = |t: u32| std::fs::write(node_dir.join("t"), t.to_string()).unwrap();
