@@ -1305,40 +1305,19 @@ pub fn run_cases(
     cases: &[ArylCase],
     threads: usize,
 ) -> anyhow::Result<Vec<ArylMetrics>> {
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let results: std::sync::Mutex<Vec<Option<anyhow::Result<ArylMetrics>>>> =
-        std::sync::Mutex::new((0..cases.len()).map(|_| None).collect());
-    std::thread::scope(|scope| {
-        for _ in 0..threads.clamp(1, cases.len().max(1)) {
-            scope.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let Some(case) = cases.get(i) else { break };
-                    let r = run_aryl(
-                        workload,
-                        demand,
-                        &case.compiled,
-                        &case.config,
-                        &case.shadows,
-                    )
-                    .map(|mut m| {
-                        m.policy = case.label.clone();
-                        m
-                    });
-                    if let Ok(mut all) = results.lock() {
-                        all[i] = Some(r);
-                    }
-                }
-            });
-        }
-    });
-    let results = results
-        .into_inner()
-        .map_err(|_| anyhow::anyhow!("a simulation thread panicked"))?;
-    results
-        .into_iter()
-        .map(|r| r.unwrap_or_else(|| Err(anyhow::anyhow!("a simulation thread panicked"))))
-        .collect()
+    crate::parallel_map(cases, threads, |case| {
+        run_aryl(
+            workload,
+            demand,
+            &case.compiled,
+            &case.config,
+            &case.shadows,
+        )
+        .map(|mut m| {
+            m.policy = case.label.clone();
+            m
+        })
+    })
 }
 
 /// A table of runs, one line each (for tests and the reproduction doc).

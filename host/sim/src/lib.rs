@@ -234,21 +234,29 @@ pub fn run_many(
     jobs: &[(String, CompiledPolicy, RunOptions)],
     threads: usize,
 ) -> anyhow::Result<Vec<RunOutput>> {
+    parallel_map(jobs, threads, |(label, compiled, opts)| match protocol {
+        Protocol::Fgd => run_fgd(scenario, compiled, label, opts),
+        Protocol::Replay => run_replay(scenario, compiled, label, opts),
+    })
+}
+
+/// Applies `run` to every item on up to `threads` threads (work stealing by
+/// index); results in item order. A panicking run is an error, not a crash.
+pub fn parallel_map<T: Sync, R: Send>(
+    items: &[T],
+    threads: usize,
+    run: impl Fn(&T) -> anyhow::Result<R> + Sync,
+) -> anyhow::Result<Vec<R>> {
     let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<anyhow::Result<RunOutput>>>> =
-        Mutex::new((0..jobs.len()).map(|_| None).collect());
+    let results: Mutex<Vec<Option<anyhow::Result<R>>>> =
+        Mutex::new((0..items.len()).map(|_| None).collect());
     std::thread::scope(|scope| {
-        for _ in 0..threads.clamp(1, jobs.len().max(1)) {
+        for _ in 0..threads.clamp(1, items.len().max(1)) {
             scope.spawn(|| {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some((label, compiled, opts)) = jobs.get(i) else {
-                        break;
-                    };
-                    let result = match protocol {
-                        Protocol::Fgd => run_fgd(scenario, compiled, label, opts),
-                        Protocol::Replay => run_replay(scenario, compiled, label, opts),
-                    };
+                    let Some(item) = items.get(i) else { break };
+                    let result = run(item);
                     if let Ok(mut r) = results.lock() {
                         r[i] = Some(result);
                     }
