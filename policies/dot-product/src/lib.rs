@@ -48,6 +48,11 @@ impl PlacementRule for DotProductRule {
     fn score(&mut self, plan: &Plan<'_>, task: &Task, node: u32, _gpus: &[u32]) -> Option<f64> {
         Some(dot_product_score(plan.free_cpu(node), plan.node_free_milli(node), task) as f64)
     }
+
+    /// The score reads only the node's free resources.
+    fn memo_epoch(&self) -> Option<u64> {
+        Some(0)
+    }
 }
 
 /// The policy.
@@ -75,5 +80,10 @@ mod tests {
         let d = schedule::<DotProduct>(&c, None, 10);
         assert_eq!(d, vec![place(job, small, vec![0])]);
         assert_ne!(small, big);
+    }
+
+    #[test]
+    fn the_memo_changes_no_decision() {
+        arbiter_placement_core::testing::assert_memo_is_transparent::<DotProductRule>("seed = 3");
     }
 }

@@ -40,6 +40,11 @@ impl PlacementRule for FgdBestFitRule {
     fn score(&mut self, plan: &Plan<'_>, task: &Task, node: u32, _gpus: &[u32]) -> Option<f64> {
         Some(best_fit_score(plan.free_cpu(node), plan.node_free_milli(node), task) as f64)
     }
+
+    /// The score reads only the node's free resources.
+    fn memo_epoch(&self) -> Option<u64> {
+        Some(0)
+    }
 }
 
 /// The policy.
@@ -66,5 +71,10 @@ mod tests {
         let d = schedule::<FgdBestFit>(&c, None, 10);
         assert_eq!(d, vec![place(job, snug, vec![8])]);
         assert_ne!(roomy, snug);
+    }
+
+    #[test]
+    fn the_memo_changes_no_decision() {
+        arbiter_placement_core::testing::assert_memo_is_transparent::<FgdBestFitRule>("seed = 3");
     }
 }

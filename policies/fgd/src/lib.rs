@@ -38,6 +38,8 @@ pub struct FgdRule {
     configured: bool,
     /// Job count the estimated workload was built from.
     estimated_from: usize,
+    /// Bumped whenever the target workload (and so every score) changes.
+    workload_epoch: u64,
 }
 
 /// The reference's integer score for a fragmentation increase of `delta` milli-GPU.
@@ -85,6 +87,7 @@ impl FgdRule {
         self.index
             .set_workload(TargetWorkload::from_tasks(shapes, DEFAULT_POPULARITY));
         self.estimated_from = jobs;
+        self.workload_epoch += 1;
     }
 }
 
@@ -138,6 +141,11 @@ impl PlacementRule for FgdRule {
 
     fn node_changed(&mut self, plan: &Plan<'_>, node: u32) {
         self.index.refresh(plan, node);
+    }
+
+    /// ΔF reads only the node's CPU and GPU state and the target workload.
+    fn memo_epoch(&self) -> Option<u64> {
+        Some(self.workload_epoch)
     }
 }
 
@@ -210,5 +218,19 @@ weight = 1.0
         let job = half(&mut c, "x");
         let d = schedule::<Fgd>(&c, None, 10);
         assert!(matches!(&d[..], [Decision::Place(j, _)] if *j == job));
+    }
+
+    #[test]
+    fn the_memo_changes_no_decision() {
+        // Configured workload, both score modes, and the online estimate
+        // (which moves the memo epoch as the job count grows).
+        let hits = arbiter_placement_core::testing::assert_memo_is_transparent::<FgdRule>(
+            &format!("seed = 3\n{WORKLOAD}"),
+        );
+        assert!(hits > 1_000, "{hits} memo hits");
+        arbiter_placement_core::testing::assert_memo_is_transparent::<FgdRule>(&format!(
+            "exact = true\n{WORKLOAD}"
+        ));
+        arbiter_placement_core::testing::assert_memo_is_transparent::<FgdRule>("seed = 5");
     }
 }

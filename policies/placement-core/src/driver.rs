@@ -9,6 +9,7 @@
 use crate::rng::SplitMix64;
 use crate::task::{GpuSelection, Task, node_candidates};
 use arbiter_policy_sdk::prelude::*;
+use std::collections::HashMap;
 
 /// How equal best scores are resolved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,6 +60,99 @@ impl Ties {
 impl Default for Ties {
     fn default() -> Self {
         Ties::new(TieBreak::Random, DEFAULT_SEED)
+    }
+}
+
+/// Everything a search for the best candidate carries from call to call:
+/// the tie-breaker and the memo of per-node results.
+#[derive(Debug, Default)]
+pub struct Search {
+    pub ties: Ties,
+    memo: CandidateMemo,
+}
+
+impl Search {
+    pub fn new(ties: Ties) -> Self {
+        Search {
+            ties,
+            memo: CandidateMemo::default(),
+        }
+    }
+}
+
+/// Everything about a worker's request that decides which GPU sets of a
+/// node are candidates (and so, for a rule with a memo epoch, their scores).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Shape {
+    cpu_milli: u32,
+    memory_mib: u32,
+    gpus_per_worker: u32,
+    gpu_milli: u32,
+    gpu_memory_mib: u32,
+    gpu_model_mask: u64,
+}
+
+impl Shape {
+    fn of(job: Job<'_>) -> Self {
+        Shape {
+            cpu_milli: job.cpu_milli(),
+            memory_mib: job.memory_mib(),
+            gpus_per_worker: job.gpus_per_worker(),
+            gpu_milli: job.gpu_milli(),
+            gpu_memory_mib: job.gpu_memory_mib(),
+            gpu_model_mask: job.gpu_model_mask(),
+        }
+    }
+}
+
+/// One node's best candidate for one shape, valid while the node's version
+/// is `version` (0: empty).
+#[derive(Clone, Copy, Debug, Default)]
+struct MemoEntry {
+    version: u64,
+    /// NaN: the node has no candidate.
+    score: f64,
+    /// The GPUs, as bits over the node's GPU range.
+    gpus: u64,
+}
+
+/// Per shape and node, the best candidate found last time. In the FGD
+/// protocol one placement changes one node, so nearly every node's answer
+/// for a recurring shape is still valid: this turns a scan that scores every
+/// candidate of every node into one that mostly compares versions.
+#[derive(Debug, Default)]
+struct CandidateMemo {
+    /// The rule's memo epoch the entries were computed under.
+    epoch: Option<u64>,
+    shapes: HashMap<Shape, usize>,
+    /// Per shape id, per node.
+    tables: Vec<Vec<MemoEntry>>,
+    /// Node answers taken from the memo (for tests and benchmarks).
+    hits: u64,
+}
+
+/// Beyond this many distinct shapes the memo starts over (it holds one
+/// entry per node per shape: 24 B × nodes × shapes).
+const MAX_MEMO_SHAPES: usize = 256;
+
+impl CandidateMemo {
+    /// The table for `job`'s shape under `epoch`, sized for `nodes`.
+    fn table(&mut self, epoch: u64, job: Job<'_>, nodes: usize) -> &mut Vec<MemoEntry> {
+        if self.epoch != Some(epoch) || self.shapes.len() >= MAX_MEMO_SHAPES {
+            self.epoch = Some(epoch);
+            self.shapes.clear();
+            self.tables.clear();
+        }
+        let next = self.tables.len();
+        let id = *self.shapes.entry(Shape::of(job)).or_insert(next);
+        if id == next {
+            self.tables.push(Vec::new());
+        }
+        let table = &mut self.tables[id];
+        if table.len() < nodes {
+            table.resize(nodes, MemoEntry::default());
+        }
+        table
     }
 }
 
@@ -113,6 +207,15 @@ pub trait PlacementRule: 'static {
     /// The candidate's score, higher is better; `None` rules it out.
     fn score(&mut self, plan: &Plan<'_>, task: &Task, node: u32, gpus: &[u32]) -> Option<f64>;
 
+    /// `Some(epoch)` promises that a candidate's score is a function of the
+    /// node's state (its [`Plan::node_version`]), the task's request and
+    /// rule state that changes only together with `epoch`. The driver then
+    /// reuses each node's best candidate while its version is unchanged.
+    /// `None` (the default): every candidate is scored every time.
+    fn memo_epoch(&self) -> Option<u64> {
+        None
+    }
+
     /// The plan's tentative state of `node` changed (a worker was charged or
     /// released there).
     fn node_changed(&mut self, plan: &Plan<'_>, node: u32) {
@@ -121,40 +224,87 @@ pub trait PlacementRule: 'static {
 
     /// The worker placement for `task`. The default asks [`best_candidate`];
     /// a rule that does not score (Random) replaces it.
-    fn choose(&mut self, plan: &Plan<'_>, task: &Task, ties: &mut Ties) -> Option<WorkerPlacement>
+    fn choose(
+        &mut self,
+        plan: &Plan<'_>,
+        task: &Task,
+        search: &mut Search,
+    ) -> Option<WorkerPlacement>
     where
         Self: Sized,
     {
-        best_candidate(plan, task, self, ties)
+        best_candidate(plan, task, self, search)
     }
 }
 
 /// The best candidate of all nodes for one worker of `task`: on each node the
 /// best of its candidates (the first on ties, like the reference's GPU
-/// choice), across nodes the best score with `ties` among equals.
+/// choice), across nodes the best score with the search's ties among equals.
+/// A node's best is taken from the memo when the rule allows it and the node
+/// is unchanged; the result is the same either way.
 pub fn best_candidate<R: PlacementRule>(
     plan: &Plan<'_>,
     task: &Task,
     rule: &mut R,
-    ties: &mut Ties,
+    search: &mut Search,
 ) -> Option<WorkerPlacement> {
     let selection = rule.selection();
+    let cluster = plan.cluster();
+    let nodes = cluster.node_count();
+    let mut hits = 0;
+    let Search { ties, memo } = search;
+    let mut memo = rule
+        .memo_epoch()
+        .map(|epoch| memo.table(epoch, cluster.job(task.job), nodes));
     let mut scratch = Vec::new();
     let mut node_best: Vec<u32> = Vec::new();
     let mut best: Option<(f64, WorkerPlacement)> = None;
     let mut tied: u64 = 0;
-    for node in 0..plan.cluster().node_count() as u32 {
-        let mut node_score: Option<f64> = None;
-        node_candidates(plan, task, node, selection, &mut scratch, |gpus| {
-            let Some(score) = rule.score(plan, task, node, gpus).filter(|s| !s.is_nan()) else {
-                return;
-            };
-            if node_score.is_none_or(|b| score > b) {
-                node_score = Some(score);
+    for node in 0..nodes as u32 {
+        let range = cluster.node(node).gpu_range();
+        // A reservation makes the answer depend on the job, not only its shape.
+        let entry = memo
+            .as_deref_mut()
+            .filter(|_| range.len() <= 64 && cluster.reserved_by(node).is_none())
+            .map(|table| &mut table[node as usize]);
+        let version = plan.node_version(node);
+        let node_score = match entry {
+            Some(e) if e.version == version => {
+                hits += 1;
                 node_best.clear();
-                node_best.extend_from_slice(gpus);
+                node_best.extend(
+                    range
+                        .clone()
+                        .filter(|g| e.gpus >> (g - range.start) & 1 == 1),
+                );
+                Some(e.score).filter(|s| !s.is_nan())
             }
-        });
+            entry => {
+                let mut node_score: Option<f64> = None;
+                node_best.clear();
+                node_candidates(plan, task, node, selection, &mut scratch, |gpus| {
+                    let Some(score) = rule.score(plan, task, node, gpus).filter(|s| !s.is_nan())
+                    else {
+                        return;
+                    };
+                    if node_score.is_none_or(|b| score > b) {
+                        node_score = Some(score);
+                        node_best.clear();
+                        node_best.extend_from_slice(gpus);
+                    }
+                });
+                if let Some(e) = entry {
+                    *e = MemoEntry {
+                        version,
+                        score: node_score.unwrap_or(f64::NAN),
+                        gpus: node_best
+                            .iter()
+                            .fold(0, |bits, g| bits | 1 << (g - range.start)),
+                    };
+                }
+                node_score
+            }
+        };
         let Some(score) = node_score else { continue };
         let take = match &best {
             Some((b, _)) if score < *b => false,
@@ -178,6 +328,7 @@ pub fn best_candidate<R: PlacementRule>(
             ));
         }
     }
+    search.memo.hits += hits;
     best.map(|(_, w)| w)
 }
 
@@ -185,12 +336,17 @@ pub fn best_candidate<R: PlacementRule>(
 /// worker on its rule's best candidate.
 pub struct Greedy<R> {
     rule: R,
-    ties: Ties,
+    search: Search,
 }
 
 impl<R: PlacementRule> Greedy<R> {
     pub fn rule(&self) -> &R {
         &self.rule
+    }
+
+    /// How many per-node answers came from the memo so far.
+    pub fn memo_hits(&self) -> u64 {
+        self.search.memo.hits
     }
 }
 
@@ -205,7 +361,7 @@ impl<R: PlacementRule> Policy for Greedy<R> {
     fn create() -> Self {
         Greedy {
             rule: R::create(),
-            ties: Ties::default(),
+            search: Search::default(),
         }
     }
 
@@ -228,7 +384,8 @@ impl<R: PlacementRule> Policy for Greedy<R> {
             )));
         }
         self.rule = rule;
-        self.ties = Ties::new(mode, seed);
+        // A fresh search: the memo belonged to the old rule.
+        self.search = Search::new(Ties::new(mode, seed));
         Ok(())
     }
 
@@ -249,14 +406,14 @@ impl<R: PlacementRule> Policy for Greedy<R> {
             let task = Task::of(job);
             touched.clear();
             let rule = &mut self.rule;
-            let ties = &mut self.ties;
+            let search = &mut self.search;
             // A gang that does not fit leaves the plan as it was; the job waits.
             let _ = plan.place_gang(job.index(), job.workers(), |plan| {
                 // The previous worker is charged now: let the rule see it.
                 if let Some(&node) = touched.last() {
                     rule.node_changed(plan, node);
                 }
-                let worker = rule.choose(plan, &task, ties)?;
+                let worker = rule.choose(plan, &task, search)?;
                 touched.push(worker.node);
                 Some(worker)
             });

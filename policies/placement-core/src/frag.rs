@@ -74,6 +74,8 @@ struct Stat {
 
 #[derive(Clone, Debug, Default)]
 struct NodeCache {
+    /// The node version this cache was computed at (0: never).
+    version: u64,
     /// Index into `FragIndex::term_sets`.
     terms: usize,
     first_gpu: u32,
@@ -88,12 +90,11 @@ struct NodeCache {
 #[derive(Clone, Debug, Default)]
 pub struct FragIndex {
     workload: TargetWorkload,
-    /// Per GPU model string id (`u32::MAX`: no GPU): the accessible GPU classes.
-    term_sets: Vec<(u32, Vec<Term>)>,
+    /// Per GPU model (by name: string ids change when the host compacts its
+    /// string table; `None`: no GPU), the accessible GPU classes.
+    term_sets: Vec<(Option<String>, Vec<Term>)>,
     nodes: Vec<NodeCache>,
 }
-
-const NO_MODEL: u32 = u32::MAX;
 
 impl FragIndex {
     pub fn new(workload: TargetWorkload) -> Self {
@@ -113,20 +114,20 @@ impl FragIndex {
         *self = FragIndex::new(workload);
     }
 
-    fn term_set(&mut self, cluster: &Cluster, model: u32) -> usize {
-        if let Some(i) = self.term_sets.iter().position(|(m, _)| *m == model) {
+    /// The accessible GPU classes of GPUs of `model` (`None`: a node without GPUs).
+    fn term_set(&mut self, model: Option<&str>) -> usize {
+        if let Some(i) = self
+            .term_sets
+            .iter()
+            .position(|(m, _)| m.as_deref() == model)
+        {
             return i;
         }
-        let name = if model == NO_MODEL {
-            None
-        } else {
-            Some(cluster.string(model))
-        };
         let terms = self
             .workload
             .classes()
             .iter()
-            .filter(|c| c.num_gpu > 0 && name.is_some_and(|n| accessible(c, n)))
+            .filter(|c| c.num_gpu > 0 && model.is_some_and(|n| accessible(c, n)))
             .map(|c| Term {
                 cpu: c.cpu_milli,
                 gpu_milli: c.gpu_milli,
@@ -134,56 +135,36 @@ impl FragIndex {
                 weight: c.weight,
             })
             .collect();
-        self.term_sets.push((model, terms));
+        self.term_sets.push((model.map(str::to_string), terms));
         self.term_sets.len() - 1
     }
 
     /// Brings the index in step with the cluster's committed state (a
-    /// round's start): only nodes whose CPU or GPU allocation changed since
-    /// they were last computed are recomputed.
+    /// round's start): only nodes whose version changed since they were last
+    /// computed are recomputed.
     pub fn sync(&mut self, cluster: &Cluster) {
         let nc = cluster.node_columns();
         let gc = cluster.gpu_columns();
         let n = cluster.node_count();
-        if self.nodes.len() > n {
-            // A resync to a smaller cluster: start over.
-            self.nodes.clear();
-        }
-        while self.nodes.len() < n {
-            let node = self.nodes.len() as u32;
-            let range = cluster.node(node).gpu_range();
-            let model = if range.is_empty() {
-                NO_MODEL
-            } else {
-                gc.model[range.start as usize]
-            };
-            let terms = self.term_set(cluster, model);
-            let cache = NodeCache {
-                terms,
-                first_gpu: range.start,
-                // Impossible values: the first comparison below recomputes the node.
-                cpu_free: u32::MAX,
-                gpu_free: vec![u32::MAX; range.len()],
-                ..NodeCache::default()
-            };
-            self.nodes.push(cache);
-        }
+        self.nodes.resize_with(n, NodeCache::default);
         for node in 0..n {
+            let version = cluster.node_version(node as u32);
+            if self.nodes[node].version == version {
+                continue;
+            }
+            // A changed version may also be a different node (after a
+            // resync): take its GPU model and range afresh.
+            let range = cluster.node(node as u32).gpu_range();
+            let model = (!range.is_empty()).then(|| cluster.string(gc.model[range.start as usize]));
+            let terms = self.term_set(model);
+            let cache = &mut self.nodes[node];
+            cache.terms = terms;
+            cache.first_gpu = range.start;
             let cpu_free = nc.cpu_milli[node].saturating_sub(nc.cpu_used_milli[node]);
             let first = nc.first_gpu[node] as usize;
             let used = &gc.milli_used[first..first + nc.gpu_count[node] as usize];
-            let cache = &self.nodes[node];
-            let same = cache.cpu_free == cpu_free
-                && cache.gpu_free.len() == used.len()
-                && cache
-                    .gpu_free
-                    .iter()
-                    .zip(used)
-                    .all(|(&f, &u)| f == FULL_GPU_MILLI.saturating_sub(u));
-            if !same {
-                let free = used.iter().map(|&u| FULL_GPU_MILLI.saturating_sub(u));
-                self.load(node, cpu_free, free);
-            }
+            let free = used.iter().map(|&u| FULL_GPU_MILLI.saturating_sub(u));
+            self.load(node, version, cpu_free, free);
         }
     }
 
@@ -195,11 +176,17 @@ impl FragIndex {
         }
         let range = plan.cluster().node(node).gpu_range();
         let free: Vec<u32> = range.map(|g| plan.free_milli(g)).collect();
-        self.load(i, plan.free_cpu(node), free.into_iter());
+        self.load(
+            i,
+            plan.node_version(node),
+            plan.free_cpu(node),
+            free.into_iter(),
+        );
     }
 
-    fn load(&mut self, node: usize, cpu_free: u32, free: impl Iterator<Item = u32>) {
+    fn load(&mut self, node: usize, version: u64, cpu_free: u32, free: impl Iterator<Item = u32>) {
         let cache = &mut self.nodes[node];
+        cache.version = version;
         cache.cpu_free = cpu_free;
         cache.gpu_free.clear();
         cache.gpu_free.extend(free);

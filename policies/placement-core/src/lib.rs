@@ -35,8 +35,8 @@ pub mod testing;
 pub mod workload;
 
 pub use driver::{
-    COMMON_KEYS, DEFAULT_SEED, Greedy, PlacementRule, TieBreak, Ties, best_candidate, config_error,
-    take_key,
+    COMMON_KEYS, DEFAULT_SEED, Greedy, PlacementRule, Search, TieBreak, Ties, best_candidate,
+    config_error, take_key,
 };
 pub use frag::{FragIndex, node_fragmentation};
 pub use rng::SplitMix64;

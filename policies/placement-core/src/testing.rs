@@ -3,6 +3,8 @@
 //! [`Runtime`]. Plain helpers over the SDK's [`TestCluster`]; nothing here is
 //! used by the policies themselves.
 
+use crate::driver::{Greedy, PlacementRule};
+use crate::task::{GpuSelection, Task};
 use arbiter_policy_sdk::prelude::*;
 
 /// A pending one-worker job spec (`workers = min = max = 1`) asking for
@@ -67,4 +69,104 @@ pub fn schedule<P: Policy>(
     }
     rt.resync(c.snapshot()).unwrap();
     rt.schedule(c.round(max_decisions)).unwrap()
+}
+
+/// `R` with the driver's memo turned off: every candidate scored every time.
+pub struct NoMemo<R>(pub R);
+
+impl<R: PlacementRule> PlacementRule for NoMemo<R> {
+    fn manifest() -> Manifest {
+        R::manifest()
+    }
+    fn create() -> Self {
+        NoMemo(R::create())
+    }
+    fn configure(&mut self, table: &mut toml::Table, seed: u64) -> Result<(), PolicyError> {
+        self.0.configure(table, seed)
+    }
+    fn selection(&self) -> GpuSelection {
+        self.0.selection()
+    }
+    fn begin_round(&mut self, plan: &Plan<'_>) {
+        self.0.begin_round(plan)
+    }
+    fn score(&mut self, plan: &Plan<'_>, task: &Task, node: u32, gpus: &[u32]) -> Option<f64> {
+        self.0.score(plan, task, node, gpus)
+    }
+    fn node_changed(&mut self, plan: &Plan<'_>, node: u32) {
+        self.0.node_changed(plan, node)
+    }
+}
+
+/// Drives `Greedy<R>` and `Greedy<NoMemo<R>>` through the same 300 rounds of
+/// churn on one evolving mirror — arrivals from a small set of shapes (so
+/// they recur), two-worker gangs, completions, evictions, cordons and
+/// reservations — and asserts that every round's decisions are identical and
+/// that the memo was actually used. Returns the memo hits.
+pub fn assert_memo_is_transparent<R: PlacementRule>(config: &str) -> u64 {
+    let mut c = TestCluster::new();
+    for i in 0..12 {
+        let (model, gpus, cpu) = [("T4", 2, 32_000), ("V100", 4, 48_000), ("G2", 8, 96_000)][i % 3];
+        c.node(&format!("n{i}"), "p", cpu, 512_000, model, 16_000, gpus);
+    }
+    let mut memo = Greedy::<R>::create();
+    let mut plain = Greedy::<NoMemo<R>>::create();
+    memo.configure(config).unwrap();
+    plain.configure(config).unwrap();
+    let shapes = [
+        (4_000, 1, 500, 1),
+        (2_000, 1, 250, 1),
+        (8_000, 1, 1000, 1),
+        (16_000, 2, 1000, 1),
+        (6_000, 1, 460, 2),
+        (1_000, 0, 0, 1),
+        (12_000, 4, 1000, 1),
+    ];
+    let mut rng = crate::rng::SplitMix64::new(7);
+    let mut next = 0;
+    for round in 0..300 {
+        for _ in 0..1 + rng.below(3) {
+            let (cpu, gpus, milli, workers) = shapes[rng.below(shapes.len() as u64) as usize];
+            let mut spec = worker_spec(&mut c, &format!("j{next}"), cpu, gpus, milli);
+            (spec.workers, spec.min_workers, spec.max_workers) = (workers, workers, workers);
+            next += 1;
+            c.job_spec(spec);
+        }
+        match rng.below(10) {
+            0 => {
+                let node = rng.below(12) as u32;
+                let state = [node_state::READY, node_state::CORDONED][rng.below(2) as usize];
+                c.apply(Event::NodeStateChanged(node, state));
+            }
+            1 => {
+                let first_pending = c.cluster().pending_jobs().next().map(|j| j.index());
+                if let Some(job) = first_pending {
+                    c.apply(Event::JobReserved(job, vec![rng.below(12) as u32]));
+                }
+            }
+            _ => {}
+        }
+        let info = c.round(1_000);
+        let with_memo = memo.schedule(c.cluster(), &info).unwrap();
+        let without = plain.schedule(c.cluster(), &info).unwrap();
+        assert_eq!(with_memo, without, "round {round}");
+        for d in with_memo {
+            if let Decision::Place(job, workers) = d {
+                c.run(job, workers);
+            }
+        }
+        // Churn: finish or evict a few running jobs.
+        let running: Vec<u32> = c.cluster().running_jobs().map(|j| j.index()).collect();
+        for job in running.into_iter().rev() {
+            match rng.below(8) {
+                0 => c.apply(Event::JobRemoved(job)),
+                1 => c.apply(Event::JobEvicted(job)),
+                _ => {}
+            }
+        }
+    }
+    let hits = memo.memo_hits();
+    assert!(hits > 0, "the memo was never used");
+    assert_eq!(plain.memo_hits(), 0);
+    hits
 }

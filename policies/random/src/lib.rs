@@ -7,7 +7,7 @@
 //! Configuration: `seed = 42` (see `arbiter-placement-core`).
 
 use arbiter_placement_core::{
-    GpuSelection, Greedy, PlacementRule, SplitMix64, Task, Ties, fitting_gpus, node_candidates,
+    GpuSelection, Greedy, PlacementRule, Search, SplitMix64, Task, fitting_gpus, node_candidates,
 };
 use arbiter_policy_sdk::prelude::*;
 
@@ -46,7 +46,7 @@ impl PlacementRule for RandomRule {
         Some(0.0)
     }
 
-    fn choose(&mut self, plan: &Plan<'_>, task: &Task, _: &mut Ties) -> Option<WorkerPlacement> {
+    fn choose(&mut self, plan: &Plan<'_>, task: &Task, _: &mut Search) -> Option<WorkerPlacement> {
         let mut scratch = Vec::new();
         let mut feasible = Vec::new();
         for node in 0..plan.cluster().node_count() as u32 {

@@ -8,6 +8,17 @@
 
 use crate::model::*;
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The source of node versions: one counter for every mirror and plan of
+/// the process, so that a version identifies one state of one node even
+/// across a resync (which builds a fresh mirror).
+static NEXT_VERSION: AtomicU64 = AtomicU64::new(1);
+
+/// A node version never handed out before.
+pub(crate) fn fresh_version() -> u64 {
+    NEXT_VERSION.fetch_add(1, Ordering::Relaxed)
+}
 
 /// Why a snapshot or delta could not be applied to the mirror.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,6 +80,12 @@ pub struct Cluster {
     pub(crate) job_reserved: Vec<Vec<u32>>,
     /// Per node: the job that reserved it, as `job index + 1` (0 = none).
     pub(crate) node_reserved_by: Vec<u32>,
+    /// Per node: free milli-GPU summed over its GPUs.
+    pub(crate) node_free_milli: Vec<u32>,
+    /// Per node: GPUs with nothing on them (whole-GPU workers fit exactly these).
+    pub(crate) node_idle_gpus: Vec<u32>,
+    /// Per node: see [`Cluster::node_version`].
+    node_version: Vec<u64>,
 }
 
 fn check_len(table: &'static str, expected: usize, lens: &[usize]) -> Result<(), MirrorError> {
@@ -216,6 +233,9 @@ impl Cluster {
             job_workers,
             job_reserved: vec![Vec::new(); j],
             node_reserved_by: vec![0; n],
+            node_free_milli: vec![0; n],
+            node_idle_gpus: vec![0; n],
+            node_version: (0..n).map(|_| fresh_version()).collect(),
         };
         cluster.gpu_model_slot = cluster
             .gpus
@@ -223,6 +243,11 @@ impl Cluster {
             .iter()
             .map(|&m| cluster.slot_of_model(m))
             .collect();
+        for gpu in 0..g {
+            let node = cluster.gpus.node[gpu] as usize;
+            cluster.node_free_milli[node] += cluster.gpu_free_milli(gpu);
+            cluster.node_idle_gpus[node] += u32::from(cluster.gpu_idle(gpu));
+        }
         Ok(cluster)
     }
 
@@ -293,15 +318,21 @@ impl Cluster {
                     .map(|&m| self.slot_of_model(m))
                     .collect();
                 self.gpu_model_slot = slots;
+                // Which GPUs a model mask allows may have changed anywhere.
+                for n in 0..self.node_count() {
+                    self.touch(n);
+                }
             }
             Event::NodeAdded(spec) => self.add_node(spec),
             Event::NodeStateChanged(node, state) => {
                 let n = in_range("node", *node, self.node_count())?;
                 self.nodes.state[n] = *state;
+                self.touch(n);
             }
             Event::NodeLoanChanged(node, on_loan) => {
                 let n = in_range("node", *node, self.node_count())?;
                 self.nodes.on_loan[n] = *on_loan;
+                self.touch(n);
             }
             Event::JobAdded(spec) => self.add_job(spec),
             Event::JobRemoved(job) => {
@@ -339,6 +370,7 @@ impl Cluster {
                 self.clear_reservation(j);
                 for &node in nodes {
                     self.node_reserved_by[node as usize] = j as u32 + 1;
+                    self.touch(node as usize);
                 }
                 self.job_reserved[j] = nodes.clone();
                 if !nodes.is_empty() && self.jobs.phase[j] == job_phase::PENDING {
@@ -387,6 +419,10 @@ impl Cluster {
             self.gpu_sm_activity.push(0);
         }
         self.node_reserved_by.push(0);
+        self.node_free_milli
+            .push(spec.gpu_count.saturating_mul(FULL_GPU_MILLI));
+        self.node_idle_gpus.push(spec.gpu_count);
+        self.node_version.push(fresh_version());
     }
 
     fn add_job(&mut self, s: &JobSpec) {
@@ -472,8 +508,31 @@ impl Cluster {
         for &gpu in &w.gpus {
             let g = gpu as usize;
             let (milli, gmem) = self.worker_gpu_share(j, g);
+            let (free_before, idle_before) = (self.gpu_free_milli(g), self.gpu_idle(g));
             update(&mut self.gpus.milli_used[g], milli);
             update(&mut self.gpus.memory_used_mib[g], gmem);
+            let owner = self.gpus.node[g] as usize;
+            self.node_free_milli[owner] =
+                self.node_free_milli[owner] + self.gpu_free_milli(g) - free_before;
+            self.node_idle_gpus[owner] =
+                self.node_idle_gpus[owner] + u32::from(self.gpu_idle(g)) - u32::from(idle_before);
+            self.touch(owner);
+        }
+        self.touch(n);
+    }
+
+    fn gpu_free_milli(&self, g: usize) -> u32 {
+        FULL_GPU_MILLI.saturating_sub(self.gpus.milli_used[g])
+    }
+
+    fn gpu_idle(&self, g: usize) -> bool {
+        self.gpus.milli_used[g] == 0 && self.gpus.memory_used_mib[g] == 0
+    }
+
+    /// Marks `node` as changed (see [`Cluster::node_version`]).
+    fn touch(&mut self, node: usize) {
+        if let Some(v) = self.node_version.get_mut(node) {
+            *v = fresh_version();
         }
     }
 
@@ -488,6 +547,7 @@ impl Cluster {
         for node in std::mem::take(&mut self.job_reserved[j]) {
             if self.node_reserved_by[node as usize] == j as u32 + 1 {
                 self.node_reserved_by[node as usize] = 0;
+                self.touch(node as usize);
             }
         }
         if self.jobs.phase[j] == job_phase::RESERVED {
@@ -573,6 +633,16 @@ impl Cluster {
     pub fn job_columns(&self) -> &JobColumns {
         &self.jobs
     }
+    /// A stamp of `node`'s state that changes whenever anything a placement
+    /// on the node can depend on changes: its state, loan, reservation, the
+    /// resources charged to it or its GPUs, the GPU model table. Stamps are
+    /// unique within the process (a resync's fresh mirror gets new ones), so
+    /// an equal stamp means an unchanged node: a policy may cache per-node
+    /// results under it. [`Plan::node_version`](crate::plan::Plan::node_version)
+    /// adds the plan's own tentative changes.
+    pub fn node_version(&self, node: u32) -> u64 {
+        self.node_version.get(node as usize).copied().unwrap_or(0)
+    }
     /// The job that holds a reservation on `node`, if any.
     pub fn reserved_by(&self, node: u32) -> Option<u32> {
         match self.node_reserved_by.get(node as usize) {
@@ -580,7 +650,6 @@ impl Cluster {
             _ => None,
         }
     }
-    /// Whether `model` (its GPU's slot) is allowed for job `j`.
     /// Whether a model mask allows GPU `g`'s model.
     pub(crate) fn mask_allows_gpu(&self, mask: u64, g: usize) -> bool {
         let slot = self.gpu_model_slot[g];
@@ -763,6 +832,10 @@ impl<'a> Job<'a> {
     }
     pub fn gpu_milli(&self) -> u32 {
         self.cols().gpu_milli[self.i()]
+    }
+    /// GPU memory per fractional worker; 0 = in proportion to `gpu_milli`.
+    pub fn gpu_memory_mib(&self) -> u32 {
+        self.cols().gpu_memory_mib[self.i()]
     }
     /// Whether each worker wants a fraction of one GPU.
     pub fn is_fractional(&self) -> bool {

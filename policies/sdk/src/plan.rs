@@ -185,6 +185,8 @@ pub struct Plan<'a> {
     node_free_milli: Vec<u32>,
     /// Per node: GPUs with nothing on them (whole-GPU workers fit exactly these).
     node_idle_gpus: Vec<u32>,
+    /// Per node: a fresh version once this plan changed the node, else 0.
+    node_version: Vec<u64>,
     phase: Vec<u8>,
     /// Workers of jobs whose placement this plan changed.
     workers: HashMap<u32, Vec<WorkerPlacement>>,
@@ -197,14 +199,15 @@ pub struct Plan<'a> {
 
 impl<'a> Plan<'a> {
     pub fn new(cluster: &'a Cluster) -> Self {
-        let mut plan = Plan {
+        Plan {
             cluster,
             cpu_used: cluster.nodes.cpu_used_milli.clone(),
             memory_used: cluster.nodes.memory_used_mib.clone(),
             milli_used: cluster.gpus.milli_used.clone(),
             gpu_memory_used: cluster.gpus.memory_used_mib.clone(),
-            node_free_milli: Vec::new(),
-            node_idle_gpus: Vec::new(),
+            node_free_milli: cluster.node_free_milli.clone(),
+            node_idle_gpus: cluster.node_idle_gpus.clone(),
+            node_version: vec![0; cluster.node_count()],
             phase: cluster.jobs.phase.clone(),
             workers: HashMap::new(),
             decided: vec![false; cluster.job_count()],
@@ -212,16 +215,7 @@ impl<'a> Plan<'a> {
             tenant_used_milli: HashMap::new(),
             max_decisions: u32::MAX,
             decisions: Vec::new(),
-        };
-        let nodes = cluster.node_count();
-        plan.node_free_milli = vec![0; nodes];
-        plan.node_idle_gpus = vec![0; nodes];
-        for g in 0..cluster.gpu_count() {
-            let n = cluster.gpus.node[g] as usize;
-            plan.node_free_milli[n] += plan.free_milli(g as u32);
-            plan.node_idle_gpus[n] += u32::from(plan.gpu_idle(g));
         }
-        plan
     }
 
     /// Caps the number of decisions (the round's `max-decisions`).
@@ -273,6 +267,14 @@ impl<'a> Plan<'a> {
     /// GPUs of a node with nothing on them (O(1): kept by the plan).
     pub fn node_idle_gpus(&self, node: u32) -> u32 {
         self.node_idle_gpus[node as usize]
+    }
+    /// [`Cluster::node_version`] of `node` with this plan's changes: a
+    /// fresh version after each worker the plan charges to or releases from it.
+    pub fn node_version(&self, node: u32) -> u64 {
+        match self.node_version.get(node as usize) {
+            Some(&v) if v != 0 => v,
+            _ => self.cluster.node_version(node),
+        }
     }
     fn gpu_idle(&self, g: usize) -> bool {
         self.milli_used[g] == 0 && self.gpu_memory_used[g] == 0
@@ -826,6 +828,9 @@ impl<'a> Plan<'a> {
         };
         apply(&mut self.cpu_used[n], j.cpu_milli());
         apply(&mut self.memory_used[n], j.memory_mib());
+        if let Some(v) = self.node_version.get_mut(n) {
+            *v = crate::cluster::fresh_version();
+        }
         for &gpu in &w.gpus {
             let g = gpu as usize;
             let (milli, mem) = self.cluster.worker_gpu_share(job as usize, g);

@@ -56,6 +56,26 @@ proptest! {
         for d in first {
             if let Decision::Place(j, w) = d { c.run(j, w); }
         }
+        // The mirror keeps the same aggregates incrementally as a fresh
+        // mirror computes from a snapshot.
+        check_aggregates(&Plan::new(c.cluster()));
+        let rebuilt = Cluster::from_snapshot(c.snapshot()).unwrap();
+        check_aggregates(&Plan::new(&rebuilt));
+        // Evicting in the mirror (not the plan) releases through the same books.
+        let evict: Vec<u32> = c.cluster().running_jobs()
+            .filter(|j| preempt_mask >> (j.index() % 64) & 2 == 2)
+            .map(|j| j.index()).collect();
+        for job in evict {
+            let touched: Vec<u32> = c.cluster().job(job).placement().iter().map(|w| w.node).collect();
+            let before: Vec<u64> = (0..c.cluster().node_count() as u32)
+                .map(|n| c.cluster().node_version(n)).collect();
+            c.apply(Event::JobEvicted(job));
+            for (n, &v) in before.iter().enumerate() {
+                let changed = c.cluster().node_version(n as u32) != v;
+                prop_assert_eq!(changed, touched.contains(&(n as u32)), "node {} version", n);
+            }
+            check_aggregates(&Plan::new(c.cluster()));
+        }
         let cluster = c.cluster();
         let mut plan = Plan::new(cluster);
         check_aggregates(&plan);
@@ -66,8 +86,21 @@ proptest! {
             }
         }
         let pending: Vec<_> = cluster.pending_jobs().collect();
+        let versions: Vec<u64> = (0..cluster.node_count() as u32).map(|n| plan.node_version(n)).collect();
         plan.place_each(pending, |p, j| p.first_fit_anywhere(j.index()));
         check_aggregates(&plan);
+        // A plan's node version moves wherever the plan placed workers (and
+        // may move where a gang was tried and rolled back: a new version
+        // only ever means "maybe changed").
+        let placed: Vec<u32> = plan.decisions().iter().flat_map(|d| match d {
+            Decision::Place(_, w) => w.iter().map(|w| w.node).collect(),
+            _ => Vec::new(),
+        }).collect();
+        for (n, &v) in versions.iter().enumerate() {
+            if placed.contains(&(n as u32)) {
+                prop_assert!(plan.node_version(n as u32) != v, "plan node {} version", n);
+            }
+        }
         // worker_fits agrees with an exhaustive first fit on every node.
         for job in cluster.pending_jobs() {
             for node in 0..cluster.node_count() as u32 {
