@@ -6,9 +6,9 @@
 //! `[cpu, num_gpu × gpu_milli]` are each divided by the largest node spec
 //! (128 CPUs, 8 GPUs); the node whose normalised dot product with the request
 //! is smallest wins, i.e. the score is `⌊100 · (1 − dot / 2)⌋`. The reference
-//! truncates to an integer score and breaks ties at random; so does this
-//! policy (`tie_break`). Within the node a sharing task takes the fitting GPU
-//! with the least free capacity.
+//! truncates to an integer score and gives ties to the first node of its
+//! seeded node order; so does this policy (`tie_break`). Within the node a
+//! sharing task takes the fitting GPU with the least free capacity.
 
 use arbiter_placement_core::{
     Greedy, MAX_NODE_SCORE, MAX_SPEC_CPU_MILLI, MAX_SPEC_GPU_MILLI, PlacementRule, Task,

@@ -14,8 +14,15 @@ use std::collections::HashMap;
 /// How equal best scores are resolved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TieBreak {
-    /// Uniformly at random among the tied nodes, as the Kubernetes scheduler
-    /// (and therefore the FGD reference simulator) does. Seeded: deterministic.
+    /// The first tied node in a node order shuffled once with the seed. This
+    /// is what the FGD reference simulator does: it renames every node
+    /// `<seeded permutation index>-<name>` (`syncClusterResourceList`) and
+    /// its forked scheduler takes the first of equally scored nodes. Breaking
+    /// ties the same way every time consolidates tied tasks (every CPU-only
+    /// task ties everywhere under integer scores) instead of spreading them.
+    NodeOrder,
+    /// Uniformly at random among the tied nodes, as upstream Kubernetes'
+    /// `selectHost` does. Seeded: deterministic.
     Random,
     /// The lowest node index: handy for hand-checked examples.
     First,
@@ -24,42 +31,71 @@ pub enum TieBreak {
 impl TieBreak {
     fn parse(text: &str) -> Result<Self, PolicyError> {
         match text {
+            "node-order" => Ok(TieBreak::NodeOrder),
             "random" => Ok(TieBreak::Random),
             "first" => Ok(TieBreak::First),
             other => Err(config_error(format!(
-                "tie_break must be \"random\" or \"first\", got {other:?}"
+                "tie_break must be \"node-order\", \"random\" or \"first\", got {other:?}"
             ))),
         }
     }
 }
 
-/// Resolves ties among equally good nodes, by reservoir sampling.
+/// Resolves ties among equally good nodes.
 #[derive(Clone, Debug)]
 pub struct Ties {
     mode: TieBreak,
+    seed: u64,
     rng: SplitMix64,
+    /// `NodeOrder`: per node, its position in the shuffled order (built on
+    /// first use and whenever the node count changes).
+    rank: Vec<u32>,
 }
+
+/// Salts the node order so it is not the same stream as a simulator's task
+/// shuffle with the same seed.
+const NODE_ORDER_SALT: u64 = 0x6E6F_6465_6F72_6465;
 
 impl Ties {
     pub fn new(mode: TieBreak, seed: u64) -> Self {
         Ties {
             mode,
+            seed,
             rng: SplitMix64::new(seed),
+            rank: Vec::new(),
         }
     }
 
-    /// Whether the `count`-th equal candidate (1-based) replaces the kept one.
-    fn replace(&mut self, count: u64) -> bool {
+    /// Position of every node of a `nodes`-node cluster in the seeded order.
+    pub fn node_ranks(&mut self, nodes: usize) -> &[u32] {
+        if self.rank.len() != nodes {
+            let mut order: Vec<u32> = (0..nodes as u32).collect();
+            SplitMix64::new(self.seed ^ NODE_ORDER_SALT).shuffle(&mut order);
+            self.rank = vec![0; nodes];
+            for (position, &node) in order.iter().enumerate() {
+                self.rank[node as usize] = position as u32;
+            }
+        }
+        &self.rank
+    }
+
+    /// Whether `node`, the `count`-th equal candidate (1-based), replaces
+    /// `kept` in a cluster of `nodes` nodes.
+    fn replace(&mut self, count: u64, node: u32, kept: u32, nodes: usize) -> bool {
         match self.mode {
             TieBreak::First => false,
             TieBreak::Random => self.rng.below(count) == 0,
+            TieBreak::NodeOrder => {
+                let rank = self.node_ranks(nodes);
+                rank.get(node as usize) < rank.get(kept as usize)
+            }
         }
     }
 }
 
 impl Default for Ties {
     fn default() -> Self {
-        Ties::new(TieBreak::Random, DEFAULT_SEED)
+        Ties::new(TieBreak::NodeOrder, DEFAULT_SEED)
     }
 }
 
@@ -308,9 +344,9 @@ pub fn best_candidate<R: PlacementRule>(
         let Some(score) = node_score else { continue };
         let take = match &best {
             Some((b, _)) if score < *b => false,
-            Some((b, _)) if score == *b => {
+            Some((b, kept)) if score == *b => {
                 tied += 1;
-                ties.replace(tied)
+                ties.replace(tied, node, kept.node, nodes)
             }
             // First candidate, or a strictly better one: a new tie group.
             _ => {
@@ -351,7 +387,7 @@ impl<R: PlacementRule> Greedy<R> {
 }
 
 /// The configuration keys every policy of this family understands.
-pub const COMMON_KEYS: &str = "seed (integer), tie_break (\"random\" | \"first\")";
+pub const COMMON_KEYS: &str = "seed (integer), tie_break (\"node-order\" | \"random\" | \"first\")";
 
 impl<R: PlacementRule> Policy for Greedy<R> {
     fn manifest() -> Manifest {
@@ -374,7 +410,7 @@ impl<R: PlacementRule> Policy for Greedy<R> {
         };
         let mode = match take_key::<String>(&mut table, "tie_break")? {
             Some(text) => TieBreak::parse(&text)?,
-            None => TieBreak::Random,
+            None => TieBreak::NodeOrder,
         };
         let mut rule = R::create();
         rule.configure(&mut table, seed)?;

@@ -24,7 +24,9 @@
 //!
 //! ```toml
 //! seed = 42             # tie-breaking (and Random's choices)
-//! tie_break = "random"  # or "first": lowest node index among equal scores
+//! tie_break = "node-order"  # the first tied node of a node order shuffled
+//!                           # with the seed (the reference simulator's rule);
+//!                           # "random": uniform among ties; "first": lowest index
 //! ```
 
 pub mod driver;
