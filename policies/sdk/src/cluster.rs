@@ -80,10 +80,9 @@ pub struct Cluster {
     pub(crate) job_reserved: Vec<Vec<u32>>,
     /// Per node: the job that reserved it, as `job index + 1` (0 = none).
     pub(crate) node_reserved_by: Vec<u32>,
-    /// Per node: free milli-GPU summed over its GPUs.
-    pub(crate) node_free_milli: Vec<u32>,
-    /// Per node: GPUs with nothing on them (whole-GPU workers fit exactly these).
-    pub(crate) node_idle_gpus: Vec<u32>,
+    /// Per node: what it has room for, derived from the columns above by
+    /// [`NodeRoom::of`] whenever the node is touched.
+    pub(crate) node_room: Vec<NodeRoom>,
     /// Per node: see [`Cluster::node_version`].
     node_version: Vec<u64>,
 }
@@ -106,6 +105,71 @@ fn in_range(what: &'static str, index: u32, len: usize) -> Result<usize, MirrorE
             index: u64::from(index),
             len: len as u64,
         })
+    }
+}
+
+/// What one node has room for, packed in one row so that a scan over all
+/// nodes (the inner loop of most placement policies) reads one array.
+/// Derived data: [`NodeRoom::of`] recomputes it from the node's columns and
+/// its GPUs' usage, in the mirror whenever a node is touched and in a
+/// [`Plan`](crate::plan::Plan) whenever the plan charges the node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct NodeRoom {
+    pub cpu_free: u32,
+    pub memory_free: u32,
+    /// Free milli-GPU summed over the node's GPUs.
+    pub free_milli: u32,
+    /// GPUs with nothing on them (whole-GPU workers fit exactly these).
+    pub idle_gpus: u32,
+    /// Who may place work here: [`OPEN`] anyone, `job index + 1` only the
+    /// job holding a reservation, [`CLOSED`] nobody (the node is not ready).
+    /// One field, so the scan over all nodes tests one value.
+    pub holder: u32,
+    pub gpu_count: u16,
+    /// The slot of the node's (first) GPU model for model masks.
+    pub model_slot: u8,
+}
+
+/// [`NodeRoom::holder`] of a ready node without a reservation.
+pub(crate) const OPEN: u32 = 0;
+/// [`NodeRoom::holder`] of a node that is not ready (no job index + 1 equals it).
+pub(crate) const CLOSED: u32 = u32::MAX;
+
+impl NodeRoom {
+    /// The room of `node`, with `gpu_used(g)` the (milli, memory) used on GPU `g`.
+    pub(crate) fn of(
+        cluster: &Cluster,
+        node: usize,
+        gpu_used: impl Fn(usize) -> (u32, u32),
+        cpu_used: u32,
+        memory_used: u32,
+    ) -> NodeRoom {
+        let nc = &cluster.nodes;
+        let first = nc.first_gpu[node] as usize;
+        let count = nc.gpu_count[node] as usize;
+        let (mut free_milli, mut idle_gpus) = (0, 0);
+        for g in first..first + count {
+            let (milli, memory) = gpu_used(g);
+            free_milli += FULL_GPU_MILLI.saturating_sub(milli);
+            idle_gpus += u32::from(milli == 0 && memory == 0);
+        }
+        NodeRoom {
+            cpu_free: nc.cpu_milli[node].saturating_sub(cpu_used),
+            memory_free: nc.memory_mib[node].saturating_sub(memory_used),
+            free_milli,
+            idle_gpus,
+            holder: if nc.state[node] == node_state::READY {
+                cluster.node_reserved_by[node]
+            } else {
+                CLOSED
+            },
+            gpu_count: count.min(usize::from(u16::MAX)) as u16,
+            model_slot: cluster
+                .gpu_model_slot
+                .get(first)
+                .copied()
+                .unwrap_or(NO_MODEL_SLOT),
+        }
     }
 }
 
@@ -233,8 +297,7 @@ impl Cluster {
             job_workers,
             job_reserved: vec![Vec::new(); j],
             node_reserved_by: vec![0; n],
-            node_free_milli: vec![0; n],
-            node_idle_gpus: vec![0; n],
+            node_room: vec![NodeRoom::default(); n],
             node_version: (0..n).map(|_| fresh_version()).collect(),
         };
         cluster.gpu_model_slot = cluster
@@ -243,10 +306,9 @@ impl Cluster {
             .iter()
             .map(|&m| cluster.slot_of_model(m))
             .collect();
-        for gpu in 0..g {
-            let node = cluster.gpus.node[gpu] as usize;
-            cluster.node_free_milli[node] += cluster.gpu_free_milli(gpu);
-            cluster.node_idle_gpus[node] += u32::from(cluster.gpu_idle(gpu));
+        for node in 0..n {
+            let room = cluster.room_of(node);
+            cluster.node_room[node] = room;
         }
         Ok(cluster)
     }
@@ -419,9 +481,8 @@ impl Cluster {
             self.gpu_sm_activity.push(0);
         }
         self.node_reserved_by.push(0);
-        self.node_free_milli
-            .push(spec.gpu_count.saturating_mul(FULL_GPU_MILLI));
-        self.node_idle_gpus.push(spec.gpu_count);
+        let room = self.room_of(node as usize);
+        self.node_room.push(room);
         self.node_version.push(fresh_version());
     }
 
@@ -508,32 +569,41 @@ impl Cluster {
         for &gpu in &w.gpus {
             let g = gpu as usize;
             let (milli, gmem) = self.worker_gpu_share(j, g);
-            let (free_before, idle_before) = (self.gpu_free_milli(g), self.gpu_idle(g));
             update(&mut self.gpus.milli_used[g], milli);
             update(&mut self.gpus.memory_used_mib[g], gmem);
             let owner = self.gpus.node[g] as usize;
-            self.node_free_milli[owner] =
-                self.node_free_milli[owner] + self.gpu_free_milli(g) - free_before;
-            self.node_idle_gpus[owner] =
-                self.node_idle_gpus[owner] + u32::from(self.gpu_idle(g)) - u32::from(idle_before);
-            self.touch(owner);
+            if owner != n {
+                self.touch(owner);
+            }
         }
         self.touch(n);
     }
 
-    fn gpu_free_milli(&self, g: usize) -> u32 {
-        FULL_GPU_MILLI.saturating_sub(self.gpus.milli_used[g])
+    /// (milli-GPU, GPU memory) in use on GPU `g`.
+    fn gpu_used(&self, g: usize) -> (u32, u32) {
+        (self.gpus.milli_used[g], self.gpus.memory_used_mib[g])
     }
 
-    fn gpu_idle(&self, g: usize) -> bool {
-        self.gpus.milli_used[g] == 0 && self.gpus.memory_used_mib[g] == 0
-    }
-
-    /// Marks `node` as changed (see [`Cluster::node_version`]).
+    /// Marks `node` as changed (see [`Cluster::node_version`]) and derives
+    /// its room afresh.
     fn touch(&mut self, node: usize) {
-        if let Some(v) = self.node_version.get_mut(node) {
-            *v = fresh_version();
+        if node >= self.node_count() {
+            return;
         }
+        self.node_version[node] = fresh_version();
+        let room = self.room_of(node);
+        self.node_room[node] = room;
+    }
+
+    /// `node`'s room in the committed state.
+    fn room_of(&self, node: usize) -> NodeRoom {
+        NodeRoom::of(
+            self,
+            node,
+            |g| self.gpu_used(g),
+            self.nodes.cpu_used_milli[node],
+            self.nodes.memory_used_mib[node],
+        )
     }
 
     fn release_job(&mut self, j: usize) {
@@ -650,12 +720,6 @@ impl Cluster {
             _ => None,
         }
     }
-    /// Whether a model mask allows GPU `g`'s model.
-    pub(crate) fn mask_allows_gpu(&self, mask: u64, g: usize) -> bool {
-        let slot = self.gpu_model_slot[g];
-        model_allowed(mask, (slot != NO_MODEL_SLOT).then_some(slot as usize))
-    }
-
     pub(crate) fn gpu_allowed_for(&self, j: usize, g: usize) -> bool {
         let slot = self.gpu_model_slot[g];
         model_allowed(

@@ -5,7 +5,7 @@
 //! policy returns by replaying it through a `Plan` too: a decision the plan
 //! refuses here is exactly a decision the host refuses.
 
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, NodeRoom, OPEN};
 use crate::model::*;
 use std::collections::HashMap;
 
@@ -181,10 +181,8 @@ pub struct Plan<'a> {
     memory_used: Vec<u32>,
     milli_used: Vec<u32>,
     gpu_memory_used: Vec<u32>,
-    /// Per node: free milli-GPU summed over its GPUs (kept up to date by `charge`).
-    node_free_milli: Vec<u32>,
-    /// Per node: GPUs with nothing on them (whole-GPU workers fit exactly these).
-    node_idle_gpus: Vec<u32>,
+    /// Per node: its room under this plan (re-derived by `charge`).
+    room: Vec<NodeRoom>,
     /// Per node: a fresh version once this plan changed the node, else 0.
     node_version: Vec<u64>,
     phase: Vec<u8>,
@@ -205,8 +203,7 @@ impl<'a> Plan<'a> {
             memory_used: cluster.nodes.memory_used_mib.clone(),
             milli_used: cluster.gpus.milli_used.clone(),
             gpu_memory_used: cluster.gpus.memory_used_mib.clone(),
-            node_free_milli: cluster.node_free_milli.clone(),
-            node_idle_gpus: cluster.node_idle_gpus.clone(),
+            room: cluster.node_room.clone(),
             node_version: vec![0; cluster.node_count()],
             phase: cluster.jobs.phase.clone(),
             workers: HashMap::new(),
@@ -255,18 +252,18 @@ impl<'a> Plan<'a> {
             .saturating_sub(self.gpu_memory_used[gpu as usize])
     }
     pub fn free_cpu(&self, node: u32) -> u32 {
-        self.cluster.nodes.cpu_milli[node as usize].saturating_sub(self.cpu_used[node as usize])
+        self.room[node as usize].cpu_free
     }
     pub fn free_memory(&self, node: u32) -> u32 {
-        self.cluster.nodes.memory_mib[node as usize].saturating_sub(self.memory_used[node as usize])
+        self.room[node as usize].memory_free
     }
     /// Free milli-GPU summed over a node's GPUs (O(1): kept by the plan).
     pub fn node_free_milli(&self, node: u32) -> u32 {
-        self.node_free_milli[node as usize]
+        self.room[node as usize].free_milli
     }
     /// GPUs of a node with nothing on them (O(1): kept by the plan).
     pub fn node_idle_gpus(&self, node: u32) -> u32 {
-        self.node_idle_gpus[node as usize]
+        self.room[node as usize].idle_gpus
     }
     /// [`Cluster::node_version`] of `node` with this plan's changes: a
     /// fresh version after each worker the plan charges to or releases from it.
@@ -275,9 +272,6 @@ impl<'a> Plan<'a> {
             Some(&v) if v != 0 => v,
             _ => self.cluster.node_version(node),
         }
-    }
-    fn gpu_idle(&self, g: usize) -> bool {
-        self.milli_used[g] == 0 && self.gpu_memory_used[g] == 0
     }
     pub fn phase(&self, job: u32) -> u8 {
         self.phase[job as usize]
@@ -340,92 +334,38 @@ impl<'a> Plan<'a> {
     /// fractional ones by scanning the node's GPUs; a node's GPUs are one
     /// model (`NodeSpec`).
     pub fn fits(&self, fit: &JobFit, node: u32) -> bool {
-        let n = node as usize;
-        let nodes = &self.cluster.nodes;
-        let reserved = self.cluster.node_reserved_by[n];
-        if nodes.state[n] != node_state::READY
-            || (reserved != 0 && reserved != fit.job + 1)
-            || nodes.cpu_milli[n].saturating_sub(self.cpu_used[n]) < fit.cpu_milli
-            || nodes.memory_mib[n].saturating_sub(self.memory_used[n]) < fit.memory_mib
-        {
-            return false;
-        }
-        if fit.gpus == 0 {
-            return true;
-        }
-        let first = nodes.first_gpu[n] as usize;
-        if nodes.gpu_count[n] == 0 || !self.cluster.mask_allows_gpu(fit.model_mask, first) {
-            return false;
-        }
-        if fit.fractional_milli > 0 {
-            self.node_free_milli[n] >= fit.fractional_milli
-                && self.fitting_gpus(fit.job, node).next().is_some()
-        } else {
-            self.node_idle_gpus[n] >= fit.gpus
-        }
+        self.room
+            .get(node as usize)
+            .is_some_and(|room| self.room_fits(fit, node, room))
+    }
+
+    /// [`Plan::fits`] on the node's row.
+    fn room_fits(&self, fit: &JobFit, node: u32, room: &NodeRoom) -> bool {
+        room_admits(fit, room)
+            && (fit.fractional_milli == 0 || self.fitting_gpus(fit.job, node).next().is_some())
     }
 
     /// Calls `visit(node)` for every node where one worker of `fit` fits, in
-    /// index order: [`Plan::fits`] over all nodes, with the columns bound to
-    /// equal-length local slices once (no per-node reloads or bounds checks —
-    /// this loop is most of a placement policy's time at cluster scale).
+    /// index order: [`Plan::fits`] over all nodes.
+    ///
+    /// This loop is most of a placement policy's time at cluster scale, so
+    /// it is shaped for the Wasm compiler as much as for LLVM: a tight,
+    /// branch-free pass over the packed rows of 64 nodes at a time yields a
+    /// bit mask, and only the admitted nodes get the per-GPU check and the
+    /// visit. Kept out of line, so that a policy's large `schedule` does not
+    /// crowd the loop's registers (Cranelift otherwise spills its state on
+    /// every iteration).
+    #[inline(never)]
     pub fn each_fitting_node(&self, fit: &JobFit, mut visit: impl FnMut(u32)) {
-        let nodes = &self.cluster.nodes;
-        let len = nodes.state.len();
-        let (Some(state), Some(reserved), Some(cpu_cap), Some(mem_cap)) = (
-            nodes.state.get(..len),
-            self.cluster.node_reserved_by.get(..len),
-            nodes.cpu_milli.get(..len),
-            nodes.memory_mib.get(..len),
-        ) else {
-            return;
-        };
-        let (
-            Some(cpu_used),
-            Some(mem_used),
-            Some(first_gpu),
-            Some(gpu_count),
-            Some(idle),
-            Some(free),
-        ) = (
-            self.cpu_used.get(..len),
-            self.memory_used.get(..len),
-            nodes.first_gpu.get(..len),
-            nodes.gpu_count.get(..len),
-            self.node_idle_gpus.get(..len),
-            self.node_free_milli.get(..len),
-        )
-        else {
-            return;
-        };
-        let own_reservation = fit.job + 1;
-        for n in 0..len {
-            if state[n] != node_state::READY
-                || (reserved[n] != 0 && reserved[n] != own_reservation)
-                || cpu_cap[n].saturating_sub(cpu_used[n]) < fit.cpu_milli
-                || mem_cap[n].saturating_sub(mem_used[n]) < fit.memory_mib
-            {
-                continue;
-            }
-            if fit.gpus > 0 {
-                if gpu_count[n] == 0
-                    || !self
-                        .cluster
-                        .mask_allows_gpu(fit.model_mask, first_gpu[n] as usize)
-                {
-                    continue;
-                }
-                let room = if fit.fractional_milli > 0 {
-                    free[n] >= fit.fractional_milli
-                        && self.fitting_gpus(fit.job, n as u32).next().is_some()
-                } else {
-                    idle[n] >= fit.gpus
-                };
-                if !room {
-                    continue;
+        for (chunk, rows) in self.room.chunks(64).enumerate() {
+            let mut admitted = admitted_rows(fit, rows);
+            while admitted != 0 {
+                let node = (chunk * 64) as u32 + admitted.trailing_zeros();
+                admitted &= admitted - 1;
+                if fit.fractional_milli == 0 || self.fitting_gpus(fit.job, node).next().is_some() {
+                    visit(node);
                 }
             }
-            visit(n as u32);
         }
     }
 
@@ -834,14 +774,67 @@ impl<'a> Plan<'a> {
         for &gpu in &w.gpus {
             let g = gpu as usize;
             let (milli, mem) = self.cluster.worker_gpu_share(job as usize, g);
-            let (free_before, idle_before) = (self.free_milli(gpu), self.gpu_idle(g));
             apply(&mut self.milli_used[g], milli);
             apply(&mut self.gpu_memory_used[g], mem);
-            let (free_after, idle_after) = (self.free_milli(gpu), self.gpu_idle(g));
-            let node = self.cluster.gpus.node[g] as usize;
-            self.node_free_milli[node] = self.node_free_milli[node] + free_after - free_before;
-            self.node_idle_gpus[node] =
-                self.node_idle_gpus[node] + u32::from(idle_after) - u32::from(idle_before);
+        }
+        if n < self.room.len() {
+            self.room[n] = NodeRoom::of(
+                self.cluster,
+                n,
+                |g| (self.milli_used[g], self.gpu_memory_used[g]),
+                self.cpu_used[n],
+                self.memory_used[n],
+            );
         }
     }
+}
+
+/// Bit i set: `room_admits` for `rows[i]` (at most 64 rows). A small leaf
+/// function on purpose: Cranelift keeps all its state in registers, which it
+/// does not manage for the same loop inlined into a large caller.
+#[inline(never)]
+fn admitted_rows(fit: &JobFit, rows: &[NodeRoom]) -> u64 {
+    let rows = &rows[..rows.len().min(64)];
+    // Four rows per iteration: a Wasm loop pays an interruption check on
+    // every back-edge.
+    let mut admitted = 0u64;
+    let mut quads = rows.chunks_exact(4);
+    for (q, quad) in quads.by_ref().enumerate() {
+        let bits = u64::from(room_admits(fit, &quad[0]))
+            | u64::from(room_admits(fit, &quad[1])) << 1
+            | u64::from(room_admits(fit, &quad[2])) << 2
+            | u64::from(room_admits(fit, &quad[3])) << 3;
+        admitted |= bits << (4 * q);
+    }
+    let done = rows.len() - quads.remainder().len();
+    for (i, room) in quads.remainder().iter().enumerate() {
+        admitted |= u64::from(room_admits(fit, room)) << (done + i);
+    }
+    admitted
+}
+
+/// Everything [`Plan::fits`] checks that the node's row alone answers: the
+/// node is ready and not reserved for another job, CPU and memory suffice,
+/// and for a GPU worker the model is allowed and there is GPU room in total
+/// (for a fractional worker some GPU must still have the share: the caller
+/// checks that per GPU). Branch-free on purpose (see `each_fitting_node`).
+#[inline(always)]
+fn room_admits(fit: &JobFit, room: &NodeRoom) -> bool {
+    if (room.holder != OPEN && room.holder != fit.job.wrapping_add(1))
+        || room.cpu_free < fit.cpu_milli
+        || room.memory_free < fit.memory_mib
+    {
+        return false;
+    }
+    if fit.gpus == 0 {
+        return true;
+    }
+    let slot = u32::from(room.model_slot);
+    room.gpu_count > 0
+        && (fit.model_mask == 0 || (slot < 64 && (fit.model_mask >> slot) & 1 == 1))
+        && if fit.fractional_milli > 0 {
+            room.free_milli >= fit.fractional_milli
+        } else {
+            room.idle_gpus >= fit.gpus
+        }
 }

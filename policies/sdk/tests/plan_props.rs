@@ -144,3 +144,82 @@ fn each_fitting_node_agrees_with_fits() {
         assert_eq!(visited, expected, "job {job}");
     }
 }
+
+/// What the host would accept: the first `gpus_per_worker` GPUs of the node
+/// that take one share of the job, through the validator's own check.
+fn validator_accepts_a_worker(plan: &Plan<'_>, job: u32, node: u32) -> bool {
+    let need = plan.cluster().job(job).gpus_per_worker() as usize;
+    let gpus: Vec<u32> = plan
+        .cluster()
+        .node(node)
+        .gpu_range()
+        .filter(|&g| plan.gpu_fits(job, g))
+        .take(need)
+        .collect();
+    gpus.len() == need
+        && plan
+            .check_worker(job, &WorkerPlacement { node, gpus })
+            .is_ok()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    /// The node scan (packed rows, 64 at a time, unrolled by four) visits
+    /// exactly the nodes where the validator accepts a worker, on clusters
+    /// larger than one chunk, with cordons, reservations and model masks.
+    #[test]
+    fn each_fitting_node_is_what_the_validator_accepts(
+        nodes in prop::collection::vec((0u32..=8, 0usize..2, 0u8..8), 1..200),
+        used in prop::collection::vec((0usize..200, prop::sample::select(vec![250u32, 500, 1000])), 0..150),
+    ) {
+        let mut c = TestCluster::new();
+        for (i, (gpus, model, _)) in nodes.iter().enumerate() {
+            c.node(&format!("n{i}"), "p", 16_000, 64_000, ["A", "B"][*model], 16_000, *gpus);
+        }
+        let (tenant, holder_name) = (c.intern("t"), c.intern("holder"));
+        let shape = |name, cpu_milli, gpus_per_worker, gpu_milli, gpu_model_mask| JobSpec {
+            name, tenant, workers: 1, min_workers: 1, max_workers: 1, cpu_milli,
+            memory_mib: 4_096, gpus_per_worker, gpu_milli, gpu_model_mask, ..JobSpec::default()
+        };
+        // Load: fractional and whole-GPU workers where they fit.
+        for (k, (node, milli)) in used.iter().enumerate() {
+            let node = (*node % nodes.len()) as u32;
+            let name = c.intern(&format!("u{k}"));
+            let job = c.job_spec(shape(name, 2_000, 1, *milli, 0));
+            let plan = Plan::new(c.cluster());
+            if let Some(w) = plan.first_fit_worker(job, node) {
+                c.run(job, vec![w]);
+            }
+        }
+        let holder = c.job_spec(shape(holder_name, 1_000, 1, 1000, 0));
+        for (i, (_, _, mark)) in nodes.iter().enumerate() {
+            match mark {
+                0 => c.apply(Event::NodeStateChanged(i as u32, node_state::CORDONED)),
+                1 => c.apply(Event::JobReserved(holder, vec![i as u32])),
+                _ => {}
+            }
+        }
+        let a = c.model_mask(&["A"]);
+        let mut asks = vec![holder];
+        for (k, (cpu, gpus, milli, mask)) in [
+            (1_000, 0, 0, 0), (2_000, 1, 250, 0), (2_000, 1, 500, a), (4_000, 1, 1000, 0),
+            (8_000, 2, 1000, a), (8_000, 4, 1000, 0), (16_000, 8, 1000, 0), (20_000, 0, 0, 0),
+        ].into_iter().enumerate() {
+            let name = c.intern(&format!("ask{k}"));
+            asks.push(c.job_spec(shape(name, cpu, gpus, milli, mask)));
+        }
+        let plan = Plan::new(c.cluster());
+        for job in asks {
+            let fit = plan.job_fit(job);
+            let mut visited = Vec::new();
+            plan.each_fitting_node(&fit, |n| visited.push(n));
+            let expected: Vec<u32> = (0..nodes.len() as u32)
+                .filter(|&n| validator_accepts_a_worker(&plan, job, n))
+                .collect();
+            prop_assert_eq!(&visited, &expected, "job {}", job);
+            for n in 0..nodes.len() as u32 {
+                prop_assert_eq!(plan.fits(&fit, n), expected.contains(&n));
+            }
+        }
+    }
+}
