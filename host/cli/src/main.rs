@@ -85,6 +85,9 @@ fn init_logging(filter: &str, json: bool) {
 }
 
 fn sim(args: &arbiter_sim::SimArgs) -> anyhow::Result<()> {
+    if args.protocol == Some(arbiter_sim::Protocol::Aryl) {
+        return arbiter_sim::aryl::run_protocol(args)?.print(args.json);
+    }
     arbiter_sim::run(args)?.print(args.json)
 }
 

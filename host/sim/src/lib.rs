@@ -24,6 +24,8 @@
 //!   role; elastic jobs, progress in GPU-time, preemption with a restart
 //!   overhead. Metrics: queueing, JCT, combined usage, preemptions and
 //!   collateral damage, and reclaim rules compared on the same requests.
+//!   `arbiter sim --protocol aryl` runs the paper's comparison on the Philly
+//!   trace ([`aryl::run_protocol`]).
 //!
 //! CPU, memory, milli-GPU and GPU memory are separate dimensions (the SDK
 //! accounts them); GPU-model constraints, multi-GPU and gang tasks are
@@ -70,7 +72,9 @@ pub struct SimArgs {
     /// Trace format, if the header does not tell.
     #[arg(long, value_enum)]
     pub format: Option<TraceFormat>,
-    /// `fgd` (static placement, the FGD paper's protocol) or `replay` (time-based; the default).
+    /// `fgd` (static placement, the FGD paper's protocol), `replay` (time-based; the default)
+    /// or `aryl` (the Aryl paper's comparison on the Philly trace; `--trace` may name the
+    /// Philly job table, `--policy` does not apply).
     #[arg(long, value_enum)]
     pub protocol: Option<Protocol>,
     /// Seed: task order of the FGD protocol and the policies' tie-breaking.
@@ -100,6 +104,22 @@ pub struct SimArgs {
     /// Write tasks.csv, series.csv and index.html (inline SVG plots) here.
     #[arg(long)]
     pub report: Option<PathBuf>,
+    /// Aryl protocol: trace window and cluster size (`ci`, `full` or `paper`; default `ci`).
+    #[arg(long, value_enum)]
+    pub scale: Option<aryl::ScaleName>,
+    /// Aryl protocol: days of the trace window, instead of the scale's.
+    #[arg(long)]
+    pub days: Option<i64>,
+    /// Aryl protocol: keep every n-th job of the window, instead of the scale's.
+    #[arg(long)]
+    pub sample_every: Option<usize>,
+    /// Aryl protocol: training servers, instead of the scale's (the inference pool follows at
+    /// 8 : 7 unless `--inference-nodes` is given).
+    #[arg(long)]
+    pub training_nodes: Option<u32>,
+    /// Aryl protocol: inference servers, instead of the scale's.
+    #[arg(long)]
+    pub inference_nodes: Option<u32>,
 }
 
 impl Default for SimArgs {
@@ -119,6 +139,11 @@ impl Default for SimArgs {
             threads: None,
             json: false,
             report: None,
+            scale: None,
+            days: None,
+            sample_every: None,
+            training_nodes: None,
+            inference_nodes: None,
         }
     }
 }
@@ -237,6 +262,7 @@ pub fn run_many(
     parallel_map(jobs, threads, |(label, compiled, opts)| match protocol {
         Protocol::Fgd => run_fgd(scenario, compiled, label, opts),
         Protocol::Replay => run_replay(scenario, compiled, label, opts),
+        Protocol::Aryl => bail!("the aryl protocol runs through `aryl::run_protocol`"),
     })
 }
 
@@ -320,6 +346,9 @@ pub fn run(args: &SimArgs) -> anyhow::Result<SimOutput> {
     }
     if args.seeds == 0 {
         bail!("--seeds must be at least 1");
+    }
+    if args.protocol == Some(Protocol::Aryl) {
+        bail!("the aryl protocol has its own driver: `arbiter_sim::aryl::run_protocol`");
     }
     let scenario = scenario::from_files(args.nodes.as_deref(), args.trace.as_deref(), args.format)?;
     let protocol = args.protocol.unwrap_or(Protocol::Replay);
@@ -411,7 +440,7 @@ impl SimOutput {
             let _ = writeln!(o, "  rejected {}: {}", r.task, r.reason);
         }
         match s.protocol {
-            Protocol::Replay => {
+            Protocol::Replay | Protocol::Aryl => {
                 for r in &self.runs {
                     let _ = writeln!(o);
                     let _ = writeln!(

@@ -57,7 +57,7 @@ pub fn write(dir: &Path, output: &SimOutput) -> anyhow::Result<()> {
     }
     let x_name = match output.scenario.protocol {
         Protocol::Fgd => "arrived_gpu_pct",
-        Protocol::Replay => "time_s",
+        Protocol::Replay | Protocol::Aryl => "time_s",
     };
     let mut series =
         format!("policy,seed,{x_name},gpu_alloc_pct,frag_ratio_pct,frag_gpus,pending,running\n");
@@ -292,7 +292,7 @@ fn allocation_chart(output: &SimOutput) -> String {
                 Some((0.0, 100.0)),
             )
         }
-        Protocol::Replay => {
+        Protocol::Replay | Protocol::Aryl => {
             let (scale, unit) = time_unit(output);
             chart(
                 "GPU allocation over time",
@@ -351,7 +351,7 @@ pre{{background:#f6f6f6;padding:1em;overflow:auto}}</style></head><body>",
                 None,
             ));
         }
-        Protocol::Replay => {
+        Protocol::Replay | Protocol::Aryl => {
             let (scale, unit) = time_unit(output);
             let x = format!("virtual time ({unit})");
             h.push_str(&chart(

@@ -28,6 +28,10 @@ pub enum Protocol {
     Fgd,
     /// Time-based replay: arrivals and departures at the trace's times.
     Replay,
+    /// The Aryl paper's comparison on the Philly trace (capacity loaning,
+    /// elastic scaling, reclaim rules; see `arbiter_sim::aryl::run_protocol`):
+    /// a fixed set of eight runs, so `--policy` does not apply.
+    Aryl,
 }
 
 impl std::fmt::Display for Protocol {
@@ -35,6 +39,7 @@ impl std::fmt::Display for Protocol {
         f.write_str(match self {
             Protocol::Fgd => "fgd",
             Protocol::Replay => "replay",
+            Protocol::Aryl => "aryl",
         })
     }
 }
