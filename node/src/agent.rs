@@ -61,7 +61,7 @@ pub type RegisteredHook = Arc<dyn Fn(u64) + Send + Sync>;
 pub struct AgentConfig {
     /// Control plane URL (`http://host:port`; `http://` is assumed without a scheme).
     pub server: String,
-    /// Admin bearer token.
+    /// Bearer token: the control plane's node token (or the admin token).
     pub token: String,
     /// Node name (unique in the cluster).
     pub name: String,

@@ -18,7 +18,8 @@ pub struct NodeArgs {
     /// Control plane URL.
     #[arg(long, default_value = "http://127.0.0.1:7070")]
     pub server: String,
-    /// Admin token.
+    /// Node token (`node.token` in the control plane's data directory: it
+    /// opens node sessions and nothing else); the admin token works too.
     #[arg(long, env = "ARBITER_TOKEN", hide_env_values = true)]
     pub token: String,
     /// Node name (unique in the cluster).

@@ -52,7 +52,21 @@ fn bearer<T>(request: &Request<T>) -> Result<Option<String>, Status> {
 }
 
 impl Api {
+    /// The caller of every service but `NodeLink`: the admin or a tenant.
+    /// The node token is refused here, whatever the method.
     fn caller<T>(&self, request: &Request<T>) -> Result<Caller, Status> {
+        match self.any_caller(request)? {
+            Caller::Node => Err(ApiError::PermissionDenied(
+                "the node token only opens node sessions (NodeLink); this needs the admin or a \
+                 tenant token"
+                    .into(),
+            )
+            .into()),
+            caller => Ok(caller),
+        }
+    }
+
+    fn any_caller<T>(&self, request: &Request<T>) -> Result<Caller, Status> {
         let token = bearer(request)?;
         Ok(self.plane.lock().authenticate(token.as_deref())?)
     }
@@ -150,6 +164,7 @@ impl v1::jobs_server::Jobs for Api {
             let visible = match &caller {
                 Caller::Admin => want.is_empty() || want == tenant,
                 Caller::Tenant(t) => *t == tenant,
+                Caller::Node => false,
             };
             visible.then_some(Ok(event))
         });
@@ -351,7 +366,7 @@ impl v1::node_link_server::NodeLink for Api {
         &self,
         request: Request<tonic::Streaming<v1::NodeMessage>>,
     ) -> Reply<Self::SessionStream> {
-        let caller = self.caller(&request)?;
+        let caller = self.any_caller(&request)?;
         let mut inbound = request.into_inner();
         let hello = match inbound.message().await? {
             Some(v1::NodeMessage {

@@ -104,6 +104,10 @@ pub fn default_pool(count: u32, gpus: u32) -> Vec<NodeRequest> {
 pub enum Caller {
     Admin,
     Tenant(String),
+    /// A node agent with the node token: it may hold a `NodeLink` session
+    /// and nothing else, so a compromised node cannot load policies, submit
+    /// or cancel jobs, or read other tenants' work.
+    Node,
 }
 
 impl Caller {
@@ -111,6 +115,7 @@ impl Caller {
         match self {
             Caller::Admin => true,
             Caller::Tenant(t) => t == tenant,
+            Caller::Node => false,
         }
     }
 }
@@ -147,6 +152,12 @@ pub fn now_ms() -> u64 {
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
+}
+
+fn node_token_refused() -> ApiError {
+    ApiError::PermissionDenied(
+        "the node token only opens node sessions (NodeLink); this needs the admin token".into(),
+    )
 }
 
 fn new_token() -> String {
@@ -252,6 +263,7 @@ pub struct Plane {
     next_id: u64,
     tenants: BTreeMap<String, TenantRecord>,
     admin_token_sha: String,
+    node_token_sha: String,
     nodes: Vec<PoolNode>,
     cells: Vec<Cell>,
     experiment: Option<Experiment>,
@@ -273,6 +285,9 @@ pub struct Opened {
     pub plane: Plane,
     /// Set when a new admin token was minted (first start).
     pub new_admin_token: Option<String>,
+    /// Set when a new node token was minted (first start, or the first start
+    /// of a data directory from before node tokens).
+    pub new_node_token: Option<String>,
     pub journal_path: PathBuf,
 }
 
@@ -320,6 +335,7 @@ impl Plane {
             next_id: 1,
             tenants: BTreeMap::new(),
             admin_token_sha: String::new(),
+            node_token_sha: String::new(),
             cells: Vec::new(),
             experiment: None,
             experiments: BTreeMap::new(),
@@ -332,35 +348,45 @@ impl Plane {
             rounds: 0,
             next_session: 1,
         };
-        let new_admin_token = plane.restore(&contents)?;
+        let (admin_sha, new_admin_token) = plane.stored_token(&contents, "admin")?;
+        let (node_sha, new_node_token) = plane.stored_token(&contents, "node")?;
+        plane.admin_token_sha = admin_sha;
+        plane.node_token_sha = node_sha;
+        plane.restore(&contents)?;
         plane.rebuild_cells();
         Ok(Opened {
             plane,
             new_admin_token,
+            new_node_token,
             journal_path,
         })
     }
 
-    fn restore(&mut self, contents: &Contents) -> anyhow::Result<Option<String>> {
-        let mut new_token_minted = None;
-        match contents.get("meta/admin_token_sha256") {
-            Some(sha) => self.admin_token_sha = String::from_utf8_lossy(sha).into_owned(),
-            None => {
-                let token = new_token();
-                self.admin_token_sha = sha256_hex(token.as_bytes());
-                self.writer
-                    .send_durable(vec![Write::Put(
-                        "meta/admin_token_sha256".into(),
-                        self.admin_token_sha.clone().into_bytes(),
-                    )])
-                    .wait()?;
-                let path = self.data.join("admin.token");
-                std::fs::write(&path, format!("{token}\n"))
-                    .with_context(|| format!("writing {}", path.display()))?;
-                restrict_permissions(&path);
-                new_token_minted = Some(token);
-            }
+    /// The stored hash of the `kind` token (`admin`, `node`), minting the
+    /// token on first start: its hash goes to the store, the token itself to
+    /// `<kind>.token` in the data directory (owner-only) and to the caller.
+    fn stored_token(
+        &mut self,
+        contents: &Contents,
+        kind: &str,
+    ) -> anyhow::Result<(String, Option<String>)> {
+        let key = format!("meta/{kind}_token_sha256");
+        if let Some(sha) = contents.get(&key) {
+            return Ok((String::from_utf8_lossy(sha).into_owned(), None));
         }
+        let token = new_token();
+        let sha = sha256_hex(token.as_bytes());
+        self.writer
+            .send_durable(vec![Write::Put(key, sha.clone().into_bytes())])
+            .wait()?;
+        let path = self.data.join(format!("{kind}.token"));
+        std::fs::write(&path, format!("{token}\n"))
+            .with_context(|| format!("writing {}", path.display()))?;
+        restrict_permissions(&path);
+        Ok((sha, Some(token)))
+    }
+
+    fn restore(&mut self, contents: &Contents) -> anyhow::Result<()> {
         for (name, bytes) in contents.with_prefix("tenant/") {
             let t: TenantRecord =
                 serde_json::from_slice(bytes).with_context(|| format!("stored tenant `{name}`"))?;
@@ -463,7 +489,7 @@ impl Plane {
                 self.experiments.insert(record.name.clone(), record);
             }
         }
-        Ok(new_token_minted)
+        Ok(())
     }
 
     // ------------------------------------------------------------ auth
@@ -476,6 +502,9 @@ impl Plane {
         let sha = sha256_hex(token.as_bytes());
         if constant_time_eq(&sha, &self.admin_token_sha) {
             return Ok(Caller::Admin);
+        }
+        if constant_time_eq(&sha, &self.node_token_sha) {
+            return Ok(Caller::Node);
         }
         self.tenants
             .values()
@@ -490,6 +519,7 @@ impl Plane {
             Caller::Tenant(t) => Err(ApiError::PermissionDenied(format!(
                 "tenant `{t}` may not do this; it needs the admin token"
             ))),
+            Caller::Node => Err(node_token_refused()),
         }
     }
 
@@ -615,6 +645,7 @@ impl Plane {
                 }
                 Caller::Admin if spec.tenant.is_empty() => "default".to_string(),
                 Caller::Admin => spec.tenant.clone(),
+                Caller::Node => return Err(node_token_refused()),
             };
             accepted.push((record, tenant));
         }
@@ -896,6 +927,7 @@ impl Plane {
                 "tenant `{t}` may only use its own slot `{}`",
                 tenant_slot(t)
             ))),
+            Caller::Node => Err(node_token_refused()),
         }
     }
 
@@ -1622,7 +1654,11 @@ impl Plane {
         hello: &v1::NodeHello,
         tx: tokio::sync::mpsc::UnboundedSender<v1::HostMessage>,
     ) -> Result<u64, ApiError> {
-        Self::require_admin(caller)?;
+        if let Caller::Tenant(t) = caller {
+            return Err(ApiError::PermissionDenied(format!(
+                "tenant `{t}` may not register nodes; agents use the node token"
+            )));
+        }
         let request = hello_request(hello).map_err(ApiError::InvalidArgument)?;
         let name = request.name.clone();
         if self

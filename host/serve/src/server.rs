@@ -37,6 +37,8 @@ pub struct Running {
     pub metrics_addr: Option<SocketAddr>,
     /// Set on the first start (a new data directory).
     pub new_admin_token: Option<String>,
+    /// Set when the node token was minted (see [`crate::plane::Opened`]).
+    pub new_node_token: Option<String>,
     pub journal_path: PathBuf,
     pub plane: Arc<Mutex<Plane>>,
     stop: Arc<AtomicBool>,
@@ -146,6 +148,7 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<Running> {
         grpc_addr,
         metrics_addr,
         new_admin_token: opened.new_admin_token,
+        new_node_token: opened.new_node_token,
         journal_path: opened.journal_path,
         plane,
         stop,
@@ -160,6 +163,11 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
     let running = start(cfg).await?;
     if let Some(token) = &running.new_admin_token {
         println!("admin token (also in the data directory's admin.token): {token}");
+    }
+    if running.new_node_token.is_some() {
+        println!(
+            "node token for `arbiter node --token` (NodeLink only): the data directory's node.token"
+        );
     }
     println!("arbiter serving gRPC on {}", running.grpc_addr);
     if let Some(m) = running.metrics_addr {

@@ -354,3 +354,126 @@ async fn agents_register_run_jobs_get_lost_and_are_adopted() {
     drop(a);
     running.shutdown().await.unwrap();
 }
+
+/// Opens a node session with `token` and returns the status it fails with.
+async fn session_refusal(running: &Running, token: &str) -> tonic::Status {
+    let channel = Channel::from_shared(format!("http://{}", running.grpc_addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = v1::node_link_client::NodeLinkClient::new(channel);
+    let (tx, rx) = mpsc::channel(4);
+    tx.send(v1::NodeMessage {
+        body: Some(v1::node_message::Body::Hello(v1::NodeHello {
+            name: "intruder".into(),
+            pool: "lab".into(),
+            cpu_milli: 1_000,
+            memory_mib: 1_024,
+            ..Default::default()
+        })),
+    })
+    .await
+    .unwrap();
+    match client.session(bearer(token, ReceiverStream::new(rx))).await {
+        Ok(_) => panic!("the session was accepted"),
+        Err(status) => status,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_token_opens_node_sessions_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = || ServeConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        data: dir.path().to_path_buf(),
+        metrics_listen: None,
+        plane: PlaneConfig {
+            round_interval: Duration::from_millis(20),
+            nodes: Vec::new(),
+            ..PlaneConfig::default()
+        },
+    };
+    let running = start(cfg()).await.unwrap();
+    let admin = running.new_admin_token.clone().unwrap();
+    let node = running.new_node_token.clone().unwrap();
+    assert_ne!(admin, node);
+    let on_disk = std::fs::read_to_string(dir.path().join("node.token")).unwrap();
+    assert_eq!(on_disk.trim(), node);
+
+    // An agent with the node token registers and is welcomed.
+    let a = Agent::connect(&running, &node, "node-a", Vec::new()).await;
+    a.heartbeat().await;
+
+    // Everything else refuses the node token.
+    let channel = Channel::from_shared(format!("http://{}", running.grpc_addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut jobs = v1::jobs_client::JobsClient::new(channel.clone());
+    let spec = v1::JobSpec {
+        name: "sneaky".into(),
+        gpus: 1,
+        ..Default::default()
+    };
+    let refused = jobs
+        .submit(bearer(&node, v1::SubmitJobRequest { spec: Some(spec) }))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    let refused = jobs
+        .list(bearer(&node, v1::ListJobsRequest::default()))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+    let mut policies = v1::policies_client::PoliciesClient::new(channel.clone());
+    let refused = policies
+        .list(bearer(&node, v1::ListPoliciesRequest::default()))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+    let mut cluster = v1::cluster_client::ClusterClient::new(channel.clone());
+    let refused = cluster
+        .add_tenant(bearer(
+            &node,
+            v1::AddTenantRequest {
+                name: "mine".into(),
+                quota_gpus: 0,
+            },
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+
+    // A tenant's token may not register a node; the admin's still may.
+    let tenant = cluster
+        .add_tenant(bearer(
+            &admin,
+            v1::AddTenantRequest {
+                name: "team".into(),
+                quota_gpus: 0,
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .token;
+    let refused = session_refusal(&running, &tenant).await;
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    let refused = session_refusal(&running, "not-a-token").await;
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated);
+    let b = Agent::connect(&running, &admin, "node-b", Vec::new()).await;
+    b.heartbeat().await;
+    drop((a, b));
+    running.shutdown().await.unwrap();
+
+    // The node token survives a restart and is not minted again.
+    let running = start(cfg()).await.unwrap();
+    assert!(running.new_admin_token.is_none());
+    assert!(running.new_node_token.is_none());
+    let again = Agent::connect(&running, &node, "node-a", Vec::new()).await;
+    again.heartbeat().await;
+    drop(again);
+    running.shutdown().await.unwrap();
+}
