@@ -32,12 +32,7 @@ impl Agent {
         name: &str,
         workloads: Vec<v1::WorkloadReport>,
     ) -> Agent {
-        let channel = Channel::from_shared(format!("http://{}", running.grpc_addr))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
-        let mut client = v1::node_link_client::NodeLinkClient::new(channel);
+        let mut client = v1::node_link_client::NodeLinkClient::new(channel(running).await);
         let (tx, rx) = mpsc::channel(64);
         tx.send(v1::NodeMessage {
             body: Some(v1::node_message::Body::Hello(v1::NodeHello {
@@ -116,11 +111,7 @@ impl Agent {
 }
 
 async fn job(running: &Running, token: &str, id: u64) -> v1::Job {
-    let channel = Channel::from_shared(format!("http://{}", running.grpc_addr))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let channel = channel(running).await;
     v1::jobs_client::JobsClient::new(channel)
         .get(bearer(token, v1::JobRef { id }))
         .await
@@ -129,11 +120,7 @@ async fn job(running: &Running, token: &str, id: u64) -> v1::Job {
 }
 
 async fn submit(running: &Running, token: &str, spec: v1::JobSpec) -> u64 {
-    let channel = Channel::from_shared(format!("http://{}", running.grpc_addr))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let channel = channel(running).await;
     v1::jobs_client::JobsClient::new(channel)
         .submit(bearer(token, v1::SubmitJobRequest { spec: Some(spec) }))
         .await
@@ -338,11 +325,7 @@ async fn agents_register_run_jobs_get_lost_and_are_adopted() {
     assert!(failed.message.contains("exit code 3"), "{}", failed.message);
 
     // The nodes are listed as agents.
-    let channel = Channel::from_shared(format!("http://{}", running.grpc_addr))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let channel = channel(&running).await;
     let nodes = v1::nodes_client::NodesClient::new(channel)
         .list(bearer(&token, v1::ListNodesRequest {}))
         .await
@@ -355,14 +338,17 @@ async fn agents_register_run_jobs_get_lost_and_are_adopted() {
     running.shutdown().await.unwrap();
 }
 
-/// Opens a node session with `token` and returns the status it fails with.
-async fn session_refusal(running: &Running, token: &str) -> tonic::Status {
-    let channel = Channel::from_shared(format!("http://{}", running.grpc_addr))
+async fn channel(running: &Running) -> Channel {
+    Channel::from_shared(format!("http://{}", running.grpc_addr))
         .unwrap()
         .connect()
         .await
-        .unwrap();
-    let mut client = v1::node_link_client::NodeLinkClient::new(channel);
+        .unwrap()
+}
+
+/// Opens a node session with `token` and returns the status it fails with.
+async fn session_refusal(running: &Running, token: &str) -> tonic::Status {
+    let mut client = v1::node_link_client::NodeLinkClient::new(channel(running).await);
     let (tx, rx) = mpsc::channel(4);
     tx.send(v1::NodeMessage {
         body: Some(v1::node_message::Body::Hello(v1::NodeHello {
@@ -406,11 +392,7 @@ async fn the_node_token_opens_node_sessions_and_nothing_else() {
     a.heartbeat().await;
 
     // Everything else refuses the node token.
-    let channel = Channel::from_shared(format!("http://{}", running.grpc_addr))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let channel = channel(&running).await;
     let mut jobs = v1::jobs_client::JobsClient::new(channel.clone());
     let spec = v1::JobSpec {
         name: "sneaky".into(),

@@ -3,7 +3,7 @@
 //! [`Runtime`]. Plain helpers over the SDK's [`TestCluster`]; nothing here is
 //! used by the policies themselves.
 
-use crate::driver::{Greedy, PlacementRule};
+use crate::driver::{Greedy, PlacementRule, TieBreak, Ties};
 use crate::task::{GpuSelection, Task};
 use arbiter_policy_sdk::prelude::*;
 
@@ -169,4 +169,41 @@ pub fn assert_memo_is_transparent<R: PlacementRule>(config: &str) -> u64 {
     assert!(hits > 0, "the memo was never used");
     assert_eq!(plain.memo_hits(), 0);
     hits
+}
+
+/// Asserts that `P` (a policy whose scores tie on identical idle nodes, as
+/// GpuClustering's and GpuPacking's do) gives ties to the first node of the
+/// seeded node order, for seeds 1–12: six CPU-only tasks (score 0 everywhere)
+/// and a whole-GPU task on eight identical idle nodes all go to that node.
+/// Uniform draws per task would spread them (all on one node with
+/// probability 8^-6), and the lowest index would not depend on the seed.
+pub fn assert_ties_follow_the_node_order<P: Policy>() {
+    let mut c = TestCluster::new();
+    for i in 0..8 {
+        c.node(&format!("n{i}"), "p", 64_000, 512_000, "T4", 16_000, 2);
+    }
+    for i in 0..6 {
+        worker_job(&mut c, &format!("cpu{i}"), 1000, 0, 0);
+    }
+    worker_job(&mut c, "gpu", 1000, 1, 1000);
+    let mut first_nodes = Vec::new();
+    for seed in 1..=12u64 {
+        let d = schedule::<P>(&c, Some(&format!("seed = {seed}")), 10);
+        assert_eq!(d.len(), 7);
+        let nodes: Vec<u32> = d
+            .iter()
+            .map(|d| match d {
+                Decision::Place(_, workers) => workers[0].node,
+                other => panic!("unexpected decision {other:?}"),
+            })
+            .collect();
+        let mut ties = Ties::new(TieBreak::NodeOrder, seed);
+        let first = ties.node_ranks(8).iter().position(|&r| r == 0).unwrap() as u32;
+        assert!(nodes.iter().all(|&n| n == first), "seed {seed}: {nodes:?}");
+        first_nodes.push(first);
+    }
+    // The order, and so the node, depends on the seed.
+    first_nodes.sort_unstable();
+    first_nodes.dedup();
+    assert!(first_nodes.len() > 1, "{first_nodes:?}");
 }
