@@ -154,6 +154,10 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
+/// Store key prefix of an ended experiment's final status (arm metrics,
+/// shadow summary), kept apart from its record (`exp/`).
+const FINISHED_STATUS_PREFIX: &str = "expstatus/";
+
 fn node_token_refused() -> ApiError {
     ApiError::PermissionDenied(
         "the node token only opens node sessions (NodeLink); this needs the admin token".into(),
@@ -468,6 +472,18 @@ impl Plane {
                 .map_err(|e| anyhow::anyhow!("built-in `{name}`: {e}"))?;
             self.load_generation(DEFAULT_SLOT, compiled, wasm, String::new(), true)
                 .map_err(|e| anyhow::anyhow!("loading built-in `{name}`: {e}"))?;
+        }
+        for (name, bytes) in contents.with_prefix(FINISHED_STATUS_PREFIX) {
+            // Final metrics are a report, not state: an unreadable one is
+            // dropped with a warning rather than refusing to start.
+            match <v1::ExperimentStatus as prost::Message>::decode(bytes) {
+                Ok(status) => {
+                    self.finished_status.insert(name.to_string(), status);
+                }
+                Err(e) => {
+                    tracing::warn!(experiment = name, error = %e, "unreadable final experiment status; dropped");
+                }
+            }
         }
         for (name, bytes) in contents.with_prefix("exp/") {
             let record: ExperimentRecord = serde_json::from_slice(bytes)
@@ -1166,6 +1182,27 @@ impl Plane {
         Ok(())
     }
 
+    /// Persists an ended experiment's record and its final status.
+    fn persist_experiment_with_status(
+        &self,
+        record: &ExperimentRecord,
+        status: &v1::ExperimentStatus,
+    ) -> Ack {
+        match serde_json::to_vec(record) {
+            Ok(bytes) => self.writer.send_durable(vec![
+                Write::Put(format!("exp/{}", record.name), bytes),
+                Write::Put(
+                    format!("{FINISHED_STATUS_PREFIX}{}", record.name),
+                    prost::Message::encode_to_vec(status),
+                ),
+            ]),
+            Err(e) => {
+                tracing::error!(error = %e, "encoding an experiment");
+                self.writer.send_durable(Vec::new())
+            }
+        }
+    }
+
     fn persist_experiment(&self, record: &ExperimentRecord) -> Ack {
         match serde_json::to_vec(record) {
             Ok(bytes) => self
@@ -1185,9 +1222,10 @@ impl Plane {
         exp.record.reason = reason;
         exp.record.ended_ms = now_ms();
         tracing::warn!(experiment = %exp.record.name, ?state, reason = %exp.record.reason, "experiment ended");
-        let ack = self.persist_experiment(&exp.record);
-        // Keep the last arm metrics and shadow summary for `status`.
+        // Keep the last arm metrics and shadow summary for `status`, in the
+        // same durable write as the record, so they survive a restart.
         let status = self.status_of(&exp);
+        let ack = self.persist_experiment_with_status(&exp.record, &status);
         self.finished_status.insert(exp.record.name.clone(), status);
         self.experiments
             .insert(exp.record.name.clone(), exp.record.clone());

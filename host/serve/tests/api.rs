@@ -509,6 +509,15 @@ async fn tenant_split_ab_reports_per_arm_metrics_and_promotes() {
         .into_inner();
     assert_eq!(view.active_policy, "fifo");
     assert!(view.experiment.is_empty());
+    let before = status(&mut admin, "bf-vs-fifo").await;
+    assert!(!before.arms.is_empty());
+    running.shutdown().await.unwrap();
+
+    // The ended experiment's final arm metrics survive a restart.
+    let running = server(dir.path(), 4, Duration::from_millis(100)).await;
+    let mut admin = client(&running, Some(&token)).await;
+    let after = status(&mut admin, "bf-vs-fifo").await;
+    assert_eq!(after, before);
     running.shutdown().await.unwrap();
 }
 
