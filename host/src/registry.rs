@@ -591,16 +591,7 @@ mod tests {
         use crate::state::{ClusterState, JobRequest, NodeRequest};
         let mut state = ClusterState::new();
         state
-            .add_node(NodeRequest {
-                name: "n0".into(),
-                pool: "default".into(),
-                cpu_milli: 64_000,
-                memory_mib: 512_000,
-                gpu_model: "A100".into(),
-                gpu_memory_mib: 81_920,
-                gpu_count: 8,
-                on_loan: false,
-            })
+            .add_node(NodeRequest::gpus("n0", "default", "A100", 81_920, 8))
             .unwrap();
         let feed = state.delta_feed();
         let slot = Arc::new(PolicySlot::new("fifo"));

@@ -83,6 +83,29 @@ pub struct NodeRequest {
     pub on_loan: bool,
 }
 
+impl NodeRequest {
+    /// A GPU server with 12 CPUs and 96 GiB of memory per GPU, ready and
+    /// not on loan.
+    pub fn gpus(
+        name: impl Into<String>,
+        pool: impl Into<String>,
+        gpu_model: impl Into<String>,
+        gpu_memory_mib: u32,
+        gpu_count: u32,
+    ) -> Self {
+        NodeRequest {
+            name: name.into(),
+            pool: pool.into(),
+            cpu_milli: 12_000 * gpu_count.max(1),
+            memory_mib: 98_304 * gpu_count.max(1),
+            gpu_model: gpu_model.into(),
+            gpu_memory_mib,
+            gpu_count,
+            on_loan: false,
+        }
+    }
+}
+
 /// A job as a user (or a trace) submits it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobRequest {

@@ -10,16 +10,7 @@ fn fifo_component_places_a_job() {
     assert_eq!(compiled.manifest.name, "fifo");
     let mut state = ClusterState::new();
     state
-        .add_node(NodeRequest {
-            name: "n0".into(),
-            pool: "default".into(),
-            cpu_milli: 64_000,
-            memory_mib: 512_000,
-            gpu_model: "A100".into(),
-            gpu_memory_mib: 81_920,
-            gpu_count: 8,
-            on_loan: false,
-        })
+        .add_node(NodeRequest::gpus("n0", "default", "A100", 81_920, 8))
         .unwrap();
     state.submit(JobRequest::gpus("j", "t", 2, 2)).unwrap();
     let (_delta, round) = state.begin_round(100);

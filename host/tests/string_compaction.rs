@@ -23,16 +23,13 @@ const ARRIVALS: usize = 3;
 fn cluster() -> ClusterState {
     let mut s = ClusterState::new();
     for i in 0..NODES {
-        s.add_node(NodeRequest {
-            name: format!("node-{i:02}"),
-            pool: "gpu".into(),
-            cpu_milli: 96_000,
-            memory_mib: 786_432,
-            gpu_model: "A100".into(),
-            gpu_memory_mib: 81_920,
-            gpu_count: 8,
-            on_loan: false,
-        })
+        s.add_node(NodeRequest::gpus(
+            format!("node-{i:02}"),
+            "gpu",
+            "A100",
+            81_920,
+            8,
+        ))
         .unwrap();
     }
     s

@@ -17,7 +17,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{OnceLock, mpsc};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_arbiter");
+mod common;
+
+use common::BIN;
 const GPU_MIB: u64 = 16_384;
 const QUOTA_MIB: u64 = 1024;
 
@@ -159,24 +161,7 @@ struct Cluster {
 
 impl Cluster {
     fn cli(&self, args: &[&str]) -> Value {
-        let split = args.iter().position(|a| *a == "--").unwrap_or(args.len());
-        let out = Command::new(BIN)
-            .args(&args[..split])
-            .args(["--server", &self.url, "--token", &self.token, "--json"])
-            .args(&args[split..])
-            .output()
-            .expect("run arbiter");
-        assert!(
-            out.status.success(),
-            "arbiter {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-            panic!(
-                "arbiter {args:?}: not JSON ({e}): {}",
-                String::from_utf8_lossy(&out.stdout)
-            )
-        })
+        common::cli_json(&self.url, &self.token, args)
     }
 
     fn job(&self, id: u64) -> Value {

@@ -8,7 +8,9 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_arbiter");
+mod common;
+
+use common::BIN;
 
 struct Server {
     child: Child,
@@ -61,25 +63,7 @@ fn serve(data: &Path) -> Server {
 }
 
 fn cli(server: &Server, token: &str, args: &[&str]) -> Value {
-    // Connection options go before a trailing `-- command...`.
-    let split = args.iter().position(|a| *a == "--").unwrap_or(args.len());
-    let out = Command::new(BIN)
-        .args(&args[..split])
-        .args(["--server", &server.url, "--token", token, "--json"])
-        .args(&args[split..])
-        .output()
-        .expect("run arbiter");
-    assert!(
-        out.status.success(),
-        "arbiter {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "arbiter {args:?}: not JSON ({e}): {}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-    })
+    common::cli_json(&server.url, token, args)
 }
 
 fn jobs(server: &Server, token: &str) -> Vec<Value> {

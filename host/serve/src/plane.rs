@@ -1182,32 +1182,32 @@ impl Plane {
         Ok(())
     }
 
-    /// Persists an ended experiment's record and its final status.
+    /// Persists an ended experiment's record and its final status, in one write.
     fn persist_experiment_with_status(
         &self,
         record: &ExperimentRecord,
         status: &v1::ExperimentStatus,
     ) -> Ack {
-        match serde_json::to_vec(record) {
-            Ok(bytes) => self.writer.send_durable(vec![
-                Write::Put(format!("exp/{}", record.name), bytes),
-                Write::Put(
-                    format!("{FINISHED_STATUS_PREFIX}{}", record.name),
-                    prost::Message::encode_to_vec(status),
-                ),
-            ]),
-            Err(e) => {
-                tracing::error!(error = %e, "encoding an experiment");
-                self.writer.send_durable(Vec::new())
-            }
-        }
+        self.persist_experiment_writes(
+            record,
+            Some(Write::Put(
+                format!("{FINISHED_STATUS_PREFIX}{}", record.name),
+                prost::Message::encode_to_vec(status),
+            )),
+        )
     }
 
     fn persist_experiment(&self, record: &ExperimentRecord) -> Ack {
+        self.persist_experiment_writes(record, None)
+    }
+
+    fn persist_experiment_writes(&self, record: &ExperimentRecord, also: Option<Write>) -> Ack {
         match serde_json::to_vec(record) {
-            Ok(bytes) => self
-                .writer
-                .send_durable(vec![Write::Put(format!("exp/{}", record.name), bytes)]),
+            Ok(bytes) => {
+                let mut writes = vec![Write::Put(format!("exp/{}", record.name), bytes)];
+                writes.extend(also);
+                self.writer.send_durable(writes)
+            }
             Err(e) => {
                 tracing::error!(error = %e, "encoding an experiment");
                 self.writer.send_durable(Vec::new())

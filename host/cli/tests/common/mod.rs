@@ -1,0 +1,30 @@
+//! Shared by the CLI's integration tests that drive a running control plane.
+
+use serde_json::Value;
+use std::process::Command;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_arbiter");
+
+/// Runs `arbiter <args> --server <url> --token <token> --json` (connection
+/// options go before a trailing `-- command...`) and parses its JSON output;
+/// panics with stderr when it fails.
+pub fn cli_json(url: &str, token: &str, args: &[&str]) -> Value {
+    let split = args.iter().position(|a| *a == "--").unwrap_or(args.len());
+    let out = Command::new(BIN)
+        .args(&args[..split])
+        .args(["--server", url, "--token", token, "--json"])
+        .args(&args[split..])
+        .output()
+        .expect("run arbiter");
+    assert!(
+        out.status.success(),
+        "arbiter {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "arbiter {args:?}: not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
