@@ -37,6 +37,9 @@ impl std::fmt::Display for JobId {
 /// Most GPU models a cluster can name (they are a `u64` bit set in the contract).
 pub const MAX_GPU_MODELS: usize = 64;
 
+/// Fastest GPU model speed accepted, in permille of the reference (100×).
+pub const MAX_SPEED_PERMILLE: u32 = 100_000;
+
 /// How many rounds of deltas are kept to catch a lagging mirror up without a resync.
 const DELTA_HISTORY: usize = 64;
 
@@ -66,6 +69,8 @@ pub enum StateError {
     InvalidJob(String),
     #[error("invalid node: {0}")]
     InvalidNode(String),
+    #[error("invalid GPU speed for `{model}`: {permille}‰ (must be 1..={MAX_SPEED_PERMILLE})")]
+    InvalidSpeed { model: String, permille: u32 },
     #[error("internal event rejected: {0}")]
     Event(String),
 }
@@ -169,6 +174,8 @@ pub struct JobRecord {
     pub first_start_ms: Option<u64>,
     pub last_start_ms: Option<u64>,
     pub preemptions: u32,
+    /// The worker count the job was submitted with (what `estimate-ms` is at).
+    pub submitted_workers: u32,
 }
 
 /// The interned string table: its size, how much of it is referenced, compactions.
@@ -220,6 +227,9 @@ pub struct ClusterState {
     job_names: HashMap<String, JobId>,
     next_job: u64,
     tenant_quota_gpus: HashMap<String, u32>,
+    /// GPU speeds the operator gave, per model name, in permille; models
+    /// given none run at the reference speed.
+    model_speeds: HashMap<String, u32>,
     events: Vec<Event>,
     /// The last rounds' deltas, shared with [`DeltaFeed`]s.
     history: Arc<RwLock<DeltaLog>>,
@@ -251,6 +261,7 @@ impl ClusterState {
             job_names: HashMap::new(),
             next_job: 1,
             tenant_quota_gpus: HashMap::new(),
+            model_speeds: HashMap::new(),
             events: Vec::new(),
             history: Arc::new(RwLock::new(DeltaLog::default())),
             now_ms: 0,
@@ -330,7 +341,12 @@ impl ClusterState {
             return Err(StateError::TooManyGpuModels);
         }
         let id = self.intern(model)?;
-        self.emit(Event::GpuModelsAdded(vec![id]))?;
+        let speed = self
+            .model_speeds
+            .get(model)
+            .copied()
+            .unwrap_or(model::REFERENCE_SPEED_PERMILLE);
+        self.emit(Event::GpuModelsAdded(vec![(id, speed)]))?;
         self.retain_string(id);
         Ok(self.cluster.gpu_models().len() - 1)
     }
@@ -389,6 +405,75 @@ impl ClusterState {
         self.emit(Event::NodeLoanChanged(index, on_loan))
     }
 
+    /// Sets a GPU model's speed, in permille of the reference model (e.g. a
+    /// T4 at a third of a V100: `333` with the V100 as reference). Applies to
+    /// the model now if it is known, and when it first appears otherwise.
+    pub fn set_gpu_model_speed(&mut self, model: &str, permille: u32) -> Result<(), StateError> {
+        if permille == 0 || permille > MAX_SPEED_PERMILLE {
+            return Err(StateError::InvalidSpeed {
+                model: model.to_string(),
+                permille,
+            });
+        }
+        self.model_speeds.insert(model.to_string(), permille);
+        if let Ok(slot) = self.model_slot(model, false)
+            && self.cluster.gpu_model_speed(slot) != permille
+        {
+            self.emit(Event::GpuModelSpeedChanged(slot as u32, permille))?;
+        }
+        Ok(())
+    }
+
+    /// Reports how much run time a job has left, at its current worker count
+    /// (what a training framework or a simulator knows); policies read it as
+    /// the job's `remaining-ms`.
+    pub fn report_progress(&mut self, id: JobId, remaining_ms: u64) -> Result<(), StateError> {
+        let index = *self.job_index.get(&id).ok_or(StateError::UnknownJob(id))?;
+        let job = self.cluster.job(index);
+        let progress = model::JobProgress {
+            remaining_ms,
+            remaining_workers: job.workers(),
+            reported_ms: self.now_ms,
+            ..job.progress()
+        };
+        if progress != job.progress() {
+            self.emit(Event::JobProgress(vec![progress]))?;
+        }
+        Ok(())
+    }
+
+    /// The progress event of job `index` starting (`true`) or stopping now.
+    /// A stopped job banks its run time; one without a checkpoint starts
+    /// over, so what is left is its estimate again.
+    fn run_changed(&self, index: u32, starting: bool) -> model::JobProgress {
+        let job = self.cluster.job(index);
+        let p = job.progress();
+        let now = self.now_ms;
+        if starting {
+            return model::JobProgress {
+                started_ms: now.max(1),
+                ..p
+            };
+        }
+        if !job.checkpointed() {
+            return model::JobProgress {
+                started_ms: 0,
+                attained_ms: p.attained_ms_at(now),
+                remaining_ms: job.estimate_ms().unwrap_or(0),
+                remaining_workers: self.jobs[index as usize].submitted_workers,
+                reported_ms: now,
+                ..p
+            };
+        }
+        model::JobProgress {
+            started_ms: 0,
+            attained_ms: p.attained_ms_at(now),
+            remaining_ms: p.remaining_ms_at(now).map_or(0, |r| r.max(1)),
+            reported_ms: now,
+            ..p
+        }
+    }
+
     /// Sets a tenant's GPU quota (whole GPUs; fractions count by their share).
     pub fn set_tenant_quota(&mut self, tenant: &str, gpus: Option<u32>) {
         match gpus {
@@ -442,6 +527,7 @@ impl ClusterState {
             first_start_ms: None,
             last_start_ms: None,
             preemptions: 0,
+            submitted_workers: req.workers,
         });
         self.job_index.insert(id, index);
         self.job_names.insert(req.name, id);
@@ -473,8 +559,19 @@ impl ClusterState {
     /// Requeues a running job (e.g. its node died); its resources are freed.
     pub fn evict(&mut self, id: JobId) -> Result<(), StateError> {
         let index = *self.job_index.get(&id).ok_or(StateError::UnknownJob(id))?;
-        self.emit(Event::JobEvicted(index))?;
+        self.stop_job(index)?;
         self.jobs[index as usize].preemptions += 1;
+        Ok(())
+    }
+
+    /// Requeues a running job: frees its resources and banks its progress.
+    fn stop_job(&mut self, index: u32) -> Result<(), StateError> {
+        let running = self.cluster.job(index).phase() == job_phase::RUNNING;
+        let progress = running.then(|| self.run_changed(index, false));
+        self.emit(Event::JobEvicted(index))?;
+        if let Some(p) = progress {
+            self.emit(Event::JobProgress(vec![p]))?;
+        }
         Ok(())
     }
 
@@ -793,6 +890,8 @@ impl ClusterState {
                     let starting = self.cluster.job(j).phase() != job_phase::RUNNING;
                     self.emit(Event::JobPlaced(j, workers))?;
                     if starting {
+                        let progress = self.run_changed(j, true);
+                        self.emit(Event::JobProgress(vec![progress]))?;
                         let rec = &mut self.jobs[j as usize];
                         rec.first_start_ms.get_or_insert(self.now_ms);
                         rec.last_start_ms = Some(self.now_ms);
@@ -821,7 +920,7 @@ impl ClusterState {
                     applied.resized.push(id);
                 }
                 Decision::Preempt(j) => {
-                    self.emit(Event::JobEvicted(j))?;
+                    self.stop_job(j)?;
                     self.jobs[j as usize].preemptions += 1;
                     applied.preempted.push(id);
                 }
@@ -1591,5 +1690,118 @@ mod tests {
         let mirror = reader.join().unwrap();
         assert_eq!(mirror.epoch(), target);
         assert_eq!(mirror.to_snapshot(), s.snapshot());
+    }
+
+    fn place_on(s: &mut ClusterState, job: u32, node: u32, gpus: Vec<u32>) {
+        let d = vec![Decision::Place(job, vec![WorkerPlacement { node, gpus }])];
+        s.validate(&d, 10).unwrap();
+        s.apply(d).unwrap();
+    }
+
+    #[test]
+    fn progress_follows_runs_and_reports() {
+        let mut s = ClusterState::new();
+        let mut mirror = Cluster::from_snapshot(s.snapshot()).unwrap();
+        s.add_node(node("a", 4)).unwrap();
+        let mut req = JobRequest::gpus("ckpt", "t", 2, 1);
+        req.estimate_ms = 100_000;
+        let ckpt = s.submit(req).unwrap();
+        let mut req = JobRequest::gpus("fresh", "t", 1, 1);
+        req.estimate_ms = 50_000;
+        req.checkpointed = false;
+        let fresh = s.submit(req).unwrap();
+        // Until anything runs, what is left is the estimate at the submitted size.
+        let p = s.cluster().job(0).progress();
+        assert_eq!(
+            (p.remaining_ms, p.remaining_workers, p.started_ms),
+            (100_000, 2, 0)
+        );
+
+        s.set_now(1_000);
+        s.begin_round(10);
+        let d = vec![Decision::Place(
+            0,
+            vec![
+                WorkerPlacement {
+                    node: 0,
+                    gpus: vec![0],
+                },
+                WorkerPlacement {
+                    node: 0,
+                    gpus: vec![1],
+                },
+            ],
+        )];
+        s.validate(&d, 10).unwrap();
+        s.apply(d).unwrap();
+        place_on(&mut s, 1, 0, vec![2]);
+        assert_eq!(s.cluster().job(0).progress().started_ms, 1_000);
+
+        // A report at 11 s: 80 s left. At 21 s, 70 s are left.
+        s.set_now(11_000);
+        s.report_progress(ckpt, 80_000).unwrap();
+        let p = s.cluster().job(0).progress();
+        assert_eq!((p.remaining_ms, p.reported_ms), (80_000, 11_000));
+        assert_eq!(p.remaining_ms_at(21_000), Some(70_000));
+        assert_eq!(p.attained_ms_at(21_000), 20_000);
+
+        // Preempted at 21 s: the checkpointed job banks 20 s and keeps 70 s
+        // left; the other starts over from its estimate.
+        s.set_now(21_000);
+        s.evict(ckpt).unwrap();
+        s.evict(fresh).unwrap();
+        let p = s.cluster().job(0).progress();
+        assert_eq!(
+            (p.started_ms, p.attained_ms, p.remaining_ms),
+            (0, 20_000, 70_000)
+        );
+        assert_eq!(
+            p.remaining_ms_at(99_000),
+            Some(70_000),
+            "a stopped job does not progress"
+        );
+        let p = s.cluster().job(1).progress();
+        assert_eq!(
+            (p.attained_ms, p.remaining_ms, p.remaining_workers),
+            (20_000, 50_000, 1)
+        );
+
+        s.begin_round(10);
+        mirror.apply(&s.delta_since(0).unwrap()).unwrap();
+        assert_eq!(mirror.to_snapshot(), s.snapshot());
+        assert!(matches!(
+            s.report_progress(JobId(999), 1),
+            Err(StateError::UnknownJob(_))
+        ));
+    }
+
+    #[test]
+    fn gpu_speeds_reach_the_mirror_before_and_after_the_model_appears() {
+        let mut s = ClusterState::new();
+        let mut mirror = Cluster::from_snapshot(s.snapshot()).unwrap();
+        s.set_gpu_model_speed("T4", 333).unwrap();
+        s.add_node(node("v", 2)).unwrap();
+        let mut t4 = node("t", 2);
+        t4.gpu_model = "T4".into();
+        s.add_node(t4).unwrap();
+        let (delta, _) = s.begin_round(10);
+        mirror.apply(&delta).unwrap();
+        let speeds: Vec<u32> = (0..4).map(|g| mirror.gpu(g).speed_permille()).collect();
+        assert_eq!(speeds, vec![1000, 1000, 333, 333]);
+
+        s.set_gpu_model_speed("V100", 2_000).unwrap();
+        s.set_gpu_model_speed("T4", 333).unwrap(); // unchanged: no event
+        let (delta, _) = s.begin_round(10);
+        assert_eq!(delta.events, vec![Event::GpuModelSpeedChanged(0, 2_000)]);
+        mirror.apply(&delta).unwrap();
+        assert_eq!(mirror.gpu(0).speed_permille(), 2_000);
+        assert_eq!(mirror.to_snapshot(), s.snapshot());
+
+        for bad in [0, MAX_SPEED_PERMILLE + 1] {
+            assert!(matches!(
+                s.set_gpu_model_speed("A100", bad),
+                Err(StateError::InvalidSpeed { .. })
+            ));
+        }
     }
 }

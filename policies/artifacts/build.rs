@@ -53,10 +53,12 @@ fn run() -> Result<(), String> {
     // The directory itself catches new crates; every file below it, edits
     // (cargo does not look inside a watched directory's subdirectories).
     println!("cargo:rerun-if-changed={}", policies_dir.display());
-    println!(
-        "cargo:rerun-if-changed={}",
-        workspace.join("wit").join("policy.wit").display()
-    );
+    for wit in [["policy.wit"].as_slice(), &["v0.1", "policy.wit"]] {
+        let path = wit
+            .iter()
+            .fold(workspace.join("wit"), |p, part| p.join(part));
+        println!("cargo:rerun-if-changed={}", path.display());
+    }
     watch_files(&policies_dir)?;
     // Example policies (documented in docs/writing-policies.md) opt in the same way.
     let examples_dir = workspace.join("examples");

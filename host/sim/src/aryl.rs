@@ -67,6 +67,8 @@ pub const INFERENCE_POOL: &str = "inference";
 pub const OPTIMUM_MAX_SUBSETS: u64 = 20_000;
 /// Preemption overhead the paper measured on its testbed (§7.5).
 pub const RESTART_OVERHEAD_MS: u64 = 63_000;
+/// Most decisions a reclaim plan may carry (`reclaim-request.max-decisions`).
+pub const RECLAIM_MAX_DECISIONS: u32 = 10_000;
 
 /// Knobs of the Aryl model.
 #[derive(Clone, Debug, Serialize)]
@@ -814,6 +816,7 @@ impl Model<'_> {
                 epoch: self.state.epoch(),
                 candidates: candidates.to_vec(),
                 count: count as u32,
+                max_decisions: RECLAIM_MAX_DECISIONS,
             };
             let plan = instance
                 .sync_to(&self.state)
@@ -825,7 +828,10 @@ impl Model<'_> {
                 Ok(plan)
                     if plan.nodes.len() == count
                         && plan.nodes.iter().all(|n| candidates.contains(n))
-                        && self.state.validate(&plan.decisions, u32::MAX).is_ok() =>
+                        && self
+                            .state
+                            .validate(&plan.decisions, RECLAIM_MAX_DECISIONS)
+                            .is_ok() =>
                 {
                     let cost = plan_cost(self.state.cluster(), &plan.nodes, &plan.decisions);
                     entry.record(cost, running, count, per_node);
@@ -847,6 +853,7 @@ impl Model<'_> {
             epoch: self.state.epoch(),
             candidates: candidates.clone(),
             count: count as u32,
+            max_decisions: RECLAIM_MAX_DECISIONS,
         };
         self.compare_with_optimum(&request);
         let plan = match self.reclaimer.as_mut() {
@@ -870,7 +877,7 @@ impl Model<'_> {
                 ));
             }
             self.state
-                .validate(&plan.decisions, u32::MAX)
+                .validate(&plan.decisions, RECLAIM_MAX_DECISIONS)
                 .map_err(|(i, e)| format!("decision {i}: {e}"))?;
             Ok(plan)
         });

@@ -1,6 +1,7 @@
 //! The engine: configuration, compilation (cached), and what each store holds.
 
-use super::bindings::{self, roles};
+use super::bindings::{v0_1, v0_2};
+use super::contract::ContractIndices;
 use super::fault::PolicyFault;
 use super::inspect::{ImportClass, Inspection, inspect_component};
 use super::instance::PolicyInstance;
@@ -69,9 +70,18 @@ pub struct HostState {
     pub(crate) logs_dropped: u64,
 }
 
-impl bindings::arbiter::policy::host::Host for HostState {
-    fn log(&mut self, level: bindings::arbiter::policy::host::LogLevel, message: String) {
-        use bindings::arbiter::policy::host::LogLevel as L;
+/// Severity of a guest log line, whichever contract version wrote it.
+#[derive(Clone, Copy)]
+enum LogLevel {
+    Trace,
+    Debug,
+    Info,
+    Warn,
+    Error,
+}
+
+impl HostState {
+    fn log_line(&mut self, level: LogLevel, message: String) {
         if self.log_budget == 0 {
             self.logs_dropped += 1;
             return;
@@ -87,30 +97,40 @@ impl bindings::arbiter::policy::host::Host for HostState {
         }
         let policy = &*self.policy;
         match level {
-            L::Trace => tracing::trace!(policy, "{message}"),
-            L::Debug => tracing::debug!(policy, "{message}"),
-            L::Info => tracing::info!(policy, "{message}"),
-            L::Warn => tracing::warn!(policy, "{message}"),
-            L::Error => tracing::error!(policy, "{message}"),
+            LogLevel::Trace => tracing::trace!(policy, "{message}"),
+            LogLevel::Debug => tracing::debug!(policy, "{message}"),
+            LogLevel::Info => tracing::info!(policy, "{message}"),
+            LogLevel::Warn => tracing::warn!(policy, "{message}"),
+            LogLevel::Error => tracing::error!(policy, "{message}"),
         }
     }
-
-    fn now_ms(&mut self) -> u64 {
-        self.now_ms
-    }
 }
 
-/// Indices of the roles a component exports (`meta` is mandatory).
-#[derive(Clone)]
-pub(crate) struct RoleIndices {
-    pub meta: roles::meta::GuestIndices,
-    pub sync: Option<roles::sync::GuestIndices>,
-    pub scheduler: Option<roles::scheduler::GuestIndices>,
-    pub reclaim: Option<roles::reclaim::GuestIndices>,
-    pub matcher: Option<roles::matcher::GuestIndices>,
-    pub coordinator: Option<roles::coordinator::GuestIndices>,
-    pub tenant: Option<roles::tenant::GuestIndices>,
+/// The `host` import of each served contract version: the same two calls.
+macro_rules! host_import {
+    ($v:ident) => {
+        impl $v::arbiter::policy::host::Host for HostState {
+            fn log(&mut self, level: $v::arbiter::policy::host::LogLevel, message: String) {
+                use $v::arbiter::policy::host::LogLevel as L;
+                let level = match level {
+                    L::Trace => LogLevel::Trace,
+                    L::Debug => LogLevel::Debug,
+                    L::Info => LogLevel::Info,
+                    L::Warn => LogLevel::Warn,
+                    L::Error => LogLevel::Error,
+                };
+                self.log_line(level, message);
+            }
+
+            fn now_ms(&mut self) -> u64 {
+                self.now_ms
+            }
+        }
+    };
 }
+
+host_import!(v0_2);
+host_import!(v0_1);
 
 /// A compiled, linked policy, ready to instantiate in microseconds.
 #[derive(Clone)]
@@ -120,7 +140,7 @@ pub struct CompiledPolicy {
     pub manifest: Manifest,
     pub inspection: Inspection,
     pub(crate) pre: InstancePre<HostState>,
-    pub(crate) roles: RoleIndices,
+    pub(crate) roles: ContractIndices,
     pub(crate) engine: PolicyEngine,
 }
 
@@ -136,6 +156,12 @@ impl CompiledPolicy {
 
     pub fn has_role(&self, role: Role) -> bool {
         self.roles().contains(&role)
+    }
+
+    /// The contract version the component was built against (`"0.2.0"`,
+    /// or `"0.1.0"` for one served through the adapter).
+    pub fn contract_version(&self) -> &'static str {
+        self.roles.version()
     }
 
     /// A fresh sandboxed instance.
@@ -292,10 +318,16 @@ impl PolicyEngine {
             }
         };
         let mut linker: Linker<HostState> = Linker::new(&self.inner.engine);
-        bindings::arbiter::policy::host::add_to_linker::<
+        v0_2::arbiter::policy::host::add_to_linker::<
             HostState,
             wasmtime::component::HasSelf<HostState>,
         >(&mut linker, |s| s)
+        .and_then(|()| {
+            v0_1::arbiter::policy::host::add_to_linker::<
+                HostState,
+                wasmtime::component::HasSelf<HostState>,
+            >(&mut linker, |s| s)
+        })
         .map_err(|e| PolicyFault::Abi(format!("linking host imports: {e:#}")))?;
         for (name, class) in &inspection.imports {
             if *class == ImportClass::FixedSeed {
@@ -318,21 +350,12 @@ impl PolicyEngine {
         let pre = linker
             .instantiate_pre(&component)
             .map_err(|e| PolicyFault::Abi(format!("linking component: {e:#}")))?;
-        let meta = roles::meta::GuestIndices::new(&pre).map_err(|e| {
-            let found: Vec<&String> = inspection.exports.iter().filter(|e| e.starts_with("arbiter:policy/")).collect();
-            PolicyFault::Abi(format!(
-                "component does not export `arbiter:policy/meta@0.1.0` (wrong world or contract version; it exports {found:?}): {e}"
-            ))
-        })?;
-        let roles = RoleIndices {
-            meta,
-            sync: roles::sync::GuestIndices::new(&pre).ok(),
-            scheduler: roles::scheduler::GuestIndices::new(&pre).ok(),
-            reclaim: roles::reclaim::GuestIndices::new(&pre).ok(),
-            matcher: roles::matcher::GuestIndices::new(&pre).ok(),
-            coordinator: roles::coordinator::GuestIndices::new(&pre).ok(),
-            tenant: roles::tenant::GuestIndices::new(&pre).ok(),
-        };
+        let found: Vec<&String> = inspection
+            .exports
+            .iter()
+            .filter(|e| e.starts_with("arbiter:policy/"))
+            .collect();
+        let roles = ContractIndices::find(&pre, &found).map_err(PolicyFault::Abi)?;
         let mut compiled = CompiledPolicy {
             digest,
             manifest: Manifest::default(),
@@ -350,7 +373,7 @@ impl PolicyEngine {
 }
 
 /// Every declared role must be exported; a scheduler, reclaim or matcher also needs `sync`.
-fn check_manifest(manifest: &Manifest, roles: &RoleIndices) -> Result<(), PolicyFault> {
+fn check_manifest(manifest: &Manifest, roles: &ContractIndices) -> Result<(), PolicyFault> {
     if manifest.name.trim().is_empty() {
         return Err(PolicyFault::BadAnswer("manifest has an empty name".into()));
     }
@@ -361,13 +384,7 @@ fn check_manifest(manifest: &Manifest, roles: &RoleIndices) -> Result<(), Policy
         let role = Role::parse(name).ok_or_else(|| {
             PolicyFault::BadAnswer(format!("manifest declares unknown role `{name}`"))
         })?;
-        let exported = match role {
-            Role::Scheduler => roles.scheduler.is_some() && roles.sync.is_some(),
-            Role::Reclaim => roles.reclaim.is_some() && roles.sync.is_some(),
-            Role::Matcher => roles.matcher.is_some() && roles.sync.is_some(),
-            Role::Coordinator => roles.coordinator.is_some(),
-            Role::Tenant => roles.tenant.is_some(),
-        };
+        let exported = roles.exports(role);
         if !exported {
             return Err(PolicyFault::Abi(format!(
                 "manifest declares role `{role}` but the component does not export it"

@@ -1,8 +1,8 @@
 //! One live policy instance — Wasm in a sandboxed store, or a native built-in —
 //! behind a single API, so the round driver has one path for both.
 
-use super::bindings::{roles, wit};
-use super::engine::{CompiledPolicy, HostState, RoleIndices};
+use super::contract::{Call, ContractExports};
+use super::engine::{CompiledPolicy, HostState};
 use super::fault::PolicyFault;
 use crate::state::{ClusterState, DeltaFeed};
 use arbiter_policy_sdk::model::*;
@@ -63,20 +63,9 @@ pub struct CallStats {
     pub fuel: Option<u64>,
 }
 
-/// The loaded exports of one Wasm instance.
-struct WasmExports {
-    meta: roles::meta::Guest,
-    sync: Option<roles::sync::Guest>,
-    scheduler: Option<roles::scheduler::Guest>,
-    reclaim: Option<roles::reclaim::Guest>,
-    matcher: Option<roles::matcher::Guest>,
-    coordinator: Option<roles::coordinator::Guest>,
-    tenant: Option<roles::tenant::Guest>,
-}
-
 struct WasmInstance {
     store: Store<HostState>,
-    exports: WasmExports,
+    exports: ContractExports,
     deadline: Duration,
     deadline_ticks: u64,
     memory_limit: usize,
@@ -122,7 +111,10 @@ impl PolicyInstance {
             .pre
             .instantiate(&mut store)
             .map_err(|e| PolicyFault::from_call_error(&e, config.deadline, config.memory_limit))?;
-        let exports = load_exports(&compiled.roles, &mut store, &instance)?;
+        let exports = compiled
+            .roles
+            .load(&mut store, &instance)
+            .map_err(|e| PolicyFault::Abi(format!("loading exports: {e:#}")))?;
         Ok(PolicyInstance {
             backend: Backend::Wasm(Box::new(WasmInstance {
                 store,
@@ -171,7 +163,7 @@ impl PolicyInstance {
     fn wasm_call<R>(
         &mut self,
         now_ms: u64,
-        call: impl FnOnce(&mut Store<HostState>, &WasmExports) -> Result<R, PolicyFault>,
+        call: impl FnOnce(&mut Store<HostState>, &ContractExports) -> Result<R, PolicyFault>,
     ) -> Result<R, PolicyFault> {
         if let Some(fault) = &self.poisoned {
             return Err(PolicyFault::Abi(format!(
@@ -241,8 +233,8 @@ impl PolicyInstance {
         if self.is_native() {
             return self.native_call(|p| p.manifest());
         }
-        let r = self.wasm_call(0, |store, ex| Ok(ex.meta.call_describe(store)));
-        self.lift(r).map(Into::into)
+        let r = self.wasm_call(0, |store, ex| Ok(ex.describe(store)));
+        self.lift(r)
     }
 
     pub fn configure(&mut self, config: &str) -> Result<(), PolicyFault> {
@@ -251,7 +243,7 @@ impl PolicyInstance {
                 .native_call(|p| p.configure(config))?
                 .map_err(PolicyFault::from_policy_error);
         }
-        let r = self.wasm_call(0, |store, ex| Ok(ex.meta.call_configure(store, config)));
+        let r = self.wasm_call(0, |store, ex| Ok(ex.configure(store, config)));
         self.lift_result(r)
     }
 
@@ -263,13 +255,9 @@ impl PolicyInstance {
             self.native_call(|p| p.resync(snapshot))?
                 .map_err(PolicyFault::from_policy_error)
         } else {
-            let snapshot: wit::Snapshot = snapshot.into();
             let r = self.wasm_call(now, |store, ex| {
-                let sync = ex
-                    .sync
-                    .as_ref()
-                    .ok_or_else(|| unsupported(Role::Scheduler))?;
-                Ok(sync.call_resync(store, &snapshot))
+                ex.resync(store, snapshot)
+                    .ok_or_else(|| unsupported(Role::Scheduler))
             });
             self.lift_result(r)
         };
@@ -284,13 +272,10 @@ impl PolicyInstance {
             self.native_call(|p| p.apply(delta))?
                 .map_err(PolicyFault::from_policy_error)
         } else {
-            let wdelta: wit::Delta = delta.clone().into();
+            let delta = delta.clone();
             let r = self.wasm_call(delta.now_ms, |store, ex| {
-                let sync = ex
-                    .sync
-                    .as_ref()
-                    .ok_or_else(|| unsupported(Role::Scheduler))?;
-                Ok(sync.call_apply(store, &wdelta))
+                ex.apply(store, delta)
+                    .ok_or_else(|| unsupported(Role::Scheduler))
             });
             self.lift_result(r)
         };
@@ -354,16 +339,11 @@ impl PolicyInstance {
             self.native_call(|p| p.schedule(round))?
                 .map_err(PolicyFault::from_policy_error)?
         } else {
-            let wround: wit::RoundInfo = round.into();
             let r = self.wasm_call(round.now_ms, |store, ex| {
-                let s = ex
-                    .scheduler
-                    .as_ref()
-                    .ok_or_else(|| unsupported(Role::Scheduler))?;
-                Ok(s.call_schedule(store, wround))
+                ex.schedule(store, round)
+                    .ok_or_else(|| unsupported(Role::Scheduler))
             });
-            let list: Vec<wit::Decision> = self.lift_result(r)?;
-            list.into_iter().map(Into::into).collect()
+            self.lift_result(r)?
         };
         if decisions.len() > round.max_decisions as usize {
             return Err(PolicyFault::TooManyDecisions {
@@ -380,15 +360,11 @@ impl PolicyInstance {
                 .native_call(|p| p.reclaim(request))?
                 .map_err(PolicyFault::from_policy_error);
         }
-        let wreq: wit::ReclaimRequest = request.into();
         let r = self.wasm_call(0, |store, ex| {
-            let s = ex
-                .reclaim
-                .as_ref()
-                .ok_or_else(|| unsupported(Role::Reclaim))?;
-            Ok(s.call_reclaim(store, &wreq))
+            ex.reclaim(store, request)
+                .ok_or_else(|| unsupported(Role::Reclaim))
         });
-        self.lift_result(r).map(Into::into)
+        self.lift_result(r)
     }
 
     pub fn match_workloads(&mut self, request: MatchRequest) -> Result<Vec<Pairing>, PolicyFault> {
@@ -397,16 +373,11 @@ impl PolicyInstance {
                 .native_call(|p| p.match_workloads(request))?
                 .map_err(PolicyFault::from_policy_error);
         }
-        let wreq: wit::MatchRequest = request.into();
         let r = self.wasm_call(0, |store, ex| {
-            let s = ex
-                .matcher
-                .as_ref()
-                .ok_or_else(|| unsupported(Role::Matcher))?;
-            Ok(s.call_match_workloads(store, &wreq))
+            ex.match_workloads(store, request)
+                .ok_or_else(|| unsupported(Role::Matcher))
         });
-        let list: Vec<wit::Pairing> = self.lift_result(r)?;
-        Ok(list.into_iter().map(Into::into).collect())
+        self.lift_result(r)
     }
 
     pub fn tick(&mut self, view: NodeView) -> Result<Vec<NodeAction>, PolicyFault> {
@@ -416,16 +387,11 @@ impl PolicyInstance {
                 .map_err(PolicyFault::from_policy_error);
         }
         let now = view.now_ms;
-        let wview: wit::NodeView = view.into();
         let r = self.wasm_call(now, |store, ex| {
-            let s = ex
-                .coordinator
-                .as_ref()
-                .ok_or_else(|| unsupported(Role::Coordinator))?;
-            Ok(s.call_tick(store, &wview))
+            ex.tick(store, view)
+                .ok_or_else(|| unsupported(Role::Coordinator))
         });
-        let list: Vec<wit::NodeAction> = self.lift_result(r)?;
-        Ok(list.into_iter().map(Into::into).collect())
+        self.lift_result(r)
     }
 
     pub fn order(&mut self, view: TenantView) -> Result<TenantVerdict, PolicyFault> {
@@ -435,15 +401,11 @@ impl PolicyInstance {
                 .map_err(PolicyFault::from_policy_error);
         }
         let now = view.now_ms;
-        let wview: wit::TenantView = view.into();
         let r = self.wasm_call(now, |store, ex| {
-            let s = ex
-                .tenant
-                .as_ref()
-                .ok_or_else(|| unsupported(Role::Tenant))?;
-            Ok(s.call_order(store, &wview))
+            ex.order(store, view)
+                .ok_or_else(|| unsupported(Role::Tenant))
         });
-        self.lift_result(r).map(Into::into)
+        self.lift_result(r)
     }
 
     /// Maps a call's wasmtime error into a fault (poisoning the instance).
@@ -461,58 +423,7 @@ impl PolicyInstance {
     }
 
     /// Like [`Self::lift`], for calls whose guest result is `result<T, policy-error>`.
-    fn lift_result<T>(
-        &mut self,
-        r: Result<wasmtime::Result<Result<T, wit::PolicyError>>, PolicyFault>,
-    ) -> Result<T, PolicyFault> {
-        self.lift(r)?
-            .map_err(|e| PolicyFault::from_policy_error(e.into()))
+    fn lift_result<T>(&mut self, r: Result<Call<T>, PolicyFault>) -> Result<T, PolicyFault> {
+        self.lift(r)?.map_err(PolicyFault::from_policy_error)
     }
-}
-
-fn load_exports(
-    roles: &RoleIndices,
-    store: &mut Store<HostState>,
-    instance: &wasmtime::component::Instance,
-) -> Result<WasmExports, PolicyFault> {
-    let abi = |e: wasmtime::Error| PolicyFault::Abi(format!("loading exports: {e:#}"));
-    Ok(WasmExports {
-        meta: roles.meta.load(&mut *store, instance).map_err(abi)?,
-        sync: roles
-            .sync
-            .as_ref()
-            .map(|i| i.load(&mut *store, instance))
-            .transpose()
-            .map_err(abi)?,
-        scheduler: roles
-            .scheduler
-            .as_ref()
-            .map(|i| i.load(&mut *store, instance))
-            .transpose()
-            .map_err(abi)?,
-        reclaim: roles
-            .reclaim
-            .as_ref()
-            .map(|i| i.load(&mut *store, instance))
-            .transpose()
-            .map_err(abi)?,
-        matcher: roles
-            .matcher
-            .as_ref()
-            .map(|i| i.load(&mut *store, instance))
-            .transpose()
-            .map_err(abi)?,
-        coordinator: roles
-            .coordinator
-            .as_ref()
-            .map(|i| i.load(&mut *store, instance))
-            .transpose()
-            .map_err(abi)?,
-        tenant: roles
-            .tenant
-            .as_ref()
-            .map(|i| i.load(&mut *store, instance))
-            .transpose()
-            .map_err(abi)?,
-    })
 }

@@ -9,11 +9,13 @@
 //! * after any fault an instance is discarded, never re-entered.
 
 pub mod bindings;
+mod contract;
 mod engine;
 mod fault;
 mod inspect;
 mod instance;
 
+pub use contract::SERVED_VERSIONS;
 pub use engine::{CompiledPolicy, PolicyEngine, RuntimeConfig};
 pub use fault::PolicyFault;
 pub use inspect::{ImportClass, Inspection, inspect_component};

@@ -179,7 +179,8 @@ pub fn reclaim_with(
     unreserve.dedup();
     decisions.extend(unreserve.into_iter().map(Decision::Unreserve));
 
-    let mut plan = Plan::new(cluster);
+    // The host refuses a plan over its limit; better to say why here.
+    let mut plan = Plan::new(cluster).with_max_decisions(request.max_decisions);
     for d in &decisions {
         plan.apply(d.clone())
             .map_err(|e| PolicyError::Failed(format!("reclaim decision {d:?} is invalid: {e}")))?;

@@ -112,6 +112,7 @@ pub fn request(c: &TestCluster, candidates: Vec<u32>, count: u32) -> ReclaimRequ
         epoch: c.round(0).epoch,
         candidates,
         count,
+        max_decisions: 10_000,
     }
 }
 

@@ -67,6 +67,8 @@ pub struct Cluster {
     now_ms: u64,
     strings: Vec<String>,
     gpu_models: Vec<u32>,
+    /// Per model slot: its speed in permille of the reference model.
+    gpu_model_speed: Vec<u32>,
     pub(crate) nodes: NodeColumns,
     pub(crate) gpus: GpuColumns,
     /// Per GPU: its model's slot in `gpu_models` (for model masks).
@@ -234,8 +236,14 @@ impl Cluster {
                 jc.estimate_ms.len(),
                 jc.deadline_ms.len(),
                 jc.checkpointed.len(),
+                jc.started_ms.len(),
+                jc.attained_ms.len(),
+                jc.remaining_ms.len(),
+                jc.remaining_workers.len(),
+                jc.reported_ms.len(),
             ],
         )?;
+        check_len("gpu models", s.gpu_models.len(), &[s.gpu_model_speed.len()])?;
         let pc = &s.placements;
         check_len(
             "placements",
@@ -288,6 +296,7 @@ impl Cluster {
             now_ms: s.now_ms,
             strings: s.strings,
             gpu_models: s.gpu_models,
+            gpu_model_speed: s.gpu_model_speed,
             nodes: s.nodes,
             gpus: s.gpus,
             gpu_model_slot: Vec::new(),
@@ -330,6 +339,7 @@ impl Cluster {
             now_ms: self.now_ms,
             strings: self.strings.clone(),
             gpu_models: self.gpu_models.clone(),
+            gpu_model_speed: self.gpu_model_speed.clone(),
             nodes: self.nodes.clone(),
             gpus: self.gpus.clone(),
             jobs: self.jobs.clone(),
@@ -372,7 +382,9 @@ impl Cluster {
         match event {
             Event::StringsAdded(strings) => self.strings.extend(strings.iter().cloned()),
             Event::GpuModelsAdded(models) => {
-                self.gpu_models.extend_from_slice(models);
+                self.gpu_models.extend(models.iter().map(|&(name, _)| name));
+                self.gpu_model_speed
+                    .extend(models.iter().map(|&(_, speed)| speed));
                 let slots: Vec<u8> = self
                     .gpus
                     .model
@@ -384,6 +396,10 @@ impl Cluster {
                 for n in 0..self.node_count() {
                     self.touch(n);
                 }
+            }
+            Event::GpuModelSpeedChanged(slot, speed) => {
+                let s = in_range("gpu model", *slot, self.gpu_model_speed.len())?;
+                self.gpu_model_speed[s] = *speed;
             }
             Event::NodeAdded(spec) => self.add_node(spec),
             Event::NodeStateChanged(node, state) => {
@@ -439,6 +455,20 @@ impl Cluster {
                     self.jobs.phase[j] = job_phase::RESERVED;
                 } else if nodes.is_empty() && self.jobs.phase[j] == job_phase::RESERVED {
                     self.jobs.phase[j] = job_phase::PENDING;
+                }
+            }
+            Event::JobProgress(progress) => {
+                for p in progress {
+                    in_range("job", p.job, self.job_count())?;
+                }
+                let jc = &mut self.jobs;
+                for p in progress {
+                    let j = p.job as usize;
+                    jc.started_ms[j] = p.started_ms;
+                    jc.attained_ms[j] = p.attained_ms;
+                    jc.remaining_ms[j] = p.remaining_ms;
+                    jc.remaining_workers[j] = p.remaining_workers;
+                    jc.reported_ms[j] = p.reported_ms;
                 }
             }
             Event::GpuMetrics(metrics) => {
@@ -507,6 +537,12 @@ impl Cluster {
         j.estimate_ms.push(s.estimate_ms);
         j.deadline_ms.push(s.deadline_ms);
         j.checkpointed.push(s.checkpointed);
+        // Until the host reports progress, what is left is the estimate.
+        j.started_ms.push(0);
+        j.attained_ms.push(0);
+        j.remaining_ms.push(s.estimate_ms);
+        j.remaining_workers.push(s.workers);
+        j.reported_ms.push(s.submit_ms);
         self.job_workers.push(Vec::new());
         self.job_reserved.push(Vec::new());
     }
@@ -533,6 +569,11 @@ impl Cluster {
         jc.estimate_ms.swap_remove(j);
         jc.deadline_ms.swap_remove(j);
         jc.checkpointed.swap_remove(j);
+        jc.started_ms.swap_remove(j);
+        jc.attained_ms.swap_remove(j);
+        jc.remaining_ms.swap_remove(j);
+        jc.remaining_workers.swap_remove(j);
+        jc.reported_ms.swap_remove(j);
         self.job_workers.swap_remove(j);
         self.job_reserved.swap_remove(j);
         if j != last {
@@ -661,6 +702,14 @@ impl Cluster {
     }
     pub fn gpu_models(&self) -> &[u32] {
         &self.gpu_models
+    }
+    /// Speed of the model at `slot` of [`Cluster::gpu_models`], in permille
+    /// of the reference model.
+    pub fn gpu_model_speed(&self, slot: usize) -> u32 {
+        self.gpu_model_speed
+            .get(slot)
+            .copied()
+            .unwrap_or(REFERENCE_SPEED_PERMILLE)
     }
     pub fn node(&self, index: u32) -> Node<'_> {
         Node {
@@ -807,6 +856,14 @@ impl<'a> Gpu<'a> {
     pub fn model(&self) -> &'a str {
         self.cluster.string(self.cluster.gpus.model[self.i()])
     }
+    /// The model's speed in permille of the reference model (1000 when the
+    /// operator gave none).
+    pub fn speed_permille(&self) -> u32 {
+        match self.cluster.gpu_model_slot[self.i()] {
+            NO_MODEL_SLOT => REFERENCE_SPEED_PERMILLE,
+            slot => self.cluster.gpu_model_speed(slot as usize),
+        }
+    }
     pub fn memory_mib(&self) -> u32 {
         self.cluster.gpus.memory_mib[self.i()]
     }
@@ -920,9 +977,31 @@ impl<'a> Job<'a> {
     pub fn submit_ms(&self) -> u64 {
         self.cols().submit_ms[self.i()]
     }
-    /// Estimated run time, `None` if unknown.
+    /// Estimated total run time at the submitted worker count, `None` if unknown.
     pub fn estimate_ms(&self) -> Option<u64> {
         Some(self.cols().estimate_ms[self.i()]).filter(|&e| e > 0)
+    }
+    /// Where the job stands: its runs and what is left of it.
+    pub fn progress(&self) -> JobProgress {
+        let c = self.cols();
+        let i = self.i();
+        JobProgress {
+            job: self.index,
+            started_ms: c.started_ms[i],
+            attained_ms: c.attained_ms[i],
+            remaining_ms: c.remaining_ms[i],
+            remaining_workers: c.remaining_workers[i],
+            reported_ms: c.reported_ms[i],
+        }
+    }
+    /// Run time left now, at [`JobProgress::remaining_workers`] workers;
+    /// `None` if unknown.
+    pub fn remaining_ms(&self) -> Option<u64> {
+        self.progress().remaining_ms_at(self.cluster.now_ms)
+    }
+    /// Run time so far, over all of the job's runs.
+    pub fn attained_ms(&self) -> u64 {
+        self.progress().attained_ms_at(self.cluster.now_ms)
     }
     pub fn deadline_ms(&self) -> Option<u64> {
         Some(self.cols().deadline_ms[self.i()]).filter(|&d| d > 0)

@@ -14,7 +14,19 @@ pub trait Conv<T> {
 macro_rules! identity_conv {
     ($($t:ty),*) => { $(impl Conv<$t> for $t { #[inline] fn conv(self) -> $t { self } })* };
 }
-identity_conv!(u8, u16, u32, u64, i32, i64, f32, f64, bool, String);
+identity_conv!(
+    u8,
+    u16,
+    u32,
+    u64,
+    i32,
+    i64,
+    f32,
+    f64,
+    bool,
+    String,
+    (u32, u32)
+);
 
 impl<A: Conv<B>, B> Conv<Vec<B>> for Vec<A> {
     #[inline]
@@ -24,27 +36,47 @@ impl<A: Conv<B>, B> Conv<Vec<B>> for Vec<A> {
 }
 
 /// Implements `From` both ways between `$crate::model` and a generated
-/// `types` module that must be in scope as `wit` at the call site.
+/// `types` module of the current contract that must be in scope as `wit` at
+/// the call site.
 #[macro_export]
 macro_rules! wit_conversions {
+    () => {
+        $crate::wit_conversions_shared!();
+        $crate::__wit_records! {
+            JobColumns { name, tenant, phase, kind, qos, priority, workers, min_workers, max_workers, cpu_milli,
+                memory_mib, gpus_per_worker, gpu_milli, gpu_memory_mib, gpu_model_mask, submit_ms, estimate_ms,
+                deadline_ms, checkpointed, started_ms, attained_ms, remaining_ms, remaining_workers, reported_ms }
+            Snapshot { epoch, now_ms, strings, gpu_models, gpu_model_speed, nodes, gpus, jobs, placements }
+            Delta { base_epoch, epoch, now_ms, events }
+            ReclaimRequest { epoch, candidates, count, max_decisions }
+            JobProgress { job, started_ms, attained_ms, remaining_ms, remaining_workers, reported_ms }
+        }
+        $crate::__wit_variant! { Event {
+            StringsAdded(a), GpuModelsAdded(a), NodeAdded(a), JobAdded(a), JobRemoved(a), JobEvicted(a),
+            GpuMetrics(a), JobProgress(a);
+            GpuModelSpeedChanged(a, b), NodeStateChanged(a, b), NodeLoanChanged(a, b), JobPlaced(a, b),
+            JobQosChanged(a, b), JobReserved(a, b)
+        } }
+    };
+}
+
+/// The conversions of the types contract 0.1 and 0.2 share, field for field.
+/// [`wit_conversions!`](crate::wit_conversions) uses them; the host's 0.1
+/// adapter uses them alone and writes the changed types' conversions itself.
+#[macro_export]
+macro_rules! wit_conversions_shared {
     () => {
         $crate::__wit_records! {
             NodeColumns { name, pool, state, cpu_milli, memory_mib, cpu_used_milli, memory_used_mib, first_gpu, gpu_count, on_loan }
             GpuColumns { node, model, memory_mib, milli_used, memory_used_mib }
-            JobColumns { name, tenant, phase, kind, qos, priority, workers, min_workers, max_workers, cpu_milli,
-                memory_mib, gpus_per_worker, gpu_milli, gpu_memory_mib, gpu_model_mask, submit_ms, estimate_ms,
-                deadline_ms, checkpointed }
             WorkerPlacement { node, gpus }
             PlacementColumns { job, node, gpu_start, gpu_len, gpus }
-            Snapshot { epoch, now_ms, strings, gpu_models, nodes, gpus, jobs, placements }
             NodeSpec { name, pool, cpu_milli, memory_mib, gpu_model, gpu_memory_mib, gpu_count, on_loan }
             JobSpec { name, tenant, kind, qos, priority, workers, min_workers, max_workers, cpu_milli, memory_mib,
                 gpus_per_worker, gpu_milli, gpu_memory_mib, gpu_model_mask, submit_ms, estimate_ms, deadline_ms,
                 checkpointed }
             GpuMetric { gpu, utilization_pct, sm_activity_pct, memory_used_mib }
-            Delta { base_epoch, epoch, now_ms, events }
             RoundInfo { epoch, now_ms, max_decisions }
-            ReclaimRequest { epoch, candidates, count }
             ReclaimPlan { nodes, decisions }
             WorkloadProfile { job, utilization_pct, sm_activity_pct, memory_mib, throughput }
             MatchRequest { epoch, online, offline, profiles }
@@ -59,11 +91,6 @@ macro_rules! wit_conversions {
             TenantVerdict { order, hold }
             Manifest { name, version, roles, description, default_config }
         }
-        $crate::__wit_variant! { Event {
-            StringsAdded(a), GpuModelsAdded(a), NodeAdded(a), JobAdded(a), JobRemoved(a), JobEvicted(a),
-            GpuMetrics(a);
-            NodeStateChanged(a, b), NodeLoanChanged(a, b), JobPlaced(a, b), JobQosChanged(a, b), JobReserved(a, b)
-        } }
         $crate::__wit_variant! { Decision {
             Unreserve(a), Preempt(a);
             Place(a, b), Reserve(a, b), ScaleOut(a, b), ScaleIn(a, b), SetQos(a, b), Migrate(a, b)

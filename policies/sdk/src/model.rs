@@ -92,6 +92,11 @@ pub struct JobColumns {
     pub estimate_ms: Vec<u64>,
     pub deadline_ms: Vec<u64>,
     pub checkpointed: Vec<bool>,
+    pub started_ms: Vec<u64>,
+    pub attained_ms: Vec<u64>,
+    pub remaining_ms: Vec<u64>,
+    pub remaining_workers: Vec<u32>,
+    pub reported_ms: Vec<u64>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -118,6 +123,7 @@ pub struct Snapshot {
     pub now_ms: u64,
     pub strings: Vec<String>,
     pub gpu_models: Vec<u32>,
+    pub gpu_model_speed: Vec<u32>,
     pub nodes: NodeColumns,
     pub gpus: GpuColumns,
     pub jobs: JobColumns,
@@ -169,11 +175,65 @@ pub struct GpuMetric {
     pub memory_used_mib: u32,
 }
 
+/// Where a job stands: `types.job-progress`. The host is its only source;
+/// [`JobProgress::remaining_ms_at`] and [`JobProgress::attained_ms_at`] are
+/// the one reading of it that host and guests share.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct JobProgress {
+    pub job: u32,
+    /// Start of the current run; 0 = not running.
+    pub started_ms: u64,
+    /// Run time of the earlier runs.
+    pub attained_ms: u64,
+    /// Run time left at `remaining_workers` workers, as of `reported_ms`; 0 = unknown.
+    pub remaining_ms: u64,
+    pub remaining_workers: u32,
+    pub reported_ms: u64,
+}
+
+impl JobProgress {
+    pub fn is_running(&self) -> bool {
+        self.started_ms > 0
+    }
+
+    /// Run time so far, including the current run up to `now_ms`.
+    pub fn attained_ms_at(&self, now_ms: u64) -> u64 {
+        let current = if self.is_running() {
+            now_ms.saturating_sub(self.started_ms)
+        } else {
+            0
+        };
+        self.attained_ms.saturating_add(current)
+    }
+
+    /// Run time left at `now_ms` (at `remaining_workers` workers), or `None`
+    /// when unknown. A running job has worked since the later of the report
+    /// and its start; a stopped one has not.
+    pub fn remaining_ms_at(&self, now_ms: u64) -> Option<u64> {
+        if self.remaining_ms == 0 {
+            return None;
+        }
+        let worked = if self.is_running() {
+            now_ms.saturating_sub(self.reported_ms.max(self.started_ms))
+        } else {
+            0
+        };
+        Some(self.remaining_ms.saturating_sub(worked))
+    }
+}
+
+/// Speed of a GPU model no one gave a speed for: the reference speed.
+pub const REFERENCE_SPEED_PERMILLE: u32 = 1000;
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Event {
     StringsAdded(Vec<String>),
-    GpuModelsAdded(Vec<u32>),
+    /// (string id, speed permille).
+    GpuModelsAdded(Vec<(u32, u32)>),
+    /// (slot in `gpu_models`, speed permille).
+    GpuModelSpeedChanged(u32, u32),
     NodeAdded(NodeSpec),
     NodeStateChanged(u32, u8),
     NodeLoanChanged(u32, bool),
@@ -184,6 +244,7 @@ pub enum Event {
     JobQosChanged(u32, u8),
     JobReserved(u32, Vec<u32>),
     GpuMetrics(Vec<GpuMetric>),
+    JobProgress(Vec<JobProgress>),
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -258,6 +319,7 @@ pub struct ReclaimRequest {
     pub epoch: u64,
     pub candidates: Vec<u32>,
     pub count: u32,
+    pub max_decisions: u32,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

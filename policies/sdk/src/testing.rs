@@ -39,7 +39,7 @@ impl TestCluster {
         let slot = match self.cluster.gpu_models().iter().position(|&m| m == id) {
             Some(slot) => slot,
             None => {
-                self.event(Event::GpuModelsAdded(vec![id]));
+                self.event(Event::GpuModelsAdded(vec![(id, REFERENCE_SPEED_PERMILLE)]));
                 self.cluster.gpu_models().len() - 1
             }
         };
@@ -106,6 +106,23 @@ impl TestCluster {
             .iter()
             .map(|m| self.model_bit(m))
             .fold(0, |a, b| a | b)
+    }
+
+    /// Sets a GPU model's speed (permille of the reference), adding the model if new.
+    pub fn model_speed(&mut self, model: &str, speed_permille: u32) {
+        let slot = self.model_bit(model).trailing_zeros();
+        self.event(Event::GpuModelSpeedChanged(slot, speed_permille));
+    }
+
+    /// Reports a job's progress, as the host would.
+    pub fn progress(&mut self, progress: JobProgress) {
+        self.event(Event::JobProgress(vec![progress]));
+    }
+
+    /// Moves the clock (and the epoch) forward.
+    pub fn at(&mut self, now_ms: u64) {
+        let epoch = self.cluster.epoch() + 1;
+        self.cluster.set_epoch(epoch, now_ms);
     }
 
     /// Marks a job as running on these workers.

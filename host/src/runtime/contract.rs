@@ -1,0 +1,285 @@
+//! The contract versions a component may be built against, behind one API.
+//!
+//! The host serves the current minor (`0.2`) and the previous one (`0.1`,
+//! through the adapter in [`super::bindings::v0_1`]). At load,
+//! [`ContractIndices::find`] looks for `meta@0.2.x` first, then `meta@0.1.x`;
+//! from then on an instance's calls take and return SDK model types whatever
+//! its version, so the round driver, the validator and the journal have one
+//! path. Anything else is refused with an error naming every version served.
+
+use super::engine::HostState;
+use arbiter_policy_sdk::model::*;
+use wasmtime::Store;
+use wasmtime::component::{Instance, InstancePre};
+
+/// Contract versions the host serves, newest first.
+pub const SERVED_VERSIONS: [&str; 2] = ["0.2.0", "0.1.0"];
+
+/// A guest call's outcome: a trap or host error outside, the policy's own
+/// answer inside.
+pub(crate) type Call<T> = wasmtime::Result<Result<T, PolicyError>>;
+
+/// Generates, for one version's bindings module, the role indices found at
+/// load and the loaded exports, with calls in SDK model types.
+macro_rules! versioned {
+    ($m:ident = $v:ident) => {
+        pub(crate) mod $m {
+            use super::*;
+            use crate::runtime::bindings::$v::{roles, wit};
+
+            #[derive(Clone)]
+            pub(crate) struct Indices {
+                meta: roles::meta::GuestIndices,
+                sync: Option<roles::sync::GuestIndices>,
+                scheduler: Option<roles::scheduler::GuestIndices>,
+                reclaim: Option<roles::reclaim::GuestIndices>,
+                matcher: Option<roles::matcher::GuestIndices>,
+                coordinator: Option<roles::coordinator::GuestIndices>,
+                tenant: Option<roles::tenant::GuestIndices>,
+            }
+
+            pub(crate) struct Exports {
+                meta: roles::meta::Guest,
+                sync: Option<roles::sync::Guest>,
+                scheduler: Option<roles::scheduler::Guest>,
+                reclaim: Option<roles::reclaim::Guest>,
+                matcher: Option<roles::matcher::Guest>,
+                coordinator: Option<roles::coordinator::Guest>,
+                tenant: Option<roles::tenant::Guest>,
+            }
+
+            fn lift<T, W: Into<T>>(r: wasmtime::Result<Result<W, wit::PolicyError>>) -> Call<T> {
+                r.map(|inner| inner.map(Into::into).map_err(Into::into))
+            }
+
+            impl Indices {
+                /// `Err` when the component does not export this version's `meta`.
+                pub(crate) fn new(pre: &InstancePre<HostState>) -> wasmtime::Result<Self> {
+                    Ok(Indices {
+                        meta: roles::meta::GuestIndices::new(pre)?,
+                        sync: roles::sync::GuestIndices::new(pre).ok(),
+                        scheduler: roles::scheduler::GuestIndices::new(pre).ok(),
+                        reclaim: roles::reclaim::GuestIndices::new(pre).ok(),
+                        matcher: roles::matcher::GuestIndices::new(pre).ok(),
+                        coordinator: roles::coordinator::GuestIndices::new(pre).ok(),
+                        tenant: roles::tenant::GuestIndices::new(pre).ok(),
+                    })
+                }
+
+                pub(crate) fn exports(&self, role: Role) -> bool {
+                    match role {
+                        Role::Scheduler => self.scheduler.is_some() && self.sync.is_some(),
+                        Role::Reclaim => self.reclaim.is_some() && self.sync.is_some(),
+                        Role::Matcher => self.matcher.is_some() && self.sync.is_some(),
+                        Role::Coordinator => self.coordinator.is_some(),
+                        Role::Tenant => self.tenant.is_some(),
+                    }
+                }
+
+                pub(crate) fn load(
+                    &self,
+                    store: &mut Store<HostState>,
+                    instance: &Instance,
+                ) -> wasmtime::Result<Exports> {
+                    macro_rules! opt {
+                        ($f:ident) => {
+                            self.$f
+                                .as_ref()
+                                .map(|i| i.load(&mut *store, instance))
+                                .transpose()?
+                        };
+                    }
+                    Ok(Exports {
+                        meta: self.meta.load(&mut *store, instance)?,
+                        sync: opt!(sync),
+                        scheduler: opt!(scheduler),
+                        reclaim: opt!(reclaim),
+                        matcher: opt!(matcher),
+                        coordinator: opt!(coordinator),
+                        tenant: opt!(tenant),
+                    })
+                }
+            }
+
+            /// Each call is `None` when the role is not exported.
+            impl Exports {
+                pub(crate) fn describe(
+                    &self,
+                    store: &mut Store<HostState>,
+                ) -> wasmtime::Result<Manifest> {
+                    self.meta.call_describe(store).map(Into::into)
+                }
+                pub(crate) fn configure(
+                    &self,
+                    store: &mut Store<HostState>,
+                    config: &str,
+                ) -> Call<()> {
+                    lift(self.meta.call_configure(store, config))
+                }
+                pub(crate) fn resync(
+                    &self,
+                    store: &mut Store<HostState>,
+                    snapshot: Snapshot,
+                ) -> Option<Call<()>> {
+                    let s: wit::Snapshot = snapshot.into();
+                    Some(lift(self.sync.as_ref()?.call_resync(store, &s)))
+                }
+                pub(crate) fn apply(
+                    &self,
+                    store: &mut Store<HostState>,
+                    delta: Delta,
+                ) -> Option<Call<()>> {
+                    let d: wit::Delta = delta.into();
+                    Some(lift(self.sync.as_ref()?.call_apply(store, &d)))
+                }
+                pub(crate) fn schedule(
+                    &self,
+                    store: &mut Store<HostState>,
+                    round: RoundInfo,
+                ) -> Option<Call<Vec<Decision>>> {
+                    let r = self.scheduler.as_ref()?.call_schedule(store, round.into());
+                    Some(r.map(|inner| {
+                        inner
+                            .map(|list| list.into_iter().map(Into::into).collect())
+                            .map_err(Into::into)
+                    }))
+                }
+                pub(crate) fn reclaim(
+                    &self,
+                    store: &mut Store<HostState>,
+                    request: ReclaimRequest,
+                ) -> Option<Call<ReclaimPlan>> {
+                    let r: wit::ReclaimRequest = request.into();
+                    Some(lift(self.reclaim.as_ref()?.call_reclaim(store, &r)))
+                }
+                pub(crate) fn match_workloads(
+                    &self,
+                    store: &mut Store<HostState>,
+                    request: MatchRequest,
+                ) -> Option<Call<Vec<Pairing>>> {
+                    let r: wit::MatchRequest = request.into();
+                    let out = self.matcher.as_ref()?.call_match_workloads(store, &r);
+                    Some(out.map(|inner| {
+                        inner
+                            .map(|list| list.into_iter().map(Into::into).collect())
+                            .map_err(Into::into)
+                    }))
+                }
+                pub(crate) fn tick(
+                    &self,
+                    store: &mut Store<HostState>,
+                    view: NodeView,
+                ) -> Option<Call<Vec<NodeAction>>> {
+                    let v: wit::NodeView = view.into();
+                    let out = self.coordinator.as_ref()?.call_tick(store, &v);
+                    Some(out.map(|inner| {
+                        inner
+                            .map(|list| list.into_iter().map(Into::into).collect())
+                            .map_err(Into::into)
+                    }))
+                }
+                pub(crate) fn order(
+                    &self,
+                    store: &mut Store<HostState>,
+                    view: TenantView,
+                ) -> Option<Call<TenantVerdict>> {
+                    let v: wit::TenantView = view.into();
+                    Some(lift(self.tenant.as_ref()?.call_order(store, &v)))
+                }
+            }
+        }
+    };
+}
+
+versioned!(serve_v0_2 = v0_2);
+versioned!(serve_v0_1 = v0_1);
+
+/// The roles a component exports, under the contract version it was built for.
+#[derive(Clone)]
+pub(crate) enum ContractIndices {
+    V0_2(serve_v0_2::Indices),
+    V0_1(serve_v0_1::Indices),
+}
+
+/// A loaded instance's exports, under its contract version.
+pub(crate) enum ContractExports {
+    V0_2(serve_v0_2::Exports),
+    V0_1(serve_v0_1::Exports),
+}
+
+impl ContractIndices {
+    /// The newest served version the component exports `meta` of; the
+    /// error says what it exports instead.
+    pub(crate) fn find(pre: &InstancePre<HostState>, exported: &[&String]) -> Result<Self, String> {
+        match serve_v0_2::Indices::new(pre) {
+            Ok(i) => return Ok(ContractIndices::V0_2(i)),
+            Err(newest) => match serve_v0_1::Indices::new(pre) {
+                Ok(i) => return Ok(ContractIndices::V0_1(i)),
+                Err(_) => {
+                    let served: Vec<String> = SERVED_VERSIONS
+                        .iter()
+                        .map(|v| format!("`arbiter:policy/meta@{v}`"))
+                        .collect();
+                    Err(format!(
+                        "component does not export {} (wrong world or contract version; it exports {exported:?}): {newest}",
+                        served.join(" or ")
+                    ))
+                }
+            },
+        }
+    }
+
+    /// The contract version the component was built against.
+    pub(crate) fn version(&self) -> &'static str {
+        match self {
+            ContractIndices::V0_2(_) => SERVED_VERSIONS[0],
+            ContractIndices::V0_1(_) => SERVED_VERSIONS[1],
+        }
+    }
+
+    pub(crate) fn exports(&self, role: Role) -> bool {
+        match self {
+            ContractIndices::V0_2(i) => i.exports(role),
+            ContractIndices::V0_1(i) => i.exports(role),
+        }
+    }
+
+    pub(crate) fn load(
+        &self,
+        store: &mut Store<HostState>,
+        instance: &Instance,
+    ) -> wasmtime::Result<ContractExports> {
+        Ok(match self {
+            ContractIndices::V0_2(i) => ContractExports::V0_2(i.load(store, instance)?),
+            ContractIndices::V0_1(i) => ContractExports::V0_1(i.load(store, instance)?),
+        })
+    }
+}
+
+/// Forwards a call to whichever version's exports an instance has.
+macro_rules! forward {
+    ($( $name:ident($($arg:ident: $ty:ty),*) -> $out:ty; )*) => {
+        impl ContractExports {
+            $(
+                pub(crate) fn $name(&self, store: &mut Store<HostState>, $($arg: $ty),*) -> $out {
+                    match self {
+                        ContractExports::V0_2(e) => e.$name(store, $($arg),*),
+                        ContractExports::V0_1(e) => e.$name(store, $($arg),*),
+                    }
+                }
+            )*
+        }
+    };
+}
+
+forward! {
+    describe() -> wasmtime::Result<Manifest>;
+    configure(config: &str) -> Call<()>;
+    resync(snapshot: Snapshot) -> Option<Call<()>>;
+    apply(delta: Delta) -> Option<Call<()>>;
+    schedule(round: RoundInfo) -> Option<Call<Vec<Decision>>>;
+    reclaim(request: ReclaimRequest) -> Option<Call<ReclaimPlan>>;
+    match_workloads(request: MatchRequest) -> Option<Call<Vec<Pairing>>>;
+    tick(view: NodeView) -> Option<Call<Vec<NodeAction>>>;
+    order(view: TenantView) -> Option<Call<TenantVerdict>>;
+}

@@ -1,0 +1,94 @@
+//! The host serves the current contract (0.2) and the previous minor (0.1,
+//! through its adapter); the policies it ships are built against 0.2.
+
+use arbiter_host::runtime::{PolicyEngine, RuntimeConfig, SERVED_VERSIONS};
+use arbiter_host::state::{ClusterState, JobRequest, NodeRequest};
+use arbiter_policy_sdk::model::Decision;
+
+fn engine() -> PolicyEngine {
+    PolicyEngine::new(RuntimeConfig::default()).unwrap()
+}
+
+fn placed_jobs(decisions: &[Decision]) -> Vec<u32> {
+    decisions
+        .iter()
+        .map(|d| match d {
+            Decision::Place(j, _) => *j,
+            other => panic!("a first-fit scheduler only places, got {other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn builtins_are_built_against_the_current_contract() {
+    let engine = engine();
+    assert_eq!(SERVED_VERSIONS, ["0.2.0", "0.1.0"]);
+    for name in arbiter_policies::names() {
+        let compiled = engine
+            .compile(arbiter_policies::get(name).unwrap())
+            .unwrap();
+        assert_eq!(compiled.contract_version(), "0.2.0", "{name}");
+    }
+}
+
+/// A 0.1 component keeps working while the host emits what only 0.2 has:
+/// speeds, job progress, reclaim limits. Its mirror is fed by snapshot and
+/// by delta (both lowered by the adapter), and its decisions are validated
+/// and applied like any other.
+#[test]
+fn a_v0_1_component_is_served_through_the_adapter() {
+    let engine = engine();
+    let compiled = engine
+        .compile(arbiter_policies::fixture("contract-v0-1").unwrap())
+        .unwrap();
+    assert_eq!(compiled.contract_version(), "0.1.0");
+    assert_eq!(compiled.manifest.name, "contract-v0-1");
+
+    let mut state = ClusterState::new();
+    state.set_gpu_model_speed("T4", 333).unwrap();
+    state
+        .add_node(NodeRequest::gpus("v0", "training", "V100", 32_768, 4))
+        .unwrap();
+    state
+        .add_node(NodeRequest::gpus("t0", "inference", "T4", 16_384, 2))
+        .unwrap();
+    let a = state.submit(JobRequest::gpus("a", "t", 1, 2)).unwrap();
+    state.submit(JobRequest::gpus("b", "t", 1, 2)).unwrap();
+    state.submit(JobRequest::gpus("c", "t", 1, 4)).unwrap();
+
+    // Round 1: the mirror comes from a snapshot.
+    let (_, round) = state.begin_round(100);
+    let mut instance = compiled.instantiate().unwrap();
+    instance.sync_to(&state).unwrap();
+    let decisions = instance.schedule(round).unwrap();
+    assert_eq!(placed_jobs(&decisions), vec![0, 1], "c does not fit");
+    state.validate(&decisions, 100).unwrap();
+    state.apply(decisions).unwrap();
+
+    // Events 0.1 has no words for, between the rounds.
+    state.set_now(60_000);
+    state.report_progress(a, 1_000).unwrap();
+    state.set_gpu_model_speed("V100", 1_100).unwrap();
+    state.submit(JobRequest::gpus("d", "t", 1, 2)).unwrap();
+
+    // Round 2: the mirror catches up by delta; `d` fits only on the T4 node.
+    let (delta, round) = state.begin_round(100);
+    assert!(
+        delta.events.iter().any(|e| matches!(
+            e,
+            arbiter_policy_sdk::model::Event::JobProgress(_)
+                | arbiter_policy_sdk::model::Event::GpuModelSpeedChanged(..)
+        )),
+        "the round must carry 0.2-only events for this test to mean anything"
+    );
+    instance.sync_to(&state).unwrap();
+    assert_eq!(instance.mirror_epoch(), Some(state.epoch()));
+    let decisions = instance.schedule(round).unwrap();
+    assert_eq!(placed_jobs(&decisions), vec![3]);
+    match &decisions[0] {
+        Decision::Place(_, w) => assert_eq!(w[0].node, 1),
+        _ => unreachable!(),
+    }
+    state.validate(&decisions, 100).unwrap();
+    state.apply(decisions).unwrap();
+}
