@@ -46,7 +46,7 @@ use anyhow::{Context, bail};
 use arbiter_host::registry::PolicySlot;
 use arbiter_host::rounds::{RoundDriver, Served};
 use arbiter_host::runtime::{CompiledPolicy, PolicyInstance};
-use arbiter_host::state::{ClusterState, JobId, JobRequest, NodeRequest};
+use arbiter_host::state::{ClusterState, JobId, JobRequest, MAX_SPEED_PERMILLE, NodeRequest};
 use arbiter_policy_sdk::model::{Decision, ReclaimRequest, node_state};
 use arbiter_traces::genai::{DemandMetric, LoraRequest, demand_curve};
 use arbiter_traces::philly::PhillyTrace;
@@ -101,6 +101,9 @@ pub struct ArylSimConfig {
     pub drain_ms: u64,
     /// Seed of the policies' tie-breaking (Random reclaim).
     pub seed: u64,
+    /// Extra configuration lines for the Aryl family (e.g.
+    /// `slow_spill = "always"`), after the ones the model sets.
+    pub policy_config: String,
 }
 
 impl Default for ArylSimConfig {
@@ -119,6 +122,7 @@ impl Default for ArylSimConfig {
             round_interval_ms: 30_000,
             drain_ms: 60 * 86_400_000,
             seed: 42,
+            policy_config: String::new(),
         }
     }
 }
@@ -594,6 +598,8 @@ struct Track {
     resume_at: u64,
     /// Preempted since its last start: the next start pays the overhead.
     restart_pending: bool,
+    /// The rate of the last progress report to the host (0 = none since it stopped).
+    reported_rate: f64,
 }
 
 struct Model<'a> {
@@ -642,8 +648,10 @@ impl Model<'_> {
         }
     }
 
-    /// Recomputes every running job's rate from its placement.
-    fn refresh_rates(&mut self) {
+    /// Recomputes every running job's rate from its placement, and reports
+    /// to the host what each job whose rate changed has left (the contract's
+    /// `remaining-ms`, as a training framework would report it).
+    fn refresh_rates(&mut self) -> anyhow::Result<()> {
         let cluster = self.state.cluster();
         let mut rates = Vec::new();
         for job in cluster.running_jobs() {
@@ -669,12 +677,27 @@ impl Model<'_> {
             self.track[k].rate = 0.0;
         }
         self.active.clear();
+        let now = self.state.now_ms();
         for (k, r) in rates {
-            self.track[k].rate = r;
+            let t = &mut self.track[k];
+            t.rate = r;
             if r > 0.0 {
                 self.active.push(k);
             }
+            if r > 0.0 && r != t.reported_rate {
+                t.reported_rate = r;
+                let left =
+                    t.resume_at.saturating_sub(now) + (t.remaining.max(0.0) / r).ceil() as u64;
+                if let Some(id) = t.id {
+                    self.state
+                        .report_progress(id, left.max(1))
+                        .with_context(|| {
+                            format!("reporting progress of `{}`", self.jobs[k].name)
+                        })?;
+                }
+            }
         }
+        Ok(())
     }
 
     fn on_started(&mut self, id: JobId, now: u64) {
@@ -692,36 +715,60 @@ impl Model<'_> {
         }
     }
 
-    fn on_preempted(&mut self, id: JobId) {
+    /// A preempted job waits with what it has left; a checkpointed one
+    /// reports it, at the reference speed and its last worker count (the
+    /// host already reset one without a checkpoint to its estimate).
+    fn on_preempted(&mut self, id: JobId) -> anyhow::Result<()> {
         let Some(&k) = self.by_id.get(&id) else {
-            return;
+            return Ok(());
         };
         let t = &mut self.track[k];
         if !t.running {
-            return;
+            return Ok(());
         }
         t.running = false;
         t.rate = 0.0;
+        t.reported_rate = 0.0;
         t.restart_pending = true;
-        if !self.jobs[k].checkpointed {
-            t.remaining = t.work;
-        }
         self.m.preemptions += 1;
+        let spec = &self.jobs[k];
+        if !spec.checkpointed {
+            t.remaining = t.work;
+            return Ok(());
+        }
+        let remaining = t.remaining;
+        let Some(index) = self.state.job_index(id) else {
+            return Ok(());
+        };
+        let workers = self.state.cluster().job(index).workers();
+        let (min, max) = if self.cfg.elastic && spec.elastic {
+            (spec.min_workers, spec.max_workers)
+        } else {
+            (spec.workers, spec.workers)
+        };
+        let tp = throughput(self.cfg.speedup, workers, min, max);
+        if tp > 0.0 {
+            let left = (remaining.max(0.0) / tp).ceil() as u64;
+            self.state
+                .report_progress(id, left.max(1))
+                .with_context(|| format!("reporting progress of `{}`", spec.name))?;
+        }
+        Ok(())
     }
 
-    fn round(&mut self, now: u64) {
+    fn round(&mut self, now: u64) -> anyhow::Result<()> {
         let report = self.driver.run_round(&mut self.state);
         self.m.rounds += 1;
         if !report.faults.is_empty() || !matches!(report.served, Served::Active(_)) {
             self.m.policy_faults += 1;
         }
         for id in &report.applied.preempted {
-            self.on_preempted(*id);
+            self.on_preempted(*id)?;
         }
         for id in &report.applied.started {
             self.on_started(*id, now);
         }
-        self.refresh_rates();
+        self.refresh_rates()
     }
 
     /// GPUs in use per node.
@@ -946,9 +993,9 @@ impl Model<'_> {
             .map(|n| before[n as usize].saturating_sub(after[n as usize]))
             .sum();
         for id in &preempted {
-            self.on_preempted(*id);
+            self.on_preempted(*id)?;
         }
-        self.refresh_rates();
+        self.refresh_rates()?;
         self.m.reclaims += 1;
         self.m.servers_reclaimed += count as u64;
         self.m.reclaim_preemptions += preempted.len() as u64;
@@ -982,6 +1029,7 @@ fn aryl_config(name: &str, cfg: &ArylSimConfig) -> Option<String> {
             "speedup = \"sub-linear\"\nsublinear_loss = {loss_per_step}\n"
         ));
     }
+    text.push_str(&cfg.policy_config);
     Some(text)
 }
 
@@ -1026,6 +1074,11 @@ pub fn run_aryl(
         bail!("round_interval_ms must be positive");
     }
     let mut state = ClusterState::new();
+    // What the policies see of the T4's speed (contract 0.2 `gpu-model-speed`).
+    let t4_permille = (cfg.inference_speed * 1000.0)
+        .round()
+        .clamp(1.0, f64::from(MAX_SPEED_PERMILLE));
+    state.set_gpu_model_speed("T4", t4_permille as u32)?;
     let mut speed = Vec::new();
     for k in 0..cfg.training_nodes {
         state.add_node(NodeRequest {
@@ -1238,7 +1291,7 @@ pub fn run_aryl(
             next_bucket = (now / demand.bucket_ms.max(1) + 1) * demand.bucket_ms.max(1);
         }
         if dirty && now.is_multiple_of(interval) {
-            model.round(now);
+            model.round(now)?;
             dirty = false;
         }
     }

@@ -18,7 +18,9 @@
 //! (`paper_load_search`, ignored by default, re-runs that search). Other
 //! knobs: `ARBITER_ARYL_{TRAINING_NODES,INFERENCE_NODES,DAYS,SAMPLE_EVERY}`,
 //! `ARBITER_ARYL_INFERENCE_SPEED` (T4 vs V100, default 1/3) and
-//! `ARBITER_ARYL_SPEEDUP=sub-linear` (§7.2). Skips (with a message) when the
+//! `ARBITER_ARYL_SPEEDUP=sub-linear` (§7.2); `ARBITER_ARYL_POLICY_CONFIG`
+//! adds lines to the Aryl policies' configuration (e.g.
+//! `slow_spill = "always"`). Skips (with a message) when the
 //! shared traces folder is missing.
 
 use arbiter_sim::aryl::{
@@ -88,6 +90,7 @@ fn philly_aryl_vs_baseline_and_reclaim_baselines() {
             Ok("sub-linear") => aryl_core::jct::Speedup::SubLinear { loss_per_step: 0.1 },
             _ => aryl_core::jct::Speedup::Linear,
         },
+        policy_config: std::env::var("ARBITER_ARYL_POLICY_CONFIG").unwrap_or_default(),
         ..ArylSimConfig::default()
     };
     let engine = arbiter_sim::engine(std::time::Duration::from_secs(30)).expect("engine");

@@ -21,7 +21,33 @@ training_pool = "training"
 inference_pool = "inference"
 # Seed of the Random reclaim baseline (mixed with the round's epoch).
 random_seed = 0
+# Inelastic jobs on servers slower than the training servers: "if-sooner"
+# (only when the slowdown costs less than waiting for fast GPUs to free up,
+# judged from the jobs' remaining times) or "always" (§5.3's plain preference).
+slow_spill = "if-sooner"
+# Units of the capacity phase one and the knapsack share out: "gpus" (the
+# unit of the knapsack's item weights) or "reference" (loaned GPUs counted at
+# their speed relative to the training GPUs, §5.2).
+capacity = "gpus"
 "#;
+
+/// What the allocation's capacity counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Capacity {
+    /// Whole GPUs, whatever their speed: the unit of the item weights.
+    Gpus,
+    /// GPUs weighted by their speed relative to the reference model.
+    Reference,
+}
+
+/// When an inelastic job may run on servers slower than the training ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlowSpill {
+    /// Only if the stretch is shorter than the wait for fast GPUs.
+    IfSooner,
+    /// Whenever the training servers are full (§5.3 as written).
+    Always,
+}
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
@@ -31,6 +57,8 @@ pub struct Config {
     pub training_pool: String,
     pub inference_pool: String,
     pub random_seed: u64,
+    pub slow_spill: SlowSpill,
+    pub capacity: Capacity,
 }
 
 impl Default for Config {
@@ -42,6 +70,8 @@ impl Default for Config {
             training_pool: "training".into(),
             inference_pool: "inference".into(),
             random_seed: 0,
+            slow_spill: SlowSpill::IfSooner,
+            capacity: Capacity::Gpus,
         }
     }
 }
@@ -121,6 +151,22 @@ impl Config {
                 "training_pool" => as_str(key, &value).map(|s| cfg.training_pool = s.into()),
                 "inference_pool" => as_str(key, &value).map(|s| cfg.inference_pool = s.into()),
                 "random_seed" => as_u64(key, &value).map(|v| cfg.random_seed = v),
+                "slow_spill" => as_str(key, &value).and_then(|s| {
+                    cfg.slow_spill = match s {
+                        "if-sooner" => SlowSpill::IfSooner,
+                        "always" => SlowSpill::Always,
+                        other => return Err(format!("unknown slow_spill `{other}`")),
+                    };
+                    Ok(())
+                }),
+                "capacity" => as_str(key, &value).and_then(|s| {
+                    cfg.capacity = match s {
+                        "gpus" => Capacity::Gpus,
+                        "reference" => Capacity::Reference,
+                        other => return Err(format!("unknown capacity `{other}`")),
+                    };
+                    Ok(())
+                }),
                 _ => Err(format!("unknown key `{key}`")),
             };
             r.map_err(|e| format!("line {}: {e}", n + 1))?;
@@ -163,6 +209,13 @@ mod tests {
         assert!(Config::parse("bogus = 1").is_err());
         assert!(Config::parse("max_dp_cells = \"x\"").is_err());
         assert!(Config::parse("speedup = \"quadratic\"").is_err());
+        let c = Config::parse("slow_spill = \"always\"\ncapacity = \"reference\"").unwrap();
+        assert_eq!(
+            (c.slow_spill, c.capacity),
+            (SlowSpill::Always, Capacity::Reference)
+        );
+        assert!(Config::parse("slow_spill = \"never\"").is_err());
+        assert!(Config::parse("capacity = \"watts\"").is_err());
         assert!(Config::parse("no equals sign").is_err());
     }
 }

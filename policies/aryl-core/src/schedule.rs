@@ -6,10 +6,18 @@
 //!   `max(min_workers, 1)` worker positions are its *base* demand and the
 //!   positions after them its *flexible* workers (placements list base
 //!   workers first and scale-outs append, so the convention holds);
-//! * capacity is counted in whole GPUs; a fractional worker counts as one.
+//! * capacity is counted in whole GPUs; a fractional worker counts as one;
+//! * with `capacity = "reference"`, capacity is normalised by GPU speed
+//!   (contract 0.2 `gpu-model-speed`): "the on-loan inference GPUs are
+//!   normalized relative to training GPUs when calculating the resource
+//!   capacity" (§5.2). The default counts GPUs, the unit the knapsack's item
+//!   weights are in (see `Capacity`);
+//! * run times are what the host last reported as left (contract 0.2
+//!   `remaining-ms`), so running and preempted jobs are valued by the work
+//!   they still have, not by their submitted estimate.
 
 use crate::alloc::{self, AllocParams, QueuedJob, RunningElastic};
-use crate::config::Config;
+use crate::config::{Capacity, Config, SlowSpill};
 use crate::jct::ElasticJob;
 use arbiter_policy_sdk::prelude::*;
 
@@ -44,6 +52,8 @@ enum Class {
 /// Per-node bookkeeping the placement needs on top of the [`Plan`].
 struct Book {
     kind: Vec<Kind>,
+    /// GPU speed relative to the reference model (1.0 = reference).
+    speed: Vec<f64>,
     /// Whole free GPUs (free milli-GPU = 1000), per the plan.
     free_whole: Vec<u32>,
     /// Whether any GPU of the node is (partly) in use.
@@ -84,8 +94,17 @@ impl Book {
                 }
             })
             .collect();
+        let speed = cluster
+            .nodes()
+            .map(|node| {
+                node.gpu_range()
+                    .next()
+                    .map_or(1.0, |g| f64::from(cluster.gpu(g).speed_permille()) / 1000.0)
+            })
+            .collect();
         let mut book = Book {
             kind,
+            speed,
             free_whole: vec![0; n],
             used: vec![false; n],
             base: vec![0; n],
@@ -242,6 +261,7 @@ fn pick_worker(
     book: &Book,
     job: Job<'_>,
     class: Class,
+    min_speed: f64,
     overlay: &Overlay,
 ) -> Option<WorkerPlacement> {
     let cluster = plan.cluster();
@@ -253,6 +273,9 @@ fn pick_worker(
         let (_, _, taken, extra_base, extra_flex) = overlay.node(node);
         let free = book.free_whole[n].saturating_sub(taken);
         if whole && free < need {
+            continue;
+        }
+        if book.speed[n] < min_speed {
             continue;
         }
         let empty = !book.used[n] && taken == 0;
@@ -280,12 +303,13 @@ fn choose_workers(
     book: &Book,
     job: Job<'_>,
     classes: &[Class],
+    min_speed: f64,
 ) -> Vec<WorkerPlacement> {
     let cluster = plan.cluster();
     let mut overlay = Overlay::default();
     let mut out = Vec::with_capacity(classes.len());
     for &class in classes {
-        let Some(w) = pick_worker(plan, book, job, class, &overlay) else {
+        let Some(w) = pick_worker(plan, book, job, class, min_speed, &overlay) else {
             break;
         };
         let mut whole = 0;
@@ -372,11 +396,67 @@ fn vacate_reclaiming(cluster: &Cluster, plan: &mut Plan<'_>, book: &mut Book) {
     }
 }
 
-fn estimate(job: Job<'_>, cfg: &Config) -> (f64, bool) {
-    match job.estimate_ms() {
-        Some(ms) => (ms as f64, true),
-        None => (cfg.default_estimate_ms as f64, false),
+/// Run time left and the worker count it holds at: the host's latest
+/// report, which starts as the submitted estimate at the submitted size
+/// (`false`: unknown, the configured default at the current size).
+fn remaining(job: Job<'_>, cfg: &Config) -> (f64, u32, bool) {
+    match job.remaining_ms() {
+        Some(ms) => (
+            ms.max(1) as f64,
+            job.progress().remaining_workers.max(1),
+            true,
+        ),
+        None => (cfg.default_estimate_ms as f64, job.workers().max(1), false),
     }
+}
+
+/// When the GPUs of the fast servers free up: (time left, GPUs) of each
+/// running worker on a server at the reference speed, soonest first. Known
+/// because the contract reports what each running job has left.
+fn fast_release_times(cluster: &Cluster, book: &Book, cfg: &Config) -> Vec<(f64, u32)> {
+    let mut out = Vec::new();
+    for job in cluster.running_jobs() {
+        let (left, _, _) = remaining(job, cfg);
+        for w in job.placement() {
+            let n = w.node as usize;
+            if book.usable(n) && book.speed[n] >= 1.0 {
+                out.push((left, w.gpus.len() as u32));
+            }
+        }
+    }
+    out.sort_by(|a, b| a.0.total_cmp(&b.0));
+    out
+}
+
+/// The slowest GPUs an inelastic job may run on. A job stretched onto
+/// slower servers finishes later than it would on fast ones; it goes there
+/// only if the stretch is shorter than its wait for fast GPUs
+/// (SlowSpill::IfSooner), or always (SlowSpill::Always, the plain
+/// preference of §5.3). The wait is until the fast GPUs that free up cover
+/// its own demand and the `ahead` GPUs of jobs before it that this round
+/// held back for fast servers.
+fn inelastic_min_speed(
+    job: Job<'_>,
+    cfg: &Config,
+    slowest: f64,
+    releases: &[(f64, u32)],
+    ahead: u32,
+) -> f64 {
+    if cfg.slow_spill == SlowSpill::Always || slowest >= 1.0 {
+        return 0.0;
+    }
+    let need = job.workers().max(1) * per_worker_gpus(job) + ahead;
+    let (left, _, _) = remaining(job, cfg);
+    let stretch = left * (1.0 / slowest - 1.0);
+    let mut freed = 0u32;
+    let wait = releases
+        .iter()
+        .find(|(_, gpus)| {
+            freed += gpus;
+            freed >= need
+        })
+        .map_or(f64::INFINITY, |(t, _)| *t);
+    if stretch <= wait { 0.0 } else { 1.0 }
 }
 
 /// Most placement attempts of the backfill pass per round.
@@ -390,26 +470,31 @@ pub fn schedule(cluster: &Cluster, round: &RoundInfo, cfg: &Config) -> Vec<Decis
 
     // ---- Allocation (Algorithm 2) ----
     let mut running = Vec::new();
-    let mut flexible_gpus = 0u64;
+    let unit = |node: usize| match cfg.capacity {
+        Capacity::Gpus => 1.0,
+        Capacity::Reference => book.speed[node],
+    };
+    let mut flexible_gpus = 0.0f64;
     for job in cluster.running_jobs() {
         if !job.is_elastic() || job.kind() != job_kind::TRAINING || plan.is_decided(job.index()) {
             continue;
         }
-        let current = job.placement().len() as u32;
-        let (est, _) = estimate(job, cfg);
+
+        let (left, at, _) = remaining(job, cfg);
         running.push(RunningElastic {
             key: job.index() as usize,
             job: ElasticJob::from_estimate(
                 effective_min(job),
                 job.max_workers(),
                 per_worker_gpus(job),
-                est,
-                current,
+                left,
+                at,
                 cfg.speedup,
             ),
         });
-        flexible_gpus +=
-            u64::from(current.saturating_sub(effective_min(job))) * u64::from(per_worker_gpus(job));
+        for w in &job.placement()[(effective_min(job) as usize).min(job.placement().len())..] {
+            flexible_gpus += f64::from(per_worker_gpus(job)) * unit(w.node as usize);
+        }
     }
     let mut queued = Vec::new();
     // Aryl schedules training jobs only ("we use “jobs” to simply refer to
@@ -419,7 +504,7 @@ pub fn schedule(cluster: &Cluster, round: &RoundInfo, cfg: &Config) -> Vec<Decis
         if job.kind() != job_kind::TRAINING {
             continue;
         }
-        let (est, known) = estimate(job, cfg);
+        let (left, at, known) = remaining(job, cfg);
         let (min, max) = if job.is_elastic() {
             (effective_min(job), job.max_workers())
         } else {
@@ -430,28 +515,50 @@ pub fn schedule(cluster: &Cluster, round: &RoundInfo, cfg: &Config) -> Vec<Decis
         }
         queued.push(QueuedJob {
             key: job.index() as usize,
-            job: ElasticJob::from_estimate(
-                min,
-                max,
-                per_worker_gpus(job),
-                est,
-                job.workers(),
-                cfg.speedup,
-            ),
+            job: ElasticJob::from_estimate(min, max, per_worker_gpus(job), left, at, cfg.speedup),
             runtime_known: known,
             submit_ms: job.submit_ms(),
         });
     }
-    let idle: u64 = cluster
+    let idle: f64 = cluster
         .nodes()
         .filter(|n| n.is_ready() && book.usable(n.index() as usize))
-        .map(|n| u64::from(book.free_whole[n.index() as usize]))
+        .map(|n| {
+            let i = n.index() as usize;
+            f64::from(book.free_whole[i]) * unit(i)
+        })
         .sum();
     let params = AllocParams {
         speedup: cfg.speedup,
         max_dp_cells: cfg.max_dp_cells,
     };
-    let allocation = alloc::allocate(&queued, &running, idle + flexible_gpus, params);
+    let capacity = (idle + flexible_gpus + 1e-9).floor() as u64;
+    let allocation = alloc::allocate(&queued, &running, capacity, params);
+    let slowest = (0..cluster.node_count())
+        .filter(|&n| book.usable(n))
+        .map(|n| book.speed[n])
+        .fold(1.0, f64::min);
+    let releases = if slowest < 1.0 {
+        fast_release_times(cluster, &book, cfg)
+    } else {
+        Vec::new()
+    };
+    // GPUs of inelastic jobs held back for fast servers so far this round.
+    let mut held_back = 0u32;
+    let min_speed = |job: Job<'_>, ahead: u32| {
+        if job.is_elastic() {
+            0.0
+        } else {
+            inelastic_min_speed(job, cfg, slowest, &releases, ahead)
+        }
+    };
+    let hold = |job: Job<'_>, min_speed: f64, placed: bool| {
+        if !placed && min_speed > 0.0 {
+            job.workers().max(1) * per_worker_gpus(job)
+        } else {
+            0
+        }
+    };
 
     // ---- Resizing down: give flexible GPUs back before placing (§5.2) ----
     let mut grow = Vec::new();
@@ -499,8 +606,10 @@ pub fn schedule(cluster: &Cluster, round: &RoundInfo, cfg: &Config) -> Vec<Decis
         } else {
             (vec![Class::Inelastic; target as usize], target)
         };
-        let workers = choose_workers(&plan, &book, job, &classes);
+        let floor = min_speed(job, held_back);
+        let workers = choose_workers(&plan, &book, job, &classes, floor);
         if (workers.len() as u32) < needed || workers.is_empty() {
+            held_back += hold(job, floor, false);
             continue;
         }
         apply_new_workers(
@@ -547,8 +656,10 @@ pub fn schedule(cluster: &Cluster, round: &RoundInfo, cfg: &Config) -> Vec<Decis
             continue;
         }
         attempts += 1;
-        let workers = choose_workers(&plan, &book, job, &classes);
+        let floor = min_speed(job, held_back);
+        let workers = choose_workers(&plan, &book, job, &classes, floor);
         if workers.len() as u32 != base || workers.is_empty() {
+            held_back += hold(job, floor, false);
             continue;
         }
         if apply_new_workers(
@@ -565,7 +676,7 @@ pub fn schedule(cluster: &Cluster, round: &RoundInfo, cfg: &Config) -> Vec<Decis
     // ---- Resizing up: running elastic jobs' new flexible workers ----
     grow.sort_by_key(|(job, _)| (std::cmp::Reverse(per_worker_gpus(*job)), job.index()));
     for (job, add) in grow {
-        let workers = choose_workers(&plan, &book, job, &vec![Class::Flex; add as usize]);
+        let workers = choose_workers(&plan, &book, job, &vec![Class::Flex; add as usize], 0.0);
         if workers.is_empty() {
             continue;
         }

@@ -430,3 +430,123 @@ fn full_scale_round_and_reclaim() {
         plan.decisions.len()
     );
 }
+
+// ---- contract 0.2: GPU speeds and remaining times ----
+
+/// One full training server whose job has `left_ms` to go, one free loaned
+/// T4 server at a third of the speed, and a queued 1-GPU inelastic job.
+fn full_training_and_a_slow_loan(left_ms: u64, queued_ms: u64) -> (TestCluster, u32, u32) {
+    let mut c = TestCluster::new();
+    let t0 = training(&mut c, "t0");
+    let l0 = loaned(&mut c, "i0");
+    c.model_speed("T4", 333);
+    let busy = job(&mut c, "busy", 1, 1, 1, 8, 10 * left_ms);
+    run_on(&mut c, busy, &[(t0, 0, 1, 8)]);
+    c.at(1_000);
+    c.progress(JobProgress {
+        job: busy,
+        started_ms: 1,
+        attained_ms: 0,
+        remaining_ms: left_ms,
+        remaining_workers: 1,
+        reported_ms: 1_000,
+    });
+    let q = job(&mut c, "queued", 1, 1, 1, 1, queued_ms);
+    (c, q, l0)
+}
+
+#[test]
+fn a_short_inelastic_job_spills_onto_slow_servers_a_long_one_waits() {
+    // The training server frees up in 1 h. A 10-minute job takes 30 min on
+    // a T4: sooner than waiting. A 10-hour job would take 30 h: it waits.
+    let (c, q, l0) = full_training_and_a_slow_loan(3_600_000, 600_000);
+    let d = schedule_valid::<ArylP>(&c, 100);
+    assert!(placed(&d, q).iter().all(|w| w.node == l0));
+
+    let (c, q, _) = full_training_and_a_slow_loan(3_600_000, 36_000_000);
+    let d = schedule_valid::<ArylP>(&c, 100);
+    assert!(d.iter().all(|d| d.job() != q), "{d:?}");
+
+    // §5.3 as written prefers training servers but always spills.
+    let mut rt = runtime::<ArylP>(&c);
+    rt.configure("slow_spill = \"always\"").unwrap();
+    let d = rt.schedule(c.round(100)).unwrap();
+    assert_valid(&c, &d);
+    assert_eq!(placed(&d, q).len(), 1);
+}
+
+#[test]
+fn equal_speeds_never_hold_a_job_back() {
+    // Without a speed (the T4 at the reference speed), the long job spills.
+    let mut c = TestCluster::new();
+    let t0 = training(&mut c, "t0");
+    let l0 = loaned(&mut c, "i0");
+    let busy = job(&mut c, "busy", 1, 1, 1, 8, 3_600_000);
+    run_on(&mut c, busy, &[(t0, 0, 1, 8)]);
+    let q = job(&mut c, "queued", 1, 1, 1, 1, 36_000_000);
+    let d = schedule_valid::<ArylP>(&c, 100);
+    assert!(placed(&d, q).iter().all(|w| w.node == l0));
+}
+
+#[test]
+fn loaned_capacity_counts_at_its_speed() {
+    // Counted at their speed, two loaned T4 servers (16 GPUs) at a quarter
+    // of the speed are worth 4 reference GPUs: phase one admits one 4-GPU
+    // job and the knapsack has nothing left for flexible workers. The other
+    // job still backfills onto what is physically free.
+    let mut c = TestCluster::new();
+    let l0 = loaned(&mut c, "i0");
+    let _l1 = loaned(&mut c, "i1");
+    c.model_speed("T4", 250);
+    let e0 = job(&mut c, "e0", 4, 16, 4, 1, 3_600_000);
+    let e1 = job(&mut c, "e1", 4, 16, 4, 1, 7_200_000);
+    let mut rt = runtime::<ArylP>(&c);
+    rt.configure("capacity = \"reference\"").unwrap();
+    let d = rt.schedule(c.round(100)).unwrap();
+    assert_valid(&c, &d);
+    // Phase two has no capacity left over for e0's flexible workers.
+    assert_eq!(placed(&d, e0).len(), 4, "{d:?}");
+    assert!(placed(&d, e0).iter().all(|w| w.node == l0));
+    // e1 came in by backfill, with its base demand only.
+    assert_eq!(placed(&d, e1).len(), 4, "{d:?}");
+}
+
+#[test]
+fn running_elastic_jobs_are_valued_by_what_they_have_left() {
+    // Two running elastic jobs submitted with the same estimate; one has
+    // almost finished. Phase two gives the free GPUs to the one with more
+    // work left (its JCT gains more from them).
+    let mut c = TestCluster::new();
+    let l0 = loaned(&mut c, "i0");
+    let l1 = loaned(&mut c, "i1");
+    let done = job(&mut c, "nearly-done", 1, 8, 1, 1, 36_000_000);
+    let fresh = job(&mut c, "fresh", 1, 8, 1, 1, 36_000_000);
+    run_on(&mut c, done, &[(l0, 0, 1, 1)]);
+    run_on(&mut c, fresh, &[(l1, 0, 1, 1)]);
+    let l2 = loaned(&mut c, "i2");
+    c.at(10_000);
+    c.progress(JobProgress {
+        job: done,
+        started_ms: 1,
+        attained_ms: 0,
+        remaining_ms: 60_000,
+        remaining_workers: 1,
+        reported_ms: 10_000,
+    });
+    // Leave only 6 free GPUs in all: the rest of i0 and i1 is taken.
+    let filler = job(&mut c, "filler", 1, 1, 2, 7, 36_000_000);
+    run_on(&mut c, filler, &[(l0, 1, 1, 7), (l1, 1, 1, 7)]);
+    let hog = job(&mut c, "hog", 1, 1, 1, 2, 36_000_000);
+    run_on(&mut c, hog, &[(l2, 0, 1, 2)]);
+    let d = schedule_valid::<ArylP>(&c, 100);
+    let grown = |j: u32| {
+        d.iter()
+            .filter_map(|d| match d {
+                Decision::ScaleOut(k, w) if *k == j => Some(w.len()),
+                _ => None,
+            })
+            .sum::<usize>()
+    };
+    assert_eq!(grown(fresh), 6, "{d:?}");
+    assert_eq!(grown(done), 0, "{d:?}");
+}
