@@ -341,6 +341,45 @@ pub async fn cancel(a: &CancelArgs) -> anyhow::Result<()> {
     }
 }
 
+#[derive(Args)]
+pub struct ProgressArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+    pub id: u64,
+    /// Run time the job has left at its current size (e.g. `45m`).
+    #[arg(long, value_parser = parse_duration)]
+    pub remaining: Duration,
+}
+
+pub async fn progress(a: &ProgressArgs) -> anyhow::Result<()> {
+    let mut c = connect(&a.conn).await?;
+    let p = c
+        .jobs
+        .report_progress(v1::ReportProgressRequest {
+            id: a.id,
+            remaining_ms: a.remaining.as_millis().try_into().unwrap_or(u64::MAX),
+        })
+        .await
+        .map_err(status_error)?
+        .into_inner();
+    if a.conn.json {
+        print_json(&serde_json::json!({
+            "id": a.id,
+            "started_ms": p.started_ms,
+            "attained_ms": p.attained_ms,
+            "remaining_ms": p.remaining_ms,
+            "remaining_workers": p.remaining_workers,
+            "reported_ms": p.reported_ms,
+        }))
+    } else {
+        println!(
+            "job {}: {} ms left at {} workers (reported at {} ms)",
+            a.id, p.remaining_ms, p.remaining_workers, p.reported_ms
+        );
+        Ok(())
+    }
+}
+
 // ------------------------------------------------------------------ policies
 
 #[derive(Subcommand)]

@@ -43,6 +43,8 @@ enum Command {
     Jobs(client::JobsArgs),
     /// Cancel a job.
     Cancel(client::CancelArgs),
+    /// Tell the policies what a job has left to run.
+    Progress(client::ProgressArgs),
     /// A/B experiments: split and shadow.
     #[command(subcommand)]
     Ab(client::AbCommand),
@@ -101,6 +103,7 @@ fn main() -> ExitCode {
         Command::Submit(a) => block_on(client::submit(a)),
         Command::Jobs(a) => block_on(client::jobs(a)),
         Command::Cancel(a) => block_on(client::cancel(a)),
+        Command::Progress(a) => block_on(client::progress(a)),
         Command::Ab(cmd) => block_on(client::ab(cmd)),
         Command::Top(a) => block_on(client::top(&a.conn)),
         Command::Nodes(cmd) => block_on(client::nodes(cmd)),

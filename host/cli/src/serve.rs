@@ -43,6 +43,26 @@ pub struct ServeArgs {
     /// An agent silent this long is lost and its jobs are rescheduled.
     #[arg(long, value_parser = parse_duration, default_value = "3s")]
     pub lost_after: Duration,
+    /// A GPU model's speed relative to the reference model, in permille, as
+    /// policies see it (e.g. `--gpu-speed T4=333`); repeatable.
+    #[arg(long = "gpu-speed", value_parser = parse_gpu_speed)]
+    pub gpu_speeds: Vec<(String, u32)>,
+}
+
+/// `MODEL=PERMILLE`, e.g. `T4=333`.
+fn parse_gpu_speed(s: &str) -> Result<(String, u32), String> {
+    let (model, permille) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}`: expected MODEL=PERMILLE, e.g. T4=333"))?;
+    let permille: u32 = permille
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}`: the speed must be a whole number of permille"))?;
+    let max = arbiter_host::state::MAX_SPEED_PERMILLE;
+    if model.trim().is_empty() || permille == 0 || permille > max {
+        return Err(format!("`{s}`: need a model name and a speed in 1..={max}"));
+    }
+    Ok((model.trim().to_string(), permille))
 }
 
 pub fn serve(a: &ServeArgs) -> anyhow::Result<()> {
@@ -62,6 +82,7 @@ pub fn serve(a: &ServeArgs) -> anyhow::Result<()> {
             default_duration: a.default_duration,
             heartbeat: a.heartbeat,
             lost_after: a.lost_after,
+            gpu_speeds: a.gpu_speeds.clone(),
             ..PlaneConfig::default()
         },
     };
@@ -209,4 +230,21 @@ pub fn replay(a: &ReplayArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_gpu_speed;
+
+    #[test]
+    fn gpu_speeds_parse_and_bad_ones_say_why() {
+        assert_eq!(parse_gpu_speed("T4=333"), Ok(("T4".to_string(), 333)));
+        assert_eq!(
+            parse_gpu_speed(" A100 = 2500"),
+            Ok(("A100".to_string(), 2500))
+        );
+        for bad in ["T4", "T4=", "T4=fast", "=333", "T4=0", "T4=100001"] {
+            assert!(parse_gpu_speed(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -328,6 +328,8 @@ fn control_plane(dir: &Path, fixtures: &cuda_workload::Fixtures) -> (Proc, Clust
                 "200ms",
                 "--lost-after",
                 "1s",
+                "--gpu-speed",
+                "T4=333",
             ])
             .arg("--data")
             .arg(&data),
@@ -492,6 +494,11 @@ fn agents_run_jobs_under_the_interposer_survive_loss_and_are_reconciled() {
     let j = c.job(long);
     assert_eq!(j["state"], "running", "{j}");
     assert_eq!(j["node"], second, "{j}");
+
+    // Its framework reports what is left; the policies' view takes it.
+    let p = c.cli(&["progress", &long.to_string(), "--remaining", "45m"]);
+    assert_eq!(p["remaining_ms"], 2_700_000, "{p}");
+    assert_eq!(p["remaining_workers"], 1, "{p}");
 
     // Cancel: the surviving copy is stopped too.
     c.cli(&["cancel", &long.to_string()]);

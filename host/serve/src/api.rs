@@ -170,6 +170,18 @@ impl v1::jobs_server::Jobs for Api {
         });
         Ok(Response::new(Box::pin(stream)))
     }
+    async fn report_progress(
+        &self,
+        request: Request<v1::ReportProgressRequest>,
+    ) -> Reply<v1::JobProgress> {
+        let caller = self.caller(&request)?;
+        let r = request.get_ref();
+        let progress = self
+            .plane
+            .lock()
+            .report_progress(&caller, r.id, r.remaining_ms)?;
+        Ok(Response::new(progress))
+    }
 }
 
 #[tonic::async_trait]

@@ -105,6 +105,19 @@ impl Journal {
                 continue;
             }
             match serde_json::from_str::<Record>(&line) {
+                Ok(Record::Snapshot {
+                    cell,
+                    wall_ms,
+                    mut snapshot,
+                }) => {
+                    // A journal from before contract 0.2 lacks its columns.
+                    snapshot.fill_absent_columns();
+                    journal.records.push(Record::Snapshot {
+                        cell,
+                        wall_ms,
+                        snapshot,
+                    });
+                }
                 Ok(r) => journal.records.push(r),
                 Err(e) => journal.skipped.push((i + 1, e.to_string())),
             }
@@ -168,6 +181,74 @@ mod tests {
         assert_eq!(j.records, vec![rec]);
         assert_eq!(j.skipped.len(), 1);
         assert_eq!(j.cells(), vec!["control".to_string()]);
+        Ok(())
+    }
+
+    /// A journal a 0.1 host wrote (no speeds, no progress columns, bare
+    /// model ids) still reads, and its snapshot still builds a mirror.
+    #[test]
+    fn reads_a_journal_written_before_contract_0_2() -> anyhow::Result<()> {
+        use arbiter_host::state::{ClusterState, JobRequest, NodeRequest};
+        let mut state = ClusterState::new();
+        state.add_node(NodeRequest::gpus("n0", "default", "V100", 32_768, 2))?;
+        let (delta, _) = state.begin_round(10);
+        state.submit(JobRequest::gpus("j", "t", 1, 1))?;
+        let snapshot = Record::Snapshot {
+            cell: "control".into(),
+            wall_ms: 1,
+            snapshot: Box::new(state.snapshot()),
+        };
+        let mut old_snapshot = serde_json::to_value(&snapshot)?;
+        let s = &mut old_snapshot["snapshot"];
+        s.as_object_mut().map(|o| o.remove("gpu_model_speed"));
+        for column in [
+            "started_ms",
+            "attained_ms",
+            "remaining_ms",
+            "remaining_workers",
+            "reported_ms",
+        ] {
+            s["jobs"].as_object_mut().map(|o| o.remove(column));
+        }
+        let mut old_round = serde_json::to_value(Record::Round(Box::new(RoundRecord {
+            cell: "control".into(),
+            delta,
+            round: RoundInfo::default(),
+            served: "active".into(),
+            slot: "default".into(),
+            generation: None,
+            digest: String::new(),
+            decisions: Vec::new(),
+            faults: Vec::new(),
+            fuel: None,
+            latency_us: 0,
+            policy_us: 0,
+        })))?;
+        let events = old_round["delta"]["events"]
+            .as_array_mut()
+            .ok_or_else(|| anyhow::anyhow!("no events"))?;
+        let models = events
+            .iter_mut()
+            .find_map(|e| e.get_mut("GpuModelsAdded"))
+            .ok_or_else(|| anyhow::anyhow!("no GpuModelsAdded in the round"))?;
+        *models = serde_json::json!([models[0][0]]);
+
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("old.jsonl");
+        std::fs::write(&path, format!("{old_snapshot}\n{old_round}\n"))?;
+        let j = Journal::read(&path)?;
+        assert!(j.skipped.is_empty(), "{:?}", j.skipped);
+        let Record::Snapshot { snapshot: read, .. } = &j.records[0] else {
+            anyhow::bail!("first record is not the snapshot");
+        };
+        assert_eq!(**read, state.snapshot(), "filled as a 0.2 host starts");
+        let Record::Round(round) = &j.records[1] else {
+            anyhow::bail!("second record is not the round");
+        };
+        assert!(round.delta.events.iter().any(|e| matches!(
+            e,
+            arbiter_policy_sdk::model::Event::GpuModelsAdded(m) if m[0].1 == 1000
+        )));
         Ok(())
     }
 }

@@ -65,6 +65,9 @@ pub struct PlaneConfig {
     pub lost_after: Duration,
     /// Write the decision journal (on by default; off only to measure its cost).
     pub journal: bool,
+    /// GPU speeds per model, in permille of the reference model, that
+    /// policies see (contract 0.2 `gpu-model-speed`); others run at 1000.
+    pub gpu_speeds: Vec<(String, u32)>,
 }
 
 impl Default for PlaneConfig {
@@ -79,6 +82,7 @@ impl Default for PlaneConfig {
             heartbeat: Duration::from_millis(500),
             lost_after: Duration::from_secs(3),
             journal: true,
+            gpu_speeds: Vec::new(),
         }
     }
 }
@@ -743,6 +747,45 @@ impl Plane {
             .map(StoredJob::to_proto)
             .ok_or_else(|| internal("cancelled job vanished"))?;
         Ok((job, ack))
+    }
+
+    /// Records what a job has left, for the policies of its cell.
+    pub fn report_progress(
+        &mut self,
+        caller: &Caller,
+        id: u64,
+        remaining_ms: u64,
+    ) -> Result<v1::JobProgress, ApiError> {
+        let Some(job) = self.jobs.get(&id).filter(|j| caller.may_see(&j.tenant)) else {
+            return Err(ApiError::NotFound(format!("no job {id}")));
+        };
+        if job.status.is_terminal() {
+            return Err(ApiError::FailedPrecondition(format!(
+                "job {id} already ended ({:?})",
+                job.status
+            )));
+        }
+        let Some(cell) = self.cells.iter_mut().find(|c| c.local.contains_key(&id)) else {
+            return Err(ApiError::FailedPrecondition(format!(
+                "job {id} is not in any cell yet"
+            )));
+        };
+        let local = cell.local[&id];
+        cell.state
+            .report_progress(local, remaining_ms)
+            .map_err(|e| internal(format!("recording progress of job {id}: {e}")))?;
+        let index = cell
+            .state
+            .job_index(local)
+            .ok_or_else(|| internal("reported job vanished from its cell"))?;
+        let p = cell.state.cluster().job(index).progress();
+        Ok(v1::JobProgress {
+            started_ms: p.started_ms,
+            attained_ms: p.attained_ms,
+            remaining_ms: p.remaining_ms,
+            remaining_workers: p.remaining_workers,
+            reported_ms: p.reported_ms,
+        })
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<v1::JobEvent> {
@@ -2098,6 +2141,11 @@ impl Plane {
             .map(|(arm, slot)| {
                 let mut state = ClusterState::new();
                 state.set_now(now);
+                for (model, permille) in &self.cfg.gpu_speeds {
+                    if let Err(e) = state.set_gpu_model_speed(model, *permille) {
+                        tracing::error!(model, error = %e, "GPU speed not applied");
+                    }
+                }
                 for (name, t) in &self.tenants {
                     if t.quota_gpus > 0 {
                         state.set_tenant_quota(name, Some(t.quota_gpus));

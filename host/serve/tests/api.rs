@@ -960,3 +960,62 @@ async fn watch_swap_rollback_stats_drain_abort_hash_split_metrics_and_reflection
     }
     running.shutdown().await.unwrap();
 }
+
+/// A job's tenant reports what it has left; the policies' view of the job
+/// (contract 0.2 `job-progress`) carries it. Nobody else may report, and an
+/// ended job takes no reports.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_report_progress_that_policies_see() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = server(dir.path(), 1, Duration::from_secs(600)).await;
+    let admin_token = running.new_admin_token.clone().unwrap();
+    let mut admin = client(&running, Some(&admin_token)).await;
+    let a_token = add_tenant(&mut admin, "team-a", 0).await;
+    let b_token = add_tenant(&mut admin, "team-b", 0).await;
+    let mut a = client(&running, Some(&a_token)).await;
+    let mut b = client(&running, Some(&b_token)).await;
+    let id = a
+        .jobs
+        .submit(v1::SubmitJobRequest {
+            spec: Some(spec("long", 2, 600_000)),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .id;
+    wait_state(&a, id, v1::JobState::Running).await;
+
+    let p = a
+        .jobs
+        .report_progress(v1::ReportProgressRequest {
+            id,
+            remaining_ms: 45_000,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((p.remaining_ms, p.remaining_workers), (45_000, 1));
+    assert!(p.started_ms > 0 && p.reported_ms >= p.started_ms, "{p:?}");
+
+    let e = b
+        .jobs
+        .report_progress(v1::ReportProgressRequest {
+            id,
+            remaining_ms: 1,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::NotFound);
+
+    a.jobs.cancel(v1::JobRef { id }).await.unwrap();
+    let e = a
+        .jobs
+        .report_progress(v1::ReportProgressRequest {
+            id,
+            remaining_ms: 1,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition);
+    running.shutdown().await.unwrap();
+}

@@ -212,9 +212,9 @@ impl ContractIndices {
     /// error says what it exports instead.
     pub(crate) fn find(pre: &InstancePre<HostState>, exported: &[&String]) -> Result<Self, String> {
         match serve_v0_2::Indices::new(pre) {
-            Ok(i) => return Ok(ContractIndices::V0_2(i)),
+            Ok(i) => Ok(ContractIndices::V0_2(i)),
             Err(newest) => match serve_v0_1::Indices::new(pre) {
-                Ok(i) => return Ok(ContractIndices::V0_1(i)),
+                Ok(i) => Ok(ContractIndices::V0_1(i)),
                 Err(_) => {
                     let served: Vec<String> = SERVED_VERSIONS
                         .iter()

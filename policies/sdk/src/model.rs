@@ -92,10 +92,16 @@ pub struct JobColumns {
     pub estimate_ms: Vec<u64>,
     pub deadline_ms: Vec<u64>,
     pub checkpointed: Vec<bool>,
+    // Since 0.2; absent from what a 0.1 host journaled (see `Snapshot::fill_absent_columns`).
+    #[cfg_attr(feature = "serde", serde(default))]
     pub started_ms: Vec<u64>,
+    #[cfg_attr(feature = "serde", serde(default))]
     pub attained_ms: Vec<u64>,
+    #[cfg_attr(feature = "serde", serde(default))]
     pub remaining_ms: Vec<u64>,
+    #[cfg_attr(feature = "serde", serde(default))]
     pub remaining_workers: Vec<u32>,
+    #[cfg_attr(feature = "serde", serde(default))]
     pub reported_ms: Vec<u64>,
 }
 
@@ -123,11 +129,40 @@ pub struct Snapshot {
     pub now_ms: u64,
     pub strings: Vec<String>,
     pub gpu_models: Vec<u32>,
+    #[cfg_attr(feature = "serde", serde(default))]
     pub gpu_model_speed: Vec<u32>,
     pub nodes: NodeColumns,
     pub gpus: GpuColumns,
     pub jobs: JobColumns,
     pub placements: PlacementColumns,
+}
+
+impl Snapshot {
+    /// Gives a snapshot written before contract 0.2 (e.g. in an old decision
+    /// journal) the columns it lacks, with the values a 0.2 host starts
+    /// from: models at the reference speed, and each job's progress as its
+    /// submitted estimate. Columns already present are left alone.
+    pub fn fill_absent_columns(&mut self) {
+        let models = self.gpu_models.len();
+        if self.gpu_model_speed.len() < models {
+            self.gpu_model_speed
+                .resize(models, REFERENCE_SPEED_PERMILLE);
+        }
+        let j = &mut self.jobs;
+        let n = j.name.len();
+        if j.started_ms.is_empty()
+            && j.attained_ms.is_empty()
+            && j.remaining_ms.is_empty()
+            && j.remaining_workers.is_empty()
+            && j.reported_ms.is_empty()
+        {
+            j.started_ms = vec![0; n];
+            j.attained_ms = vec![0; n];
+            j.remaining_ms = j.estimate_ms.clone();
+            j.remaining_workers = j.workers.clone();
+            j.reported_ms = j.submit_ms.clone();
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -230,8 +265,12 @@ pub const REFERENCE_SPEED_PERMILLE: u32 = 1000;
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Event {
     StringsAdded(Vec<String>),
-    /// (string id, speed permille).
-    GpuModelsAdded(Vec<(u32, u32)>),
+    /// (string id, speed permille). A 0.1 journal's bare ids read as the
+    /// reference speed.
+    GpuModelsAdded(
+        #[cfg_attr(feature = "serde", serde(deserialize_with = "models_added_compat"))]
+        Vec<(u32, u32)>,
+    ),
     /// (slot in `gpu_models`, speed permille).
     GpuModelSpeedChanged(u32, u32),
     NodeAdded(NodeSpec),
@@ -245,6 +284,28 @@ pub enum Event {
     JobReserved(u32, Vec<u32>),
     GpuMetrics(Vec<GpuMetric>),
     JobProgress(Vec<JobProgress>),
+}
+
+/// Reads `gpu-models-added` as written by 0.2 (`[[id, speed], …]`) or by a
+/// 0.1 host (`[id, …]`).
+#[cfg(feature = "serde")]
+fn models_added_compat<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Vec<(u32, u32)>, D::Error> {
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Entry {
+        WithSpeed((u32, u32)),
+        Bare(u32),
+    }
+    let entries: Vec<Entry> = serde::Deserialize::deserialize(d)?;
+    Ok(entries
+        .into_iter()
+        .map(|e| match e {
+            Entry::WithSpeed(pair) => pair,
+            Entry::Bare(id) => (id, REFERENCE_SPEED_PERMILLE),
+        })
+        .collect())
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
