@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 use arbiter_host::runtime::{
-    CompiledPolicy, ImportClass, PolicyEngine, RuntimeConfig, inspect_component,
+    CompiledPolicy, ImportClass, PolicyEngine, RuntimeConfig, SERVED_VERSIONS, inspect_component,
 };
 use clap::{Args, Subcommand};
 use serde::Serialize;
@@ -71,6 +71,8 @@ struct Report {
     version: Option<String>,
     description: Option<String>,
     roles: Vec<String>,
+    /// The contract version it was built against (`0.1.0` is served through the adapter).
+    contract: Option<String>,
     default_config: Option<String>,
     imports: Vec<ImportReport>,
 }
@@ -112,6 +114,7 @@ fn report(source: &str, bytes: &[u8], result: Result<CompiledPolicy, String>) ->
             version: Some(c.manifest.version.clone()),
             description: Some(c.manifest.description.clone()),
             roles: c.manifest.roles.clone(),
+            contract: Some(c.contract_version().to_string()),
             default_config: Some(c.manifest.default_config.clone()),
             imports,
         },
@@ -125,6 +128,7 @@ fn report(source: &str, bytes: &[u8], result: Result<CompiledPolicy, String>) ->
             version: None,
             description: None,
             roles: Vec::new(),
+            contract: None,
             default_config: None,
             imports,
         },
@@ -160,6 +164,14 @@ fn print_report(r: &Report) {
             r.version.as_deref().unwrap_or("")
         );
         println!("  roles        {}", r.roles.join(", "));
+        if let Some(v) = &r.contract {
+            let note = if v.as_str() == SERVED_VERSIONS[0] {
+                ""
+            } else {
+                " (an older contract, served through the host's adapter)"
+            };
+            println!("  contract     arbiter:policy@{v}{note}");
+        }
         println!("  description  {}", r.description.as_deref().unwrap_or(""));
         println!(
             "  digest       sha256:{}",
@@ -245,4 +257,30 @@ fn ls(args: &LsArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check_bytes(bytes: &[u8]) -> Report {
+        let engine = PolicyEngine::new(RuntimeConfig::default()).unwrap();
+        report("x", bytes, engine.compile(bytes).map_err(|e| e.to_string()))
+    }
+
+    #[test]
+    fn the_report_names_the_contract_a_policy_was_built_against() {
+        let current = check_bytes(arbiter_policies::get("fifo").unwrap());
+        assert_eq!(current.contract.as_deref(), Some("0.2.0"));
+        let old = check_bytes(arbiter_policies::fixture("contract-v0-1").unwrap());
+        assert!(old.ok, "{:?}", old.error);
+        assert_eq!(old.contract.as_deref(), Some("0.1.0"));
+        let refused = check_bytes(arbiter_policies::fixture("old-contract").unwrap());
+        assert!(!refused.ok);
+        let error = refused.error.unwrap_or_default();
+        assert!(
+            error.contains("@0.2.0") && error.contains("@0.1.0"),
+            "{error}"
+        );
+    }
 }
