@@ -728,7 +728,9 @@ impl Plane {
             .collect()
     }
 
-    pub fn cancel(&mut self, caller: &Caller, id: u64) -> Result<(v1::Job, Ack), ApiError> {
+    /// A job the caller may act on: theirs (a tenant learns nothing about
+    /// other tenants' job ids) and not ended.
+    fn live_job(&self, caller: &Caller, id: u64) -> Result<&StoredJob, ApiError> {
         let Some(job) = self.jobs.get(&id).filter(|j| caller.may_see(&j.tenant)) else {
             return Err(ApiError::NotFound(format!("no job {id}")));
         };
@@ -738,6 +740,11 @@ impl Plane {
                 job.status
             )));
         }
+        Ok(job)
+    }
+
+    pub fn cancel(&mut self, caller: &Caller, id: u64) -> Result<(v1::Job, Ack), ApiError> {
+        self.live_job(caller, id)?;
         self.stop_elsewhere(id, "");
         self.remove_from_cell(id);
         let ack = self.finish_job(id, JobStatus::Cancelled, "cancelled by request");
@@ -756,15 +763,7 @@ impl Plane {
         id: u64,
         remaining_ms: u64,
     ) -> Result<v1::JobProgress, ApiError> {
-        let Some(job) = self.jobs.get(&id).filter(|j| caller.may_see(&j.tenant)) else {
-            return Err(ApiError::NotFound(format!("no job {id}")));
-        };
-        if job.status.is_terminal() {
-            return Err(ApiError::FailedPrecondition(format!(
-                "job {id} already ended ({:?})",
-                job.status
-            )));
-        }
+        self.live_job(caller, id)?;
         let Some(cell) = self.cells.iter_mut().find(|c| c.local.contains_key(&id)) else {
             return Err(ApiError::FailedPrecondition(format!(
                 "job {id} is not in any cell yet"

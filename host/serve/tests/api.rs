@@ -118,16 +118,22 @@ async fn add_tenant(admin: &mut Client, name: &str, quota: u32) -> String {
         .token
 }
 
+/// The admin and two tenants without quota, `team-a` and `team-b`.
+async fn two_tenants(running: &Running) -> (Client, Client, Client) {
+    let admin_token = running.new_admin_token.clone().unwrap();
+    let mut admin = client(running, Some(&admin_token)).await;
+    let a_token = add_tenant(&mut admin, "team-a", 0).await;
+    let b_token = add_tenant(&mut admin, "team-b", 0).await;
+    let a = client(running, Some(&a_token)).await;
+    let b = client(running, Some(&b_token)).await;
+    (admin, a, b)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_run_to_completion_and_tenants_are_isolated() {
     let dir = tempfile::tempdir().unwrap();
     let running = server(dir.path(), 2, Duration::from_millis(200)).await;
-    let admin_token = running.new_admin_token.clone().unwrap();
-    let mut admin = client(&running, Some(&admin_token)).await;
-    let a_token = add_tenant(&mut admin, "team-a", 0).await;
-    let b_token = add_tenant(&mut admin, "team-b", 0).await;
-    let mut a = client(&running, Some(&a_token)).await;
-    let mut b = client(&running, Some(&b_token)).await;
+    let (mut admin, mut a, mut b) = two_tenants(&running).await;
 
     let id = a
         .jobs
@@ -968,12 +974,7 @@ async fn watch_swap_rollback_stats_drain_abort_hash_split_metrics_and_reflection
 async fn tenants_report_progress_that_policies_see() {
     let dir = tempfile::tempdir().unwrap();
     let running = server(dir.path(), 1, Duration::from_secs(600)).await;
-    let admin_token = running.new_admin_token.clone().unwrap();
-    let mut admin = client(&running, Some(&admin_token)).await;
-    let a_token = add_tenant(&mut admin, "team-a", 0).await;
-    let b_token = add_tenant(&mut admin, "team-b", 0).await;
-    let mut a = client(&running, Some(&a_token)).await;
-    let mut b = client(&running, Some(&b_token)).await;
+    let (_admin, mut a, mut b) = two_tenants(&running).await;
     let id = a
         .jobs
         .submit(v1::SubmitJobRequest {

@@ -105,6 +105,19 @@ fn as_str<'a>(key: &str, v: &Value<'a>) -> Result<&'a str, String> {
     }
 }
 
+/// One of a fixed set of names.
+fn as_choice<T: Copy>(key: &str, v: &Value<'_>, choices: &[(&str, T)]) -> Result<T, String> {
+    let name = as_str(key, v)?;
+    choices
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, value)| *value)
+        .ok_or_else(|| {
+            let names: Vec<&str> = choices.iter().map(|(n, _)| *n).collect();
+            format!("unknown {key} `{name}` (one of {})", names.join(", "))
+        })
+}
+
 fn as_u64(key: &str, v: &Value<'_>) -> Result<u64, String> {
     match v {
         Value::Num(n) => n
@@ -151,22 +164,21 @@ impl Config {
                 "training_pool" => as_str(key, &value).map(|s| cfg.training_pool = s.into()),
                 "inference_pool" => as_str(key, &value).map(|s| cfg.inference_pool = s.into()),
                 "random_seed" => as_u64(key, &value).map(|v| cfg.random_seed = v),
-                "slow_spill" => as_str(key, &value).and_then(|s| {
-                    cfg.slow_spill = match s {
-                        "if-sooner" => SlowSpill::IfSooner,
-                        "always" => SlowSpill::Always,
-                        other => return Err(format!("unknown slow_spill `{other}`")),
-                    };
-                    Ok(())
-                }),
-                "capacity" => as_str(key, &value).and_then(|s| {
-                    cfg.capacity = match s {
-                        "gpus" => Capacity::Gpus,
-                        "reference" => Capacity::Reference,
-                        other => return Err(format!("unknown capacity `{other}`")),
-                    };
-                    Ok(())
-                }),
+                "slow_spill" => as_choice(
+                    key,
+                    &value,
+                    &[
+                        ("if-sooner", SlowSpill::IfSooner),
+                        ("always", SlowSpill::Always),
+                    ],
+                )
+                .map(|v| cfg.slow_spill = v),
+                "capacity" => as_choice(
+                    key,
+                    &value,
+                    &[("gpus", Capacity::Gpus), ("reference", Capacity::Reference)],
+                )
+                .map(|v| cfg.capacity = v),
                 _ => Err(format!("unknown key `{key}`")),
             };
             r.map_err(|e| format!("line {}: {e}", n + 1))?;
