@@ -410,16 +410,51 @@ fn remaining(job: Job<'_>, cfg: &Config) -> (f64, u32, bool) {
     }
 }
 
-/// When the GPUs of the fast servers free up: (time left, GPUs) of each
-/// running worker on a server at the reference speed, soonest first. Known
-/// because the contract reports what each running job has left.
-fn fast_release_times(cluster: &Cluster, book: &Book, cfg: &Config) -> Vec<(f64, u32)> {
+/// The fastest and slowest GPUs Aryl may use this round.
+#[derive(Clone, Copy)]
+struct SpeedRange {
+    fastest: f64,
+    slowest: f64,
+}
+
+impl SpeedRange {
+    fn of(book: &Book) -> Self {
+        let usable = (0..book.speed.len()).filter(|&n| book.usable(n));
+        let (fastest, slowest) = usable
+            .map(|n| book.speed[n])
+            .fold((0.0f64, f64::INFINITY), |(hi, lo), v| {
+                (hi.max(v), lo.min(v))
+            });
+        if fastest > 0.0 {
+            SpeedRange { fastest, slowest }
+        } else {
+            SpeedRange {
+                fastest: 1.0,
+                slowest: 1.0,
+            }
+        }
+    }
+
+    fn uniform(&self) -> bool {
+        self.slowest >= self.fastest
+    }
+}
+
+/// When the GPUs of the fastest servers free up: (time left, GPUs) of each
+/// running worker on one, soonest first. Known because the contract reports
+/// what each running job has left.
+fn fast_release_times(
+    cluster: &Cluster,
+    book: &Book,
+    cfg: &Config,
+    speeds: SpeedRange,
+) -> Vec<(f64, u32)> {
     let mut out = Vec::new();
     for job in cluster.running_jobs() {
         let (left, _, _) = remaining(job, cfg);
         for w in job.placement() {
             let n = w.node as usize;
-            if book.usable(n) && book.speed[n] >= 1.0 {
+            if book.usable(n) && book.speed[n] >= speeds.fastest {
                 out.push((left, w.gpus.len() as u32));
             }
         }
@@ -438,16 +473,16 @@ fn fast_release_times(cluster: &Cluster, book: &Book, cfg: &Config) -> Vec<(f64,
 fn inelastic_min_speed(
     job: Job<'_>,
     cfg: &Config,
-    slowest: f64,
+    speeds: SpeedRange,
     releases: &[(f64, u32)],
     ahead: u32,
 ) -> f64 {
-    if cfg.slow_spill == SlowSpill::Always || slowest >= 1.0 {
+    if cfg.slow_spill == SlowSpill::Always || speeds.uniform() {
         return 0.0;
     }
     let need = job.workers().max(1) * per_worker_gpus(job) + ahead;
     let (left, _, _) = remaining(job, cfg);
-    let stretch = left * (1.0 / slowest - 1.0);
+    let stretch = left * (speeds.fastest / speeds.slowest - 1.0);
     let mut freed = 0u32;
     let wait = releases
         .iter()
@@ -456,7 +491,7 @@ fn inelastic_min_speed(
             freed >= need
         })
         .map_or(f64::INFINITY, |(t, _)| *t);
-    if stretch <= wait { 0.0 } else { 1.0 }
+    if stretch <= wait { 0.0 } else { speeds.fastest }
 }
 
 /// Most placement attempts of the backfill pass per round.
@@ -534,14 +569,11 @@ pub fn schedule(cluster: &Cluster, round: &RoundInfo, cfg: &Config) -> Vec<Decis
     };
     let capacity = (idle + flexible_gpus + 1e-9).floor() as u64;
     let allocation = alloc::allocate(&queued, &running, capacity, params);
-    let slowest = (0..cluster.node_count())
-        .filter(|&n| book.usable(n))
-        .map(|n| book.speed[n])
-        .fold(1.0, f64::min);
-    let releases = if slowest < 1.0 {
-        fast_release_times(cluster, &book, cfg)
-    } else {
+    let speeds = SpeedRange::of(&book);
+    let releases = if speeds.uniform() {
         Vec::new()
+    } else {
+        fast_release_times(cluster, &book, cfg, speeds)
     };
     // GPUs of inelastic jobs held back for fast servers so far this round.
     let mut held_back = 0u32;
@@ -549,11 +581,12 @@ pub fn schedule(cluster: &Cluster, round: &RoundInfo, cfg: &Config) -> Vec<Decis
         if job.is_elastic() {
             0.0
         } else {
-            inelastic_min_speed(job, cfg, slowest, &releases, ahead)
+            inelastic_min_speed(job, cfg, speeds, &releases, ahead)
         }
     };
-    let hold = |job: Job<'_>, min_speed: f64, placed: bool| {
-        if !placed && min_speed > 0.0 {
+    // What an unplaced job adds to the queue for the fastest servers.
+    let hold = |job: Job<'_>, min_speed: f64| {
+        if min_speed > 0.0 {
             job.workers().max(1) * per_worker_gpus(job)
         } else {
             0
@@ -609,7 +642,7 @@ pub fn schedule(cluster: &Cluster, round: &RoundInfo, cfg: &Config) -> Vec<Decis
         let floor = min_speed(job, held_back);
         let workers = choose_workers(&plan, &book, job, &classes, floor);
         if (workers.len() as u32) < needed || workers.is_empty() {
-            held_back += hold(job, floor, false);
+            held_back += hold(job, floor);
             continue;
         }
         apply_new_workers(
@@ -659,7 +692,7 @@ pub fn schedule(cluster: &Cluster, round: &RoundInfo, cfg: &Config) -> Vec<Decis
         let floor = min_speed(job, held_back);
         let workers = choose_workers(&plan, &book, job, &classes, floor);
         if workers.len() as u32 != base || workers.is_empty() {
-            held_back += hold(job, floor, false);
+            held_back += hold(job, floor);
             continue;
         }
         if apply_new_workers(

@@ -436,10 +436,20 @@ fn full_scale_round_and_reclaim() {
 /// One full training server whose job has `left_ms` to go, one free loaned
 /// T4 server at a third of the speed, and a queued 1-GPU inelastic job.
 fn full_training_and_a_slow_loan(left_ms: u64, queued_ms: u64) -> (TestCluster, u32, u32) {
+    full_training_and_a_slow_loan_at(left_ms, queued_ms, 1000, 333)
+}
+
+fn full_training_and_a_slow_loan_at(
+    left_ms: u64,
+    queued_ms: u64,
+    v100: u32,
+    t4: u32,
+) -> (TestCluster, u32, u32) {
     let mut c = TestCluster::new();
     let t0 = training(&mut c, "t0");
     let l0 = loaned(&mut c, "i0");
-    c.model_speed("T4", 333);
+    c.model_speed("V100", v100);
+    c.model_speed("T4", t4);
     let busy = job(&mut c, "busy", 1, 1, 1, 8, 10 * left_ms);
     run_on(&mut c, busy, &[(t0, 0, 1, 8)]);
     c.at(1_000);
@@ -467,7 +477,17 @@ fn a_short_inelastic_job_spills_onto_slow_servers_a_long_one_waits() {
     let d = schedule_valid::<ArylP>(&c, 100);
     assert!(d.iter().all(|d| d.job() != q), "{d:?}");
 
+    // Speeds are relative to whatever reference the operator chose: with an
+    // A100 as the reference (V100 at half, T4 at a sixth), the same holds.
+    let (c, q, l0) = full_training_and_a_slow_loan_at(3_600_000, 600_000, 500, 167);
+    let d = schedule_valid::<ArylP>(&c, 100);
+    assert!(placed(&d, q).iter().all(|w| w.node == l0));
+    let (c2, q2, _) = full_training_and_a_slow_loan_at(3_600_000, 36_000_000, 500, 167);
+    let d = schedule_valid::<ArylP>(&c2, 100);
+    assert!(d.iter().all(|d| d.job() != q2), "{d:?}");
+
     // §5.3 as written prefers training servers but always spills.
+    let (c, q, _) = full_training_and_a_slow_loan(3_600_000, 36_000_000);
     let mut rt = runtime::<ArylP>(&c);
     rt.configure("slow_spill = \"always\"").unwrap();
     let d = rt.schedule(c.round(100)).unwrap();
