@@ -1,6 +1,9 @@
-//! `sjf`: shortest estimated run time first, each worker on the first node that fits.
+//! `sjf`: shortest remaining run time first, each worker on the first node that fits.
 //!
-//! Jobs without an estimate go after all estimated ones, in arrival order.
+//! What a job has left is the host's latest progress report (contract 0.2
+//! `remaining-ms`), which starts as the submitted estimate: a preempted job
+//! that kept its progress goes ahead of a fresh one of the same size. Jobs
+//! with nothing known go after all others, in arrival order.
 
 use arbiter_policy_sdk::prelude::*;
 
@@ -12,7 +15,7 @@ impl Policy for ShortestJobFirst {
             "sjf",
             env!("CARGO_PKG_VERSION"),
             &[Role::Scheduler],
-            "Shortest estimated duration first, first fit.",
+            "Shortest remaining run time first, first fit.",
         )
     }
 
@@ -28,7 +31,7 @@ impl Policy for ShortestJobFirst {
         let mut pending: Vec<Job<'_>> = cluster.pending_jobs().collect();
         pending.sort_by_key(|j| {
             (
-                j.estimate_ms().unwrap_or(u64::MAX),
+                j.remaining_ms().unwrap_or(u64::MAX),
                 j.submit_ms(),
                 j.index(),
             )
@@ -73,5 +76,25 @@ mod tests {
         rt.resync(c.snapshot()).unwrap();
         let d = rt.schedule(c.round(100)).unwrap();
         assert_eq!(d.iter().map(Decision::job).collect::<Vec<_>>(), vec![short]);
+    }
+
+    #[test]
+    fn what_is_left_counts_not_what_was_submitted() {
+        let mut c = TestCluster::new();
+        c.node("n0", "default", 64_000, 512_000, "V100", 32_768, 1);
+        let fresh = c.job("fresh", "t", 1, 1);
+        let resumed = c.job("resumed", "t", 1, 1);
+        for (job, remaining_ms) in [(fresh, 60_000), (resumed, 5_000)] {
+            c.progress(JobProgress {
+                job,
+                remaining_ms,
+                remaining_workers: 1,
+                ..JobProgress::default()
+            });
+        }
+        let mut rt = Runtime::<ShortestJobFirst>::new();
+        rt.resync(c.snapshot()).unwrap();
+        let d = rt.schedule(c.round(100)).unwrap();
+        assert_eq!(d.iter().map(Decision::job).collect::<Vec<_>>(), vec![resumed]);
     }
 }
