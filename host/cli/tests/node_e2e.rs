@@ -39,36 +39,10 @@ fn tmp_root() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
 }
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// The fake `libnvidia-ml.so` (nested cargo with its own target dir, shared with the node
-/// crate's tests).
+/// The fake `libnvidia-ml.so` (its own target dir, shared with the node crate's tests).
 fn fake_nvml_lib() -> PathBuf {
-    let target = tmp_root().join("fake-nvml-target");
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let out = Command::new(cargo)
-        .current_dir(workspace_root())
-        .args([
-            "build",
-            "--manifest-path",
-            "tests/fake-nvml/Cargo.toml",
-            "--target-dir",
-        ])
-        .arg(&target)
-        .env_remove("CARGO_TARGET_DIR")
-        .env_remove("CARGO_BUILD_TARGET_DIR")
-        .env_remove("CARGO_MAKEFLAGS")
-        .env_remove("MAKEFLAGS")
-        .output()
-        .expect("run cargo");
-    assert!(
-        out.status.success(),
-        "building fake-nvml failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    target.join("debug").join("libnvidia_ml.so")
+    cuda_workload::build_fake_nvml(&tmp_root().join("fake-nvml-target"))
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A private copy of the fake NVML with a two-GPU scenario (its own `dlopen` instance).

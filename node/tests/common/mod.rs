@@ -5,7 +5,6 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -30,36 +29,11 @@ pub fn test_dir(name: &str) -> PathBuf {
     d
 }
 
-/// Build `tests/fake-nvml` (nested cargo, own target dir so it never waits on our build lock)
-/// and return the built cdylib.
+/// The fake NVML cdylib, built once per test binary (see `cuda_workload::build_fake_nvml`).
 pub fn fake_nvml_lib() -> &'static Path {
     static LIB: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let r = LIB.get_or_init(|| {
-        let target = tmp_root().join("fake-nvml-target");
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let out = Command::new(cargo)
-            .current_dir(workspace_root())
-            .args([
-                "build",
-                "--manifest-path",
-                "tests/fake-nvml/Cargo.toml",
-                "--target-dir",
-            ])
-            .arg(&target)
-            .env_remove("CARGO_TARGET_DIR")
-            .env_remove("CARGO_BUILD_TARGET_DIR")
-            .env_remove("CARGO_MAKEFLAGS")
-            .env_remove("MAKEFLAGS")
-            .output()
-            .map_err(|e| format!("cannot run cargo: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "building fake-nvml failed:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        Ok(target.join("debug").join("libnvidia_ml.so"))
-    });
+    let r =
+        LIB.get_or_init(|| cuda_workload::build_fake_nvml(&tmp_root().join("fake-nvml-target")));
     match r {
         Ok(p) => p,
         Err(e) => panic!("{e}"),

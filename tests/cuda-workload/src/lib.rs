@@ -1,6 +1,6 @@
-//! Test fixtures for the interposer: builds the fake driver (`libcuda.so.1`), the interposer
-//! (`libarbiter_interpose.so`) and the C workloads in `c/workload.c`, and reads the fake
-//! driver's accounting file.
+//! Test fixtures for the interposer and the node: builds the fake driver (`libcuda.so.1`), the
+//! interposer (`libarbiter_interpose.so`), the C workloads in `c/workload.c` and the fake
+//! NVML (`libnvidia-ml.so`, [`build_fake_nvml`]), and reads the fake driver's accounting file.
 //!
 //! The cdylibs are built by a nested `cargo build` with a *separate* target directory, so it
 //! never waits on the build lock of the `cargo test` that runs us. The workload is compiled
@@ -43,29 +43,38 @@ fn run(cmd: &mut Command, what: &str) -> Result<(), String> {
     }
 }
 
-/// Build (or rebuild incrementally) all fixtures under `work`.
-pub fn build(work: &Path) -> Result<Fixtures, String> {
-    let root = workspace_root();
-    let target = work.join("target");
+/// `cargo build ARGS --target-dir TARGET` in the workspace, as a nested build that never
+/// waits on the lock of the build running the tests (its own target dir, none of the outer
+/// build's jobserver or target settings).
+fn nested_cargo_build(args: &[&str], target: &Path) -> Result<(), String> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     run(
         Command::new(cargo)
-            .current_dir(&root)
-            .args([
-                "build",
-                "-p",
-                "arbiter-interpose",
-                "-p",
-                "fake-cuda",
-                "--target-dir",
-            ])
-            .arg(&target)
+            .current_dir(workspace_root())
+            .arg("build")
+            .args(args)
+            .arg("--target-dir")
+            .arg(target)
             .env_remove("CARGO_TARGET_DIR")
             .env_remove("CARGO_BUILD_TARGET_DIR")
             .env_remove("CARGO_MAKEFLAGS")
             .env_remove("MAKEFLAGS"),
-        "cargo build -p arbiter-interpose -p fake-cuda",
-    )?;
+        &format!("cargo build {}", args.join(" ")),
+    )
+}
+
+/// Build (or rebuild incrementally) the fake `libnvidia-ml.so` (`tests/fake-nvml`) in the
+/// target directory `target`; returns the built cdylib.
+pub fn build_fake_nvml(target: &Path) -> Result<PathBuf, String> {
+    nested_cargo_build(&["--manifest-path", "tests/fake-nvml/Cargo.toml"], target)?;
+    Ok(target.join("debug").join("libnvidia_ml.so"))
+}
+
+/// Build (or rebuild incrementally) all fixtures under `work`.
+pub fn build(work: &Path) -> Result<Fixtures, String> {
+    let root = workspace_root();
+    let target = work.join("target");
+    nested_cargo_build(&["-p", "arbiter-interpose", "-p", "fake-cuda"], &target)?;
     let built = target.join("debug");
     let libdir = work.join("lib");
     let bin = work.join("bin");
