@@ -95,6 +95,9 @@ mod tests {
         let mut rt = Runtime::<ShortestJobFirst>::new();
         rt.resync(c.snapshot()).unwrap();
         let d = rt.schedule(c.round(100)).unwrap();
-        assert_eq!(d.iter().map(Decision::job).collect::<Vec<_>>(), vec![resumed]);
+        assert_eq!(
+            d.iter().map(Decision::job).collect::<Vec<_>>(),
+            vec![resumed]
+        );
     }
 }
