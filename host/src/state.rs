@@ -442,6 +442,31 @@ impl ClusterState {
         Ok(())
     }
 
+    /// Gives a job the run time and remaining time it had elsewhere (a
+    /// rebuilt cell, a restarted host), as of now; its current run, if any,
+    /// stays as it is.
+    pub fn restore_progress(
+        &mut self,
+        id: JobId,
+        attained_ms: u64,
+        remaining_ms: u64,
+        remaining_workers: u32,
+    ) -> Result<(), StateError> {
+        let index = *self.job_index.get(&id).ok_or(StateError::UnknownJob(id))?;
+        let p = self.cluster.job(index).progress();
+        let restored = model::JobProgress {
+            attained_ms,
+            remaining_ms,
+            remaining_workers,
+            reported_ms: self.now_ms,
+            ..p
+        };
+        if restored != p {
+            self.emit(Event::JobProgress(vec![restored]))?;
+        }
+        Ok(())
+    }
+
     /// The progress event of job `index` starting (`true`) or stopping now.
     /// A stopped job banks its run time; one without a checkpoint starts
     /// over, so what is left is its estimate again.

@@ -262,6 +262,17 @@ fn job_json(j: &v1::Job) -> serde_json::Value {
         "preemptions": j.preemptions,
         "arm": j.arm,
         "message": j.message,
+        "progress": j.progress.as_ref().map(progress_json),
+    })
+}
+
+fn progress_json(p: &v1::JobProgress) -> serde_json::Value {
+    serde_json::json!({
+        "started_ms": p.started_ms,
+        "attained_ms": p.attained_ms,
+        "remaining_ms": p.remaining_ms,
+        "remaining_workers": p.remaining_workers,
+        "reported_ms": p.reported_ms,
     })
 }
 
@@ -363,14 +374,7 @@ pub async fn progress(a: &ProgressArgs) -> anyhow::Result<()> {
         .map_err(status_error)?
         .into_inner();
     if a.conn.json {
-        print_json(&serde_json::json!({
-            "id": a.id,
-            "started_ms": p.started_ms,
-            "attained_ms": p.attained_ms,
-            "remaining_ms": p.remaining_ms,
-            "remaining_workers": p.remaining_workers,
-            "reported_ms": p.reported_ms,
-        }))
+        print_json(&progress_json(&p))
     } else {
         println!(
             "job {}: {} ms left at {} workers (reported at {} ms)",

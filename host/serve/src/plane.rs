@@ -690,6 +690,7 @@ impl Plane {
                 preemptions: 0,
                 arm: String::new(),
                 message: String::new(),
+                progress: ProgressRecord::default(),
             };
             writes.push(job_write(&job));
             self.notify(&job, v1::JobState::Unspecified);
@@ -703,9 +704,51 @@ impl Plane {
         Ok((ids, self.writer.send_durable(writes)))
     }
 
+    /// A job as the API shows it: the stored record and where it stands in its cell.
+    fn job_proto(&self, job: &StoredJob) -> v1::Job {
+        let mut proto = job.to_proto();
+        proto.progress = self.cell_progress(job.id).map(|p| v1::JobProgress {
+            started_ms: p.started_ms,
+            attained_ms: p.attained_ms,
+            remaining_ms: p.remaining_ms,
+            remaining_workers: p.remaining_workers,
+            reported_ms: p.reported_ms,
+        });
+        proto
+    }
+
+    /// Job `id`'s progress in the cell it is in.
+    fn cell_progress(&self, id: u64) -> Option<model::JobProgress> {
+        self.cells.iter().find_map(|cell| {
+            let local = *cell.local.get(&id)?;
+            let index = cell.state.job_index(local)?;
+            Some(cell.state.cluster().job(index).progress())
+        })
+    }
+
+    /// Keeps job `id`'s progress, as of now, in its stored record.
+    fn keep_progress(&mut self, id: u64) {
+        let now = now_ms();
+        let Some(p) = self.cell_progress(id) else {
+            return;
+        };
+        let record = ProgressRecord {
+            attained_ms: p.attained_ms_at(now),
+            remaining_ms: p.remaining_ms_at(now).unwrap_or(0),
+            remaining_workers: p.remaining_workers,
+        };
+        if let Some(job) = self.jobs.get_mut(&id)
+            && job.progress != record
+        {
+            job.progress = record;
+            let job = job.clone();
+            self.writer.send(job_write(&job));
+        }
+    }
+
     pub fn get_job(&self, caller: &Caller, id: u64) -> Result<v1::Job, ApiError> {
         match self.jobs.get(&id) {
-            Some(j) if caller.may_see(&j.tenant) => Ok(j.to_proto()),
+            Some(j) if caller.may_see(&j.tenant) => Ok(self.job_proto(j)),
             // A tenant learns nothing about other tenants' job ids.
             _ => Err(ApiError::NotFound(format!("no job {id}"))),
         }
@@ -724,7 +767,7 @@ impl Plane {
             .filter(|j| req.tenant.is_empty() || j.tenant == req.tenant)
             .filter(|j| states.is_empty() || states.contains(&j.status))
             .take(limit)
-            .map(StoredJob::to_proto)
+            .map(|j| self.job_proto(j))
             .collect()
     }
 
@@ -773,11 +816,10 @@ impl Plane {
         cell.state
             .report_progress(local, remaining_ms)
             .map_err(|e| internal(format!("recording progress of job {id}: {e}")))?;
-        let index = cell
-            .state
-            .job_index(local)
+        self.keep_progress(id);
+        let p = self
+            .cell_progress(id)
             .ok_or_else(|| internal("reported job vanished from its cell"))?;
-        let p = cell.state.cluster().job(index).progress();
         Ok(v1::JobProgress {
             started_ms: p.started_ms,
             attained_ms: p.attained_ms,
@@ -2105,6 +2147,14 @@ impl Plane {
     fn rebuild_cells(&mut self) {
         let span = tracing::info_span!("rebuild_cells");
         let _g = span.enter();
+        let ids: Vec<u64> = self
+            .cells
+            .iter()
+            .flat_map(|c| c.local.keys().copied())
+            .collect();
+        for id in ids {
+            self.keep_progress(id);
+        }
         let now = now_ms();
         let default_slot = self.registry.slot(DEFAULT_SLOT);
         let mut arms: Vec<(&'static str, Arc<PolicySlot>)> = vec![(CONTROL, default_slot)];
@@ -2220,6 +2270,17 @@ impl Plane {
                     tracing::warn!(job = id, error = %e, "running job could not keep its placement; requeued");
                     requeued.push((id, Ok(())));
                 }
+            }
+            let p = job.progress;
+            if p != ProgressRecord::default()
+                && let Err(e) = cell.state.restore_progress(
+                    local,
+                    p.attained_ms,
+                    p.remaining_ms,
+                    p.remaining_workers,
+                )
+            {
+                tracing::warn!(job = id, error = %e, "progress not restored");
             }
             if let Some(j) = self.jobs.get_mut(&id) {
                 j.arm = if self

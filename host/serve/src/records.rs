@@ -71,6 +71,19 @@ pub struct StoredJob {
     pub preemptions: u32,
     pub arm: String,
     pub message: String,
+    /// Progress as of the last report or cell rebuild, restored into the
+    /// rebuilt cells (experiment start or end, restart).
+    #[serde(default)]
+    pub progress: ProgressRecord,
+}
+
+/// What survives of a job's progress when its cell is rebuilt: its run time
+/// so far and what it had left (0 = unknown), at how many workers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProgressRecord {
+    pub attained_ms: u64,
+    pub remaining_ms: u64,
+    pub remaining_workers: u32,
 }
 
 /// A validated job specification.
@@ -189,6 +202,7 @@ impl StoredJob {
             preemptions: self.preemptions,
             arm: self.arm.clone(),
             message: self.message.clone(),
+            progress: None,
         }
     }
 

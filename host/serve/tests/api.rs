@@ -1020,3 +1020,49 @@ async fn tenants_report_progress_that_policies_see() {
     assert_eq!(e.code(), Code::FailedPrecondition);
     running.shutdown().await.unwrap();
 }
+
+/// Reported progress lives in the cell, and survives the cell being
+/// rebuilt: here by a restart of the server on the same data directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reported_progress_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = server(dir.path(), 1, Duration::from_secs(600)).await;
+    let admin_token = running.new_admin_token.clone().unwrap();
+    let (admin, mut a, _) = two_tenants(&running).await;
+    let id = a
+        .jobs
+        .submit(v1::SubmitJobRequest {
+            spec: Some(spec("long", 1, 600_000)),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .id;
+    wait_state(&a, id, v1::JobState::Running).await;
+    a.jobs
+        .report_progress(v1::ReportProgressRequest {
+            id,
+            remaining_ms: 90_000,
+        })
+        .await
+        .unwrap();
+    let shown = a.jobs.get(v1::JobRef { id }).await.unwrap().into_inner();
+    let p = shown.progress.expect("a running job has progress");
+    assert!(p.remaining_ms == 90_000 && p.started_ms > 0, "{p:?}");
+    drop((admin, a));
+    running.shutdown().await.unwrap();
+
+    let running = server(dir.path(), 1, Duration::from_secs(600)).await;
+    let admin = client(&running, Some(&admin_token)).await;
+    wait_for("the job to run again with its progress", || {
+        let mut c = client_clone(&admin);
+        async move {
+            let j = c.jobs.get(v1::JobRef { id }).await;
+            j.ok()
+                .and_then(|j| j.into_inner().progress)
+                .is_some_and(|p| p.started_ms > 0 && p.remaining_ms > 0 && p.remaining_ms <= 90_000)
+        }
+    })
+    .await;
+    running.shutdown().await.unwrap();
+}
