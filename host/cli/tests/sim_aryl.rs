@@ -130,3 +130,20 @@ fn sim_aryl_refuses_a_node_list() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--nodes does not apply"), "{stderr}");
 }
+
+#[test]
+fn sim_aryl_config_reaches_the_policies_and_a_bad_one_is_refused() {
+    if !traces_present() {
+        return;
+    }
+    let out = arbiter(&["--json", "--config", "slow_spill = \"always\""]);
+    assert!(
+        out.status.success(),
+        "arbiter failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = arbiter(&["--config", "slow_spill = \"sometimes\""]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("slow_spill"), "{stderr}");
+}

@@ -1803,6 +1803,8 @@ pub fn run_protocol(args: &crate::SimArgs) -> anyhow::Result<ArylReport> {
         training_nodes: scale.training_nodes,
         inference_nodes: scale.inference_nodes,
         seed: args.seed,
+        // `--config` reaches the Aryl family (e.g. `slow_spill = "always"`).
+        policy_config: args.config.clone().unwrap_or_default(),
         ..ArylSimConfig::default()
     };
     let threads = args.threads.unwrap_or_else(|| {
