@@ -78,6 +78,16 @@ fn spec(name: &str, gpus: u32, duration_ms: u64) -> v1::JobSpec {
     }
 }
 
+/// Submits a job that must be accepted; returns its id.
+async fn submit(c: &mut Client, spec: v1::JobSpec) -> u64 {
+    c.jobs
+        .submit(v1::SubmitJobRequest { spec: Some(spec) })
+        .await
+        .unwrap()
+        .into_inner()
+        .id
+}
+
 async fn wait_for<F, Fut>(what: &str, mut f: F)
 where
     F: FnMut() -> Fut,
@@ -135,15 +145,7 @@ async fn jobs_run_to_completion_and_tenants_are_isolated() {
     let running = server(dir.path(), 2, Duration::from_millis(200)).await;
     let (mut admin, mut a, mut b) = two_tenants(&running).await;
 
-    let id = a
-        .jobs
-        .submit(v1::SubmitJobRequest {
-            spec: Some(spec("train", 4, 300)),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .id;
+    let id = submit(&mut a, spec("train", 4, 300)).await;
     wait_state(&a, id, v1::JobState::Succeeded).await;
     let job = a.jobs.get(v1::JobRef { id }).await.unwrap().into_inner();
     assert_eq!(job.spec.unwrap().tenant, "team-a");
@@ -202,15 +204,7 @@ async fn jobs_run_to_completion_and_tenants_are_isolated() {
     assert_eq!(all.len(), 1);
 
     // Cancelling a running job frees it at once.
-    let id2 = a
-        .jobs
-        .submit(v1::SubmitJobRequest {
-            spec: Some(spec("long", 2, 60_000)),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .id;
+    let id2 = submit(&mut a, spec("long", 2, 60_000)).await;
     wait_state(&a, id2, v1::JobState::Running).await;
     let cancelled = a
         .jobs
@@ -744,15 +738,7 @@ async fn watch_swap_rollback_stats_drain_abort_hash_split_metrics_and_reflection
         .await
         .unwrap()
         .into_inner();
-    let id = admin
-        .jobs
-        .submit(v1::SubmitJobRequest {
-            spec: Some(spec("watched", 1, 100)),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .id;
+    let id = submit(&mut admin, spec("watched", 1, 100)).await;
     let mut seen = Vec::new();
     while !seen.contains(&(v1::JobState::Succeeded as i32)) {
         let ev = tokio::time::timeout(Duration::from_secs(10), watch.message())
@@ -975,15 +961,7 @@ async fn tenants_report_progress_that_policies_see() {
     let dir = tempfile::tempdir().unwrap();
     let running = server(dir.path(), 1, Duration::from_secs(600)).await;
     let (_admin, mut a, mut b) = two_tenants(&running).await;
-    let id = a
-        .jobs
-        .submit(v1::SubmitJobRequest {
-            spec: Some(spec("long", 2, 600_000)),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .id;
+    let id = submit(&mut a, spec("long", 2, 600_000)).await;
     wait_state(&a, id, v1::JobState::Running).await;
 
     let p = a
@@ -1029,15 +1007,7 @@ async fn reported_progress_survives_a_restart() {
     let running = server(dir.path(), 1, Duration::from_secs(600)).await;
     let admin_token = running.new_admin_token.clone().unwrap();
     let (admin, mut a, _) = two_tenants(&running).await;
-    let id = a
-        .jobs
-        .submit(v1::SubmitJobRequest {
-            spec: Some(spec("long", 1, 600_000)),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .id;
+    let id = submit(&mut a, spec("long", 1, 600_000)).await;
     wait_state(&a, id, v1::JobState::Running).await;
     a.jobs
         .report_progress(v1::ReportProgressRequest {
