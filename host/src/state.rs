@@ -436,10 +436,7 @@ impl ClusterState {
             reported_ms: self.now_ms,
             ..job.progress()
         };
-        if progress != job.progress() {
-            self.emit(Event::JobProgress(vec![progress]))?;
-        }
-        Ok(())
+        self.set_progress(progress)
     }
 
     /// Gives a job the run time and remaining time it had elsewhere (a
@@ -453,16 +450,20 @@ impl ClusterState {
         remaining_workers: u32,
     ) -> Result<(), StateError> {
         let index = *self.job_index.get(&id).ok_or(StateError::UnknownJob(id))?;
-        let p = self.cluster.job(index).progress();
         let restored = model::JobProgress {
             attained_ms,
             remaining_ms,
             remaining_workers,
             reported_ms: self.now_ms,
-            ..p
+            ..self.cluster.job(index).progress()
         };
-        if restored != p {
-            self.emit(Event::JobProgress(vec![restored]))?;
+        self.set_progress(restored)
+    }
+
+    /// Emits `progress` for its job if it differs from what the job has.
+    fn set_progress(&mut self, progress: model::JobProgress) -> Result<(), StateError> {
+        if progress != self.cluster.job(progress.job).progress() {
+            self.emit(Event::JobProgress(vec![progress]))?;
         }
         Ok(())
     }
@@ -481,13 +482,15 @@ impl ClusterState {
             };
         }
         if !job.checkpointed() {
+            let fresh = model::JobProgress::submitted(
+                index,
+                job.estimate_ms().unwrap_or(0),
+                self.jobs[index as usize].submitted_workers,
+                now,
+            );
             return model::JobProgress {
-                started_ms: 0,
                 attained_ms: p.attained_ms_at(now),
-                remaining_ms: job.estimate_ms().unwrap_or(0),
-                remaining_workers: self.jobs[index as usize].submitted_workers,
-                reported_ms: now,
-                ..p
+                ..fresh
             };
         }
         model::JobProgress {
@@ -594,10 +597,10 @@ impl ClusterState {
         let running = self.cluster.job(index).phase() == job_phase::RUNNING;
         let progress = running.then(|| self.run_changed(index, false));
         self.emit(Event::JobEvicted(index))?;
-        if let Some(p) = progress {
-            self.emit(Event::JobProgress(vec![p]))?;
+        match progress {
+            Some(p) => self.set_progress(p),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Records GPU utilization samples.
@@ -915,8 +918,7 @@ impl ClusterState {
                     let starting = self.cluster.job(j).phase() != job_phase::RUNNING;
                     self.emit(Event::JobPlaced(j, workers))?;
                     if starting {
-                        let progress = self.run_changed(j, true);
-                        self.emit(Event::JobProgress(vec![progress]))?;
+                        self.set_progress(self.run_changed(j, true))?;
                         let rec = &mut self.jobs[j as usize];
                         rec.first_start_ms.get_or_insert(self.now_ms);
                         rec.last_start_ms = Some(self.now_ms);

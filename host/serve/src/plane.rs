@@ -707,13 +707,7 @@ impl Plane {
     /// A job as the API shows it: the stored record and where it stands in its cell.
     fn job_proto(&self, job: &StoredJob) -> v1::Job {
         let mut proto = job.to_proto();
-        proto.progress = self.cell_progress(job.id).map(|p| v1::JobProgress {
-            started_ms: p.started_ms,
-            attained_ms: p.attained_ms,
-            remaining_ms: p.remaining_ms,
-            remaining_workers: p.remaining_workers,
-            reported_ms: p.reported_ms,
-        });
+        proto.progress = self.cell_progress(job.id).as_ref().map(progress_proto);
         proto
     }
 
@@ -817,16 +811,10 @@ impl Plane {
             .report_progress(local, remaining_ms)
             .map_err(|e| internal(format!("recording progress of job {id}: {e}")))?;
         self.keep_progress(id);
-        let p = self
-            .cell_progress(id)
-            .ok_or_else(|| internal("reported job vanished from its cell"))?;
-        Ok(v1::JobProgress {
-            started_ms: p.started_ms,
-            attained_ms: p.attained_ms,
-            remaining_ms: p.remaining_ms,
-            remaining_workers: p.remaining_workers,
-            reported_ms: p.reported_ms,
-        })
+        self.cell_progress(id)
+            .as_ref()
+            .map(progress_proto)
+            .ok_or_else(|| internal("reported job vanished from its cell"))
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<v1::JobEvent> {
@@ -2735,6 +2723,16 @@ fn arm_or_control(arm: &str) -> String {
         CONTROL.to_string()
     } else {
         arm.to_string()
+    }
+}
+
+fn progress_proto(p: &model::JobProgress) -> v1::JobProgress {
+    v1::JobProgress {
+        started_ms: p.started_ms,
+        attained_ms: p.attained_ms,
+        remaining_ms: p.remaining_ms,
+        remaining_workers: p.remaining_workers,
+        reported_ms: p.reported_ms,
     }
 }
 

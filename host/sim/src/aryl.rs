@@ -624,8 +624,17 @@ struct Model<'a> {
     collateral: Vec<f64>,
 }
 
-fn throughput(speedup: Speedup, workers: u32, min: u32, max: u32) -> f64 {
-    speedup.throughput(workers, min.max(1), max.max(min).max(1))
+/// Throughput of `job` at `workers` workers, relative to one worker: within
+/// its scaling range when the run scales elastic jobs, else fixed at its
+/// submitted size.
+fn throughput(cfg: &ArylSimConfig, job: &ArylJob, workers: u32) -> f64 {
+    let (min, max) = if cfg.elastic && job.elastic {
+        (job.min_workers, job.max_workers)
+    } else {
+        (job.workers, job.workers)
+    };
+    cfg.speedup
+        .throughput(workers, min.max(1), max.max(min).max(1))
 }
 
 impl Model<'_> {
@@ -664,13 +673,7 @@ impl Model<'_> {
                 .map(|w| self.speed.get(w.node as usize).copied().unwrap_or(1.0))
                 .fold(f64::INFINITY, f64::min);
             let slowest = if slowest.is_finite() { slowest } else { 0.0 };
-            let spec = &self.jobs[k];
-            let (min, max) = if self.cfg.elastic && spec.elastic {
-                (spec.min_workers, spec.max_workers)
-            } else {
-                (spec.workers, spec.workers)
-            };
-            let tp = throughput(self.cfg.speedup, placement.len() as u32, min, max);
+            let tp = throughput(self.cfg, &self.jobs[k], placement.len() as u32);
             rates.push((k, tp * slowest));
         }
         for &k in &self.active {
@@ -741,12 +744,7 @@ impl Model<'_> {
             return Ok(());
         };
         let workers = self.state.cluster().job(index).workers();
-        let (min, max) = if self.cfg.elastic && spec.elastic {
-            (spec.min_workers, spec.max_workers)
-        } else {
-            (spec.workers, spec.workers)
-        };
-        let tp = throughput(self.cfg.speedup, workers, min, max);
+        let tp = throughput(self.cfg, spec, workers);
         if tp > 0.0 {
             let left = (remaining.max(0.0) / tp).ceil() as u64;
             self.state
@@ -1146,12 +1144,7 @@ pub fn run_aryl(
     let track = jobs
         .iter()
         .map(|j| {
-            let (min, max) = if cfg.elastic && j.elastic {
-                (j.min_workers, j.max_workers)
-            } else {
-                (j.workers, j.workers)
-            };
-            let work = j.duration_ms as f64 * throughput(cfg.speedup, j.workers, min, max);
+            let work = j.duration_ms as f64 * throughput(cfg, j, j.workers);
             Track {
                 work,
                 remaining: work,

@@ -52,6 +52,16 @@ macro_rules! versioned {
                 r.map(|inner| inner.map(Into::into).map_err(Into::into))
             }
 
+            fn lift_list<T, W: Into<T>>(
+                r: wasmtime::Result<Result<Vec<W>, wit::PolicyError>>,
+            ) -> Call<Vec<T>> {
+                r.map(|inner| {
+                    inner
+                        .map(|list| list.into_iter().map(Into::into).collect())
+                        .map_err(Into::into)
+                })
+            }
+
             impl Indices {
                 /// `Err` when the component does not export this version's `meta`.
                 pub(crate) fn new(pre: &InstancePre<HostState>) -> wasmtime::Result<Self> {
@@ -138,11 +148,7 @@ macro_rules! versioned {
                     round: RoundInfo,
                 ) -> Option<Call<Vec<Decision>>> {
                     let r = self.scheduler.as_ref()?.call_schedule(store, round.into());
-                    Some(r.map(|inner| {
-                        inner
-                            .map(|list| list.into_iter().map(Into::into).collect())
-                            .map_err(Into::into)
-                    }))
+                    Some(lift_list(r))
                 }
                 pub(crate) fn reclaim(
                     &self,
@@ -158,12 +164,9 @@ macro_rules! versioned {
                     request: MatchRequest,
                 ) -> Option<Call<Vec<Pairing>>> {
                     let r: wit::MatchRequest = request.into();
-                    let out = self.matcher.as_ref()?.call_match_workloads(store, &r);
-                    Some(out.map(|inner| {
-                        inner
-                            .map(|list| list.into_iter().map(Into::into).collect())
-                            .map_err(Into::into)
-                    }))
+                    Some(lift_list(
+                        self.matcher.as_ref()?.call_match_workloads(store, &r),
+                    ))
                 }
                 pub(crate) fn tick(
                     &self,
@@ -171,12 +174,7 @@ macro_rules! versioned {
                     view: NodeView,
                 ) -> Option<Call<Vec<NodeAction>>> {
                     let v: wit::NodeView = view.into();
-                    let out = self.coordinator.as_ref()?.call_tick(store, &v);
-                    Some(out.map(|inner| {
-                        inner
-                            .map(|list| list.into_iter().map(Into::into).collect())
-                            .map_err(Into::into)
-                    }))
+                    Some(lift_list(self.coordinator.as_ref()?.call_tick(store, &v)))
                 }
                 pub(crate) fn order(
                     &self,

@@ -396,6 +396,11 @@ fn vacate_reclaiming(cluster: &Cluster, plan: &mut Plan<'_>, book: &mut Book) {
     }
 }
 
+/// GPUs an inelastic job takes, all workers together.
+fn inelastic_gpus(job: Job<'_>) -> u32 {
+    job.workers().max(1) * per_worker_gpus(job)
+}
+
 /// Run time left and the worker count it holds at: the host's latest
 /// report, which starts as the submitted estimate at the submitted size
 /// (`false`: unknown, the configured default at the current size).
@@ -480,7 +485,7 @@ fn inelastic_min_speed(
     if cfg.slow_spill == SlowSpill::Always || speeds.uniform() {
         return 0.0;
     }
-    let need = job.workers().max(1) * per_worker_gpus(job) + ahead;
+    let need = inelastic_gpus(job) + ahead;
     let (left, _, _) = remaining(job, cfg);
     let stretch = left * (speeds.fastest / speeds.slowest - 1.0);
     let mut freed = 0u32;
@@ -587,7 +592,7 @@ pub fn schedule(cluster: &Cluster, round: &RoundInfo, cfg: &Config) -> Vec<Decis
     // What an unplaced job adds to the queue for the fastest servers.
     let hold = |job: Job<'_>, min_speed: f64| {
         if min_speed > 0.0 {
-            job.workers().max(1) * per_worker_gpus(job)
+            inelastic_gpus(job)
         } else {
             0
         }

@@ -461,14 +461,8 @@ impl Cluster {
                 for p in progress {
                     in_range("job", p.job, self.job_count())?;
                 }
-                let jc = &mut self.jobs;
                 for p in progress {
-                    let j = p.job as usize;
-                    jc.started_ms[j] = p.started_ms;
-                    jc.attained_ms[j] = p.attained_ms;
-                    jc.remaining_ms[j] = p.remaining_ms;
-                    jc.remaining_workers[j] = p.remaining_workers;
-                    jc.reported_ms[j] = p.reported_ms;
+                    self.jobs.set_progress(p);
                 }
             }
             Event::GpuMetrics(metrics) => {
@@ -538,11 +532,13 @@ impl Cluster {
         j.deadline_ms.push(s.deadline_ms);
         j.checkpointed.push(s.checkpointed);
         // Until the host reports progress, what is left is the estimate.
-        j.started_ms.push(0);
-        j.attained_ms.push(0);
-        j.remaining_ms.push(s.estimate_ms);
-        j.remaining_workers.push(s.workers);
-        j.reported_ms.push(s.submit_ms);
+        let row = j.name.len() as u32 - 1;
+        j.push_progress(&JobProgress::submitted(
+            row,
+            s.estimate_ms,
+            s.workers,
+            s.submit_ms,
+        ));
         self.job_workers.push(Vec::new());
         self.job_reserved.push(Vec::new());
     }

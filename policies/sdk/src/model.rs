@@ -149,19 +149,43 @@ impl Snapshot {
                 .resize(models, REFERENCE_SPEED_PERMILLE);
         }
         let j = &mut self.jobs;
-        let n = j.name.len();
         if j.started_ms.is_empty()
             && j.attained_ms.is_empty()
             && j.remaining_ms.is_empty()
             && j.remaining_workers.is_empty()
             && j.reported_ms.is_empty()
         {
-            j.started_ms = vec![0; n];
-            j.attained_ms = vec![0; n];
-            j.remaining_ms = j.estimate_ms.clone();
-            j.remaining_workers = j.workers.clone();
-            j.reported_ms = j.submit_ms.clone();
+            for i in 0..j.name.len() {
+                let p = JobProgress::submitted(
+                    i as u32,
+                    j.estimate_ms[i],
+                    j.workers[i],
+                    j.submit_ms[i],
+                );
+                j.push_progress(&p);
+            }
         }
+    }
+}
+
+impl JobColumns {
+    /// Appends the progress columns of a new last row.
+    pub(crate) fn push_progress(&mut self, p: &JobProgress) {
+        self.started_ms.push(p.started_ms);
+        self.attained_ms.push(p.attained_ms);
+        self.remaining_ms.push(p.remaining_ms);
+        self.remaining_workers.push(p.remaining_workers);
+        self.reported_ms.push(p.reported_ms);
+    }
+
+    /// Overwrites the progress columns of row `p.job` (in range).
+    pub(crate) fn set_progress(&mut self, p: &JobProgress) {
+        let j = p.job as usize;
+        self.started_ms[j] = p.started_ms;
+        self.attained_ms[j] = p.attained_ms;
+        self.remaining_ms[j] = p.remaining_ms;
+        self.remaining_workers[j] = p.remaining_workers;
+        self.reported_ms[j] = p.reported_ms;
     }
 }
 
@@ -228,6 +252,19 @@ pub struct JobProgress {
 }
 
 impl JobProgress {
+    /// Where a job stands before it has run (or after it lost its progress):
+    /// what is left is its estimate, at the size it was submitted with.
+    pub fn submitted(job: u32, estimate_ms: u64, workers: u32, submit_ms: u64) -> Self {
+        JobProgress {
+            job,
+            started_ms: 0,
+            attained_ms: 0,
+            remaining_ms: estimate_ms,
+            remaining_workers: workers,
+            reported_ms: submit_ms,
+        }
+    }
+
     pub fn is_running(&self) -> bool {
         self.started_ms > 0
     }
