@@ -18,7 +18,7 @@
 mod common;
 
 use arbiter_host::registry::PolicySlot;
-use arbiter_host::rounds::{RoundDriver, Served};
+use arbiter_host::roles::scheduler::{RoundDriver, Served};
 use arbiter_host::runtime::PolicyEngine;
 use arbiter_host::state::{ClusterState, NodeRequest};
 use arbiter_policy_sdk::Runtime;

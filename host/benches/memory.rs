@@ -8,7 +8,7 @@
 mod common;
 
 use arbiter_host::registry::PolicySlot;
-use arbiter_host::rounds::{RoundDriver, Served};
+use arbiter_host::roles::scheduler::{RoundDriver, Served};
 use arbiter_host::runtime::{PolicyEngine, RuntimeConfig};
 use arbiter_policy_sdk::Runtime;
 use common::{MAX_DECISIONS, PaiScenario, describe, rss_kib, verdict};

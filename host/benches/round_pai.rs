@@ -10,7 +10,7 @@
 mod common;
 
 use arbiter_host::registry::PolicySlot;
-use arbiter_host::rounds::{RoundDriver, RoundReport, Served};
+use arbiter_host::roles::scheduler::{RoundDriver, RoundReport, Served};
 use arbiter_host::runtime::{CompiledPolicy, PolicyEngine, PolicyInstance, RuntimeConfig};
 use arbiter_host::state::{ClusterState, JobRequest, NodeRequest};
 use arbiter_policy_sdk::Runtime;

@@ -28,6 +28,62 @@ use std::time::{Duration, Instant};
 /// Consecutive faults after which a generation is quarantined.
 pub const DEFAULT_QUARANTINE_AFTER: u32 = 3;
 
+/// When a generation is quarantined: after `consecutive` faults in a row, or
+/// once `window_faults` of its last `window` calls faulted. The second rule
+/// catches what the first cannot: a policy that faults every other call, or
+/// whose call hangs until the deadline and then works again on a fresh
+/// instance, never faults twice in a row but costs a deadline every other
+/// round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QuarantineRule {
+    pub consecutive: u32,
+    /// Calls remembered (1..=64).
+    pub window: u32,
+    /// Faults among them that quarantine.
+    pub window_faults: u32,
+}
+
+impl Default for QuarantineRule {
+    fn default() -> Self {
+        QuarantineRule {
+            consecutive: DEFAULT_QUARANTINE_AFTER,
+            window: 20,
+            window_faults: 6,
+        }
+    }
+}
+
+impl QuarantineRule {
+    fn normalised(self) -> Self {
+        let window = self.window.clamp(1, 64);
+        QuarantineRule {
+            consecutive: self.consecutive.max(1),
+            window,
+            window_faults: self.window_faults.clamp(1, window),
+        }
+    }
+}
+
+/// The outcomes of a generation's recent calls, newest in bit 0 (1 = fault).
+#[derive(Debug, Default)]
+struct Outcomes {
+    bits: u64,
+    len: u32,
+}
+
+impl Outcomes {
+    fn push(&mut self, fault: bool, window: u32) -> u32 {
+        self.bits = (self.bits << 1) | u64::from(fault);
+        self.len = (self.len + 1).min(window);
+        let mask = if window >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << window) - 1
+        };
+        (self.bits & mask).count_ones()
+    }
+}
+
 /// Generations a slot keeps loaded (the active one and its rollback targets).
 /// Each holds a sandboxed instance (a pooling-allocator slot and its memory),
 /// so without a cap a slot whose policy file keeps changing would grow until
@@ -55,6 +111,7 @@ pub struct Generation {
     consecutive_faults: AtomicU32,
     total_faults: AtomicU64,
     rounds_served: AtomicU64,
+    recent: Mutex<Outcomes>,
     quarantined: AtomicBool,
     last_fault: Mutex<Option<FaultRecord>>,
     pub(crate) instance: Mutex<Option<PolicyInstance>>,
@@ -110,19 +167,26 @@ impl Generation {
     }
 
     /// Records a fault; returns true if this fault quarantined the generation.
-    pub(crate) fn record_fault(&self, record: FaultRecord, quarantine_after: u32) -> bool {
+    pub(crate) fn record_fault(&self, record: FaultRecord, rule: QuarantineRule) -> bool {
+        let rule = rule.normalised();
         self.total_faults.fetch_add(1, Ordering::Relaxed);
         let consecutive = self.consecutive_faults.fetch_add(1, Ordering::AcqRel) + 1;
+        let in_window = self.recent.lock().push(true, rule.window);
         *self.last_fault.lock() = Some(record);
-        if consecutive >= quarantine_after && !self.quarantined.swap(true, Ordering::AcqRel) {
-            return true;
-        }
-        false
+        let due = consecutive >= rule.consecutive || in_window >= rule.window_faults;
+        due && !self.quarantined.swap(true, Ordering::AcqRel)
     }
 
-    pub(crate) fn record_success(&self) {
+    /// Records a call that succeeded (a served round, an accepted verdict).
+    pub(crate) fn record_success(&self, rule: QuarantineRule) {
         self.consecutive_faults.store(0, Ordering::Relaxed);
+        self.recent.lock().push(false, rule.normalised().window);
         self.rounds_served.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Faults among the last calls the slot's rule remembers.
+    pub fn recent_faults(&self) -> u32 {
+        self.recent.lock().bits.count_ones()
     }
 
     /// Drops the cached instance, so the next round starts a fresh one. Needed
@@ -132,9 +196,11 @@ impl Generation {
         *self.instance.lock() = None;
     }
 
-    /// Lifts a quarantine (an operator's decision, e.g. on rollback to it).
+    /// Lifts a quarantine: an operator's decision (reloading a policy makes
+    /// a new generation; rollback never lifts one).
     pub fn release_quarantine(&self) {
         self.consecutive_faults.store(0, Ordering::Relaxed);
+        *self.recent.lock() = Outcomes::default();
         self.quarantined.store(false, Ordering::Release);
     }
 }
@@ -149,6 +215,14 @@ pub enum RegistryError {
     NoSuchSlot(String),
     #[error("slot `{slot}` has no generation to roll back to")]
     NothingToRollBack { slot: String },
+    #[error(
+        "generation {generation} of slot `{slot}` is quarantined ({faults} faults); rollback never returns to a quarantined generation"
+    )]
+    Quarantined {
+        slot: String,
+        generation: u64,
+        faults: u64,
+    },
     #[error("component is `{found}`, not a generation of slot `{slot}`")]
     WrongPolicy { slot: String, found: String },
 }
@@ -159,7 +233,7 @@ pub struct PolicySlot {
     generations: RwLock<BTreeMap<u64, Arc<Generation>>>,
     active: ArcSwapOption<Generation>,
     next_id: AtomicU64,
-    quarantine_after: u32,
+    quarantine: QuarantineRule,
     max_generations: usize,
     /// Generations out of the slot that a round may still hold; freed by
     /// [`PolicySlot::reap`] once nothing else does.
@@ -173,7 +247,7 @@ impl PolicySlot {
             generations: RwLock::new(BTreeMap::new()),
             active: ArcSwapOption::empty(),
             next_id: AtomicU64::new(1),
-            quarantine_after: DEFAULT_QUARANTINE_AFTER,
+            quarantine: QuarantineRule::default(),
             max_generations: DEFAULT_MAX_GENERATIONS,
             retired: Mutex::new(Vec::new()),
         }
@@ -231,8 +305,14 @@ impl PolicySlot {
         }
     }
 
+    /// Quarantine after this many consecutive faults (the rate rule stays).
     pub fn with_quarantine_after(mut self, faults: u32) -> Self {
-        self.quarantine_after = faults.max(1);
+        self.quarantine.consecutive = faults.max(1);
+        self
+    }
+
+    pub fn with_quarantine_rule(mut self, rule: QuarantineRule) -> Self {
+        self.quarantine = rule.normalised();
         self
     }
 
@@ -240,8 +320,8 @@ impl PolicySlot {
         &self.name
     }
 
-    pub fn quarantine_after(&self) -> u32 {
-        self.quarantine_after
+    pub fn quarantine_rule(&self) -> QuarantineRule {
+        self.quarantine
     }
 
     /// Loads a compiled policy as a new, inactive generation. With a
@@ -265,6 +345,7 @@ impl PolicySlot {
             consecutive_faults: AtomicU32::new(0),
             total_faults: AtomicU64::new(0),
             rounds_served: AtomicU64::new(0),
+            recent: Mutex::new(Outcomes::default()),
             quarantined: AtomicBool::new(false),
             last_fault: Mutex::new(None),
             instance: Mutex::new(None),
@@ -341,10 +422,21 @@ impl PolicySlot {
     }
 
     /// Activates a given generation, or (with `None`) the newest healthy one
-    /// older than the active one. Lifts that generation's quarantine.
+    /// older than the active one. Never a quarantined one: it would fault
+    /// again, and an automatic rollback must not undo a quarantine.
     pub fn rollback(&self, to: Option<u64>) -> Result<Arc<Generation>, RegistryError> {
         let target = match to {
-            Some(id) => self.get(id)?,
+            Some(id) => {
+                let g = self.get(id)?;
+                if g.is_quarantined() {
+                    return Err(RegistryError::Quarantined {
+                        slot: self.name.clone(),
+                        generation: id,
+                        faults: g.total_faults(),
+                    });
+                }
+                g
+            }
             None => {
                 let active = self.active_id();
                 self.generations
@@ -358,7 +450,6 @@ impl PolicySlot {
                     })?
             }
         };
-        target.release_quarantine();
         self.active.store(Some(target.clone()));
         tracing::warn!(slot = %self.name, generation = target.id, "rolled back");
         Ok(target)
@@ -546,10 +637,80 @@ mod tests {
             fault: PolicyFault::OutOfFuel,
             delta: None,
         };
-        assert!(!g.record_fault(record.clone(), slot.quarantine_after()));
-        assert!(g.record_fault(record, slot.quarantine_after()));
+        assert!(!g.record_fault(record.clone(), slot.quarantine_rule()));
+        assert!(g.record_fault(record, slot.quarantine_rule()));
         assert!(g.is_quarantined());
         assert!(slot.fallback_chain().is_empty());
+    }
+
+    fn fault_record() -> FaultRecord {
+        FaultRecord {
+            epoch: 1,
+            fault: PolicyFault::Deadline(Duration::from_millis(50)),
+            delta: None,
+        }
+    }
+
+    #[test]
+    fn a_generation_that_faults_every_other_call_is_quarantined_by_rate() {
+        let rule = QuarantineRule {
+            consecutive: 3,
+            window: 10,
+            window_faults: 4,
+        };
+        let slot = PolicySlot::new("fifo").with_quarantine_rule(rule);
+        let g = slot.swap(compiled("fifo"), None, None, None).unwrap();
+        let mut quarantined_at = None;
+        for call in 1..=20 {
+            if call % 2 == 1 {
+                if g.record_fault(fault_record(), slot.quarantine_rule()) {
+                    quarantined_at = Some(call);
+                    break;
+                }
+            } else {
+                g.record_success(slot.quarantine_rule());
+            }
+        }
+        // Never two in a row, but the 4th fault in 10 calls is the 7th call.
+        assert_eq!(quarantined_at, Some(7));
+        assert!(g.is_quarantined());
+    }
+
+    #[test]
+    fn faults_older_than_the_window_are_forgotten() {
+        let rule = QuarantineRule {
+            consecutive: 3,
+            window: 5,
+            window_faults: 2,
+        };
+        let slot = PolicySlot::new("fifo").with_quarantine_rule(rule);
+        let g = slot.swap(compiled("fifo"), None, None, None).unwrap();
+        for _ in 0..50 {
+            assert!(!g.record_fault(fault_record(), rule));
+            for _ in 0..5 {
+                g.record_success(rule);
+            }
+        }
+        assert!(!g.is_quarantined());
+        assert_eq!(g.total_faults(), 50);
+    }
+
+    #[test]
+    fn rollback_never_returns_to_a_quarantined_generation() {
+        let slot = PolicySlot::new("fifo").with_quarantine_after(1);
+        let bad = slot.swap(compiled("fifo"), None, None, None).unwrap();
+        let newer = slot.swap(compiled("fifo"), None, None, None).unwrap();
+        assert!(bad.record_fault(fault_record(), slot.quarantine_rule()));
+        assert!(matches!(
+            slot.rollback(Some(bad.id)),
+            Err(RegistryError::Quarantined { generation, .. }) if generation == bad.id
+        ));
+        assert!(matches!(
+            slot.rollback(None),
+            Err(RegistryError::NothingToRollBack { .. })
+        ));
+        assert_eq!(slot.active_id(), Some(newer.id));
+        assert!(bad.is_quarantined());
     }
 
     #[test]
@@ -587,7 +748,7 @@ mod tests {
 
     #[test]
     fn swap_with_feed_catches_the_new_mirror_up_before_activation() {
-        use crate::rounds::{RoundDriver, Served};
+        use crate::roles::scheduler::{RoundDriver, Served};
         use crate::state::{ClusterState, JobRequest, NodeRequest};
         let mut state = ClusterState::new();
         state

@@ -213,8 +213,21 @@ pub struct Compaction {
 pub struct Applied {
     pub started: Vec<JobId>,
     pub preempted: Vec<JobId>,
+    /// Scaled out or in: running on a new set of workers.
     pub resized: Vec<JobId>,
+    /// Moved, while running, to other workers.
+    pub migrated: Vec<JobId>,
+    /// Running or pending jobs whose QoS changed.
+    pub qos_changed: Vec<JobId>,
+    /// Reservations made or released.
     pub other: usize,
+}
+
+impl Applied {
+    /// Running jobs whose workers changed (a resize or a migration).
+    pub fn moved(&self) -> impl Iterator<Item = JobId> + '_ {
+        self.resized.iter().chain(&self.migrated).copied()
+    }
 }
 
 /// The cluster state of one host (live or simulated).
@@ -868,6 +881,26 @@ impl ClusterState {
         })
     }
 
+    /// The validator for this epoch: a [`Plan`] over the cluster with the
+    /// tenants' quotas. [`ClusterState::validate`] and
+    /// [`ClusterState::keep_valid`] both replay decisions through it.
+    fn validator(&self, max_decisions: u32) -> Plan<'_> {
+        let mut plan = Plan::new(&self.cluster).with_max_decisions(max_decisions);
+        if !self.tenant_quota_gpus.is_empty() {
+            let quotas = self
+                .tenant_quota_gpus
+                .iter()
+                .filter_map(|(t, &q)| {
+                    self.interned
+                        .get(t)
+                        .map(|&id| (id, u64::from(q) * u64::from(model::FULL_GPU_MILLI)))
+                })
+                .collect();
+            plan = plan.with_tenant_quotas(quotas);
+        }
+        plan
+    }
+
     /// Checks a policy's decisions against the current epoch: all valid, or
     /// the first invalid one with its position.
     pub fn validate(
@@ -883,23 +916,42 @@ impl ClusterState {
                 },
             ));
         }
-        let mut plan = Plan::new(&self.cluster).with_max_decisions(max_decisions);
-        if !self.tenant_quota_gpus.is_empty() {
-            let quotas = self
-                .tenant_quota_gpus
-                .iter()
-                .filter_map(|(t, &q)| {
-                    self.interned
-                        .get(t)
-                        .map(|&id| (id, u64::from(q) * u64::from(model::FULL_GPU_MILLI)))
-                })
-                .collect();
-            plan = plan.with_tenant_quotas(quotas);
-        }
+        let mut plan = self.validator(max_decisions);
         for (i, d) in decisions.iter().enumerate() {
             plan.apply(d.clone()).map_err(|e| (i, e))?;
         }
         Ok(())
+    }
+
+    /// The decisions that survive validation one by one, in order: each is
+    /// checked against the plan of those kept before it, so the result
+    /// always passes [`ClusterState::validate`]. Used for the host's own
+    /// native last resort, which must never leave a round without an
+    /// answer; a Wasm policy's answer is all or nothing.
+    pub fn keep_valid(
+        &self,
+        decisions: Vec<Decision>,
+        max_decisions: u32,
+    ) -> (Vec<Decision>, Vec<(usize, DecisionError)>) {
+        let mut plan = self.validator(max_decisions);
+        let mut kept = Vec::new();
+        let mut dropped = Vec::new();
+        for (i, d) in decisions.into_iter().enumerate() {
+            if kept.len() >= max_decisions as usize {
+                dropped.push((
+                    i,
+                    DecisionError::TooManyDecisions {
+                        limit: max_decisions,
+                    },
+                ));
+                continue;
+            }
+            match plan.apply(d.clone()) {
+                Ok(()) => kept.push(d),
+                Err(e) => dropped.push((i, e)),
+            }
+        }
+        (kept, dropped)
     }
 
     /// Carries out decisions that passed [`ClusterState::validate`] at this epoch.
@@ -924,7 +976,7 @@ impl ClusterState {
                         rec.last_start_ms = Some(self.now_ms);
                         applied.started.push(id);
                     } else {
-                        applied.other += 1;
+                        applied.migrated.push(id);
                     }
                 }
                 Decision::ScaleOut(j, added) => {
@@ -961,7 +1013,7 @@ impl ClusterState {
                 }
                 Decision::SetQos(j, q) => {
                     self.emit(Event::JobQosChanged(j, q))?;
-                    applied.other += 1;
+                    applied.qos_changed.push(id);
                 }
             }
         }

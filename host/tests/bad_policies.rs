@@ -3,7 +3,7 @@
 //! exactly what the healthy fallback would have produced.
 
 use arbiter_host::registry::PolicySlot;
-use arbiter_host::rounds::{RoundDriver, RoundFaults, Served};
+use arbiter_host::roles::scheduler::{RoundDriver, RoundFaults, Served};
 use arbiter_host::runtime::{PolicyEngine, PolicyFault, RuntimeConfig};
 use arbiter_host::state::{ClusterState, JobRequest, NodeRequest};
 use arbiter_policy_sdk::DecisionError;

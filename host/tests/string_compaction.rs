@@ -8,7 +8,7 @@
 //! before the history or a compaction) keep being served.
 
 use arbiter_host::registry::PolicySlot;
-use arbiter_host::rounds::{RoundDriver, Served};
+use arbiter_host::roles::scheduler::{RoundDriver, Served};
 use arbiter_host::runtime::{PolicyEngine, RuntimeConfig};
 use arbiter_host::state::{ClusterState, DEFAULT_COMPACTION_FLOOR, JobRequest, NodeRequest};
 use arbiter_policy_sdk::Cluster;

@@ -13,10 +13,13 @@
 //!   GPU per workload: `CUDA_VISIBLE_DEVICES`, one control block, one memory quota), all with
 //!   the launch's command, the per-GPU memory quota (MiB → bytes; 0 = unlimited), the compute
 //!   share and the role, under the interposer (`LD_PRELOAD`, as the supervisor always does).
-//!   Each workload gets `ARBITER_JOB_ID`, `ARBITER_JOB_NAME`, `ARBITER_RANK` and
-//!   `ARBITER_WORLD_SIZE` in its environment, and its persisted record carries the tag
-//!   `job-<id>/<rank>` so an agent restarted on the same state dir knows which job an adopted
-//!   workload belongs to. All started → `STARTED`; anything refused (a GPU the node does not
+//!   Each workload gets `ARBITER_JOB_ID`, `ARBITER_JOB_NAME`, `ARBITER_RANK`,
+//!   `ARBITER_LOCAL_RANK` and `ARBITER_WORLD_SIZE` in its environment — ranks and world size
+//!   are the job's across all its nodes (the launch's `rank_base` and `world_size`), the local
+//!   rank is the node's — and its persisted record carries the tag `job-<id>/<rank>` so an
+//!   agent restarted on the same state dir knows which job an adopted workload belongs to. A
+//!   launch for a job whose stopped run is still draining (a relaunch after a resize or a
+//!   migration) starts the new run; the old run's exits are not counted against it. All started → `STARTED`; anything refused (a GPU the node does not
 //!   have, an empty command, a quota that does not fit, a spawn error) → the ranks already
 //!   started are evicted and the job gets `FAILED_TO_START` with the cause.
 //! * **Exit.** When every rank has exited the job gets `EXITED` with the first non-zero exit
@@ -351,15 +354,38 @@ impl State {
             s => s.min(1000),
         };
         let memory = (l.memory_limit_mib > 0).then(|| u64::from(l.memory_limit_mib) * MIB);
-        let world = l.gpus.len();
-        let mut started: Vec<u32> = Vec::with_capacity(world);
+        let here = l.gpus.len();
+        // Ranks are the job's: this node runs rank_base .. rank_base + here
+        // of world_size (a host before rank_base/world_size sends 0s).
+        let world = if l.world_size == 0 {
+            here as u64
+        } else {
+            u64::from(l.world_size)
+        };
+        if u64::from(l.rank_base) + here as u64 > world {
+            return Err(format!(
+                "ranks {}..{} do not fit the world size {world}",
+                l.rank_base,
+                u64::from(l.rank_base) + here as u64
+            ));
+        }
+        // A stopped run of this job still draining (a relaunch after a
+        // resize or migration): its exits are not this run's.
+        if let Some(old) = self.jobs.remove(&l.job_id) {
+            for id in old.workloads {
+                self.by_workload.remove(&id);
+            }
+        }
+        let mut started: Vec<u32> = Vec::with_capacity(here);
         let mut first_pid = 0;
-        for (rank, &gpu) in l.gpus.iter().enumerate() {
+        for (local, &gpu) in l.gpus.iter().enumerate() {
+            let rank = u64::from(l.rank_base) + local as u64;
             let mut env = self.workload_env.clone();
             env.extend([
                 ("ARBITER_JOB_ID".to_string(), l.job_id.to_string()),
                 ("ARBITER_JOB_NAME".to_string(), l.name.clone()),
                 ("ARBITER_RANK".to_string(), rank.to_string()),
+                ("ARBITER_LOCAL_RANK".to_string(), local.to_string()),
                 ("ARBITER_WORLD_SIZE".to_string(), world.to_string()),
             ]);
             let spec = WorkloadSpec {
@@ -374,7 +400,7 @@ impl State {
             let tag = format!("job-{}/{rank}", l.job_id);
             match self.node.launch_tagged(&spec, Some(tag)) {
                 Ok(id) => {
-                    if rank == 0 {
+                    if local == 0 {
                         first_pid = self.node.supervisor().get(id).map_or(0, |w| w.record().pid);
                     }
                     started.push(id);
@@ -415,7 +441,7 @@ impl State {
                 ..Job::default()
             },
         );
-        Ok(world)
+        Ok(here)
     }
 
     fn stop(&mut self, s: &v1::Stop) {

@@ -642,7 +642,7 @@ fn policies_that_are_not_coordinators_are_refused_at_load() {
     match Coordinator::from_wasm(&engine, misbehave, None, CoordinatorConfig::default()) {
         Err(CoordinatorError::NotACoordinator { name, roles }) => {
             assert_eq!(name, "fixture-misbehave");
-            assert_eq!(roles, ["scheduler"]);
+            assert_eq!(roles, ["scheduler", "tenant"]);
         }
         other => panic!("expected NotACoordinator, got {other:?}"),
     }

@@ -21,7 +21,7 @@ fn log(mps_dir: &Path, gpu: u32) -> Vec<String> {
 }
 
 fn config(dir: &Path) -> MpsConfig {
-    let mut cfg = MpsConfig::new(common::fake_mps_binary(dir), &dir.join("mps"));
+    let mut cfg = MpsConfig::new(common::fake_mps_binary(), &dir.join("mps"));
     cfg.default_active_thread_pct = Some(50);
     cfg.default_pinned_mem_limit_bytes = Some(4 << 30);
     cfg

@@ -196,7 +196,7 @@ fn mps_start_sets_exclusive_process_through_nvml() {
     set_time(&dir, 0.0);
     let nvml = NvmlBackend::open(Some(&lib)).expect("nvml");
     assert_eq!(nvml.compute_mode(0).expect("mode"), ComputeMode::Default);
-    let mut cfg = MpsConfig::new(common::fake_mps_binary(&dir), &dir.join("mps"));
+    let mut cfg = MpsConfig::new(common::fake_mps_binary(), &dir.join("mps"));
     cfg.set_exclusive_process = true;
     let gpus: Vec<(u32, String)> = (0..2)
         .map(|i| (i, nvml.device_info(i).expect("info").uuid))

@@ -6,7 +6,7 @@
 #![allow(dead_code)]
 
 use arbiter_host::registry::PolicySlot;
-use arbiter_host::rounds::RoundDriver;
+use arbiter_host::roles::scheduler::RoundDriver;
 use arbiter_host::state::{ClusterState, JobId, JobRequest, NodeRequest};
 use arbiter_policy_sdk::Runtime;
 use arbiter_policy_sdk::model::{Decision, WorkerPlacement, job_kind, qos};

@@ -95,28 +95,15 @@ pub async fn connect(conn: &Conn) -> anyhow::Result<Clients> {
     })
 }
 
-/// `10m`, `30s`, `1h`, `250ms`, or plain milliseconds.
+/// `10m`, `30s`, `1h 30m`, `250ms` (humantime's forms), or plain milliseconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let split = s
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("`{s}` is not a duration like 30s, 10m or 1h"))?;
-    let ms = match unit {
-        "" | "ms" => value,
-        "s" => value * 1e3,
-        "m" => value * 60e3,
-        "h" => value * 3600e3,
-        "d" => value * 86_400e3,
-        _ => return Err(format!("unknown unit `{unit}` in `{s}` (ms, s, m, h, d)")),
-    };
-    if !(ms.is_finite() && ms >= 0.0) {
-        return Err(format!("`{s}` is not a valid duration"));
+    // A bare number is milliseconds (what the API carries).
+    if let Ok(ms) = s.parse::<u64>() {
+        return Ok(Duration::from_millis(ms));
     }
-    Ok(Duration::from_millis(ms as u64))
+    humantime::parse_duration(s)
+        .map_err(|e| format!("`{s}` is not a duration like 250ms, 30s, 10m or 1h 30m: {e}"))
 }
 
 fn status_error(e: tonic::Status) -> anyhow::Error {
@@ -898,6 +885,10 @@ pub async fn top(conn: &Conn) -> anyhow::Result<()> {
                      "running": view.jobs_running, "finished": view.jobs_finished},
             "policy": view.active_policy, "generation": view.active_generation,
             "experiment": view.experiment,
+            "quarantined": view.quarantined.iter().map(|q| serde_json::json!({
+                "slot": q.slot, "generation": q.generation, "name": q.name,
+                "faults": q.faults, "last_fault": q.last_fault, "active": q.active,
+            })).collect::<Vec<_>>(),
             "node_list": nodes.iter().map(|n| serde_json::json!({
                 "name": n.name, "state": n.state, "gpus": n.gpus, "gpus_free": n.gpus_free,
                 "arm": n.arm, "kind": n.kind, "gpu_model": n.gpu_model,
@@ -921,6 +912,25 @@ pub async fn top(conn: &Conn) -> anyhow::Result<()> {
         "jobs: {} queued, {} pending, {} running, {} finished",
         view.jobs_queued, view.jobs_pending, view.jobs_running, view.jobs_finished
     );
+    for q in &view.quarantined {
+        println!(
+            "QUARANTINED slot {} gen {} ({}): {} faults{}{}",
+            q.slot,
+            q.generation,
+            q.name,
+            q.faults,
+            if q.active {
+                "; still active, the native policy serves the slot"
+            } else {
+                ""
+            },
+            if q.last_fault.is_empty() {
+                String::new()
+            } else {
+                format!("; last: {}", q.last_fault)
+            }
+        );
+    }
     println!(
         "{:<16} {:<10} {:<12} {:>5} {:>5} ARM",
         "NODE", "STATE", "MODEL", "GPUS", "FREE"
@@ -968,6 +978,11 @@ pub async fn nodes(cmd: &NodesCommand) -> anyhow::Result<()> {
                 .await
                 .map_err(status_error)?
                 .into_inner();
+            if a.conn.json {
+                return print_json(&serde_json::json!({
+                    "name": n.name, "state": n.state, "gpus": n.gpus, "gpus_free": n.gpus_free,
+                }));
+            }
             println!("node {} {}", n.name, n.state);
             Ok(())
         }
@@ -1059,7 +1074,8 @@ mod tests {
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
         assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
-        assert_eq!(parse_duration("1.5h"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("1h 30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("2d"), Ok(Duration::from_secs(172_800)));
         assert_eq!(parse_duration("42"), Ok(Duration::from_millis(42)));
         assert!(parse_duration("10 parsecs").is_err());
         assert!(parse_duration("m").is_err());

@@ -3,6 +3,8 @@
 //! Human output by default, `--json` for scripts. Every failure exits non-zero
 //! with a one-line cause chain on standard error.
 
+#![forbid(unsafe_code)]
+
 mod client;
 mod node;
 mod policy;

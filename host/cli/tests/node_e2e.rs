@@ -582,3 +582,165 @@ fn an_online_burst_paces_then_evicts_offline_work_and_the_host_requeues_it() {
     assert_eq!(c.job(online)["preemptions"], 0);
     assert_eq!(share(0), online_share);
 }
+
+/// The launch path, end to end, for the four defects it had:
+/// 1. a half-GPU job that states no memory gets half the GPU's memory as its
+///    quota (the scheduler charged that much), not the whole GPU;
+/// 2. two workers of one job on one node both run (one launch, both GPUs);
+/// 3. ranks and the world size are the job's, across its nodes;
+/// 4. a job the policy migrates is stopped where it ran and started where it
+///    goes, and the job table says where it runs now.
+#[test]
+fn one_resolved_launch_per_job_per_node() {
+    let fixtures = fixtures();
+    let nvml = fake_nvml_lib();
+    let dir = tmp_root().join(format!("cli-launch-e2e-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (server, mut c) = control_plane(&dir, fixtures);
+    // Registered in this order: node-a is node 0 of the cell.
+    let node_a = c.start_node("node-a", &install_fake_nvml(&dir.join("node-a"), &nvml));
+    let node_b = c.start_node("node-b", &install_fake_nvml(&dir.join("node-b"), &nvml));
+    wait_until("both nodes ready", Duration::from_secs(10), || {
+        c.node_state("node-a") == "ready" && c.node_state("node-b") == "ready"
+    });
+    let wl = c.workload.display().to_string();
+    let finished = |c: &Cluster, id: u64| {
+        wait_until_or(
+            &format!("job {id} to finish"),
+            Duration::from_secs(30),
+            || c.job(id)["state"] == "done",
+            || format!("{} {}", c.job(id), c.cli(&["top"])),
+        );
+    };
+    let both = |c: &Cluster| c.outputs("node-a") + &c.outputs("node-b");
+    let ranks = "echo \"job=$ARBITER_JOB_ID rank=$ARBITER_RANK local=$ARBITER_LOCAL_RANK world=$ARBITER_WORLD_SIZE\"";
+
+    // 1. Half a GPU, no memory stated: the quota is half of the 16 GiB.
+    let half = c.cli(&[
+        "submit",
+        "--name",
+        "half",
+        "--gpus",
+        "1",
+        "--gpu-milli",
+        "500",
+        "--",
+        &wl,
+        "meminfo",
+    ])["id"]
+        .as_u64()
+        .expect("id");
+    finished(&c, half);
+    let node = c.job(half)["node"].as_str().unwrap_or_default().to_string();
+    let out = c.outputs(&node);
+    assert!(
+        out.contains(&format!("meminfo total={}", (GPU_MIB / 2) << 20)),
+        "a half-GPU job must see half the GPU's memory: {out}"
+    );
+
+    // 3. Two 2-GPU workers fill both nodes: ranks 0..3 of 4, two per node.
+    let gang = c.cli(&[
+        "submit",
+        "--name",
+        "gang",
+        "--gpus",
+        "4",
+        "--gpus-per-worker",
+        "2",
+        "--",
+        "sh",
+        "-c",
+        ranks,
+    ])["id"]
+        .as_u64()
+        .expect("id");
+    finished(&c, gang);
+    let out = both(&c);
+    for rank in 0..4 {
+        assert!(
+            out.contains(&format!(
+                "job={gang} rank={rank} local={} world=4",
+                rank % 2
+            )),
+            "rank {rank} of the job's 4: {out}"
+        );
+    }
+    for node in ["node-a", "node-b"] {
+        let here = c.outputs(node);
+        let count = here.matches(&format!("job={gang} ")).count();
+        assert_eq!(count, 2, "two of the gang's ranks on {node}: {here}");
+    }
+
+    // 4. A policy that moves running work off node 0.
+    let policy = dir.join("evacuate.wasm");
+    std::fs::write(&policy, arbiter_policies::fixture("misbehave").unwrap()).unwrap();
+    let config = dir.join("evacuate.toml");
+    std::fs::write(&config, "mode = \"evacuate\"\n").unwrap();
+    c.cli(&[
+        "policy",
+        "load",
+        policy.to_str().unwrap(),
+        "--slot",
+        "default",
+        "--config",
+        config.to_str().unwrap(),
+    ]);
+    let long = c.submit("long", &[&wl, "train"]);
+    wait_until_or(
+        "the long job to run on node-b with no copy left on node-a",
+        Duration::from_secs(30),
+        || {
+            let tag = format!("job-{long}/0");
+            c.job(long)["state"] == "running"
+                && c.job(long)["node"] == "node-b"
+                && c.records("node-b").iter().any(|r| r["tag"] == tag)
+                && !c.records("node-a").iter().any(|r| r["tag"] == tag)
+        },
+        || {
+            format!(
+                "{} a={:?} b={:?}",
+                c.job(long),
+                c.records("node-a"),
+                c.records("node-b")
+            )
+        },
+    );
+    c.cli(&["cancel", &long.to_string()]);
+    wait_until(
+        "the long job's workload to go",
+        Duration::from_secs(20),
+        || c.records("node-b").is_empty(),
+    );
+
+    // 2. With node-a drained, both 1-GPU workers of a job land on node-b:
+    //    one launch, both ranks run.
+    c.cli(&["nodes", "drain", "node-a"]);
+    let pair = c.cli(&[
+        "submit",
+        "--name",
+        "pair",
+        "--gpus",
+        "2",
+        "--gpus-per-worker",
+        "1",
+        "--",
+        "sh",
+        "-c",
+        ranks,
+    ])["id"]
+        .as_u64()
+        .expect("id");
+    finished(&c, pair);
+    let out = c.outputs("node-b");
+    for rank in 0..2 {
+        assert!(
+            out.contains(&format!("job={pair} rank={rank} local={rank} world=2")),
+            "both workers ran on node-b: {out}"
+        );
+    }
+    drop(node_a);
+    drop(node_b);
+    drop(server);
+    c.token.clear();
+}

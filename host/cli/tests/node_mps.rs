@@ -44,14 +44,11 @@ fn spawn_until(cmd: &mut Command, prefix: &str) -> (Killed, String) {
     }
 }
 
-fn fake_mps(dir: &Path) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let src =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fake-mps/nvidia-cuda-mps-control");
-    let dst = dir.join("nvidia-cuda-mps-control");
-    std::fs::copy(&src, &dst).expect("copy the fake MPS control");
-    std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    dst
+/// The fake MPS control client, run from the checkout (git keeps its mode):
+/// a fresh copy could fail to exec with ETXTBSY while another test thread's
+/// fork still holds it open for writing.
+fn fake_mps() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fake-mps/nvidia-cuda-mps-control")
 }
 
 #[test]
@@ -94,7 +91,7 @@ fn the_agent_starts_one_mps_daemon_per_gpu_before_registering() {
             .arg("--state-dir")
             .arg(&state)
             .arg("--mps-control")
-            .arg(fake_mps(dir.path())),
+            .arg(fake_mps()),
         "arbiter node mps-node connected",
     );
     for gpu in 0..2 {

@@ -32,16 +32,22 @@ fn traces_present() -> bool {
         dir.join("philly/philly_jobs.csv.gz").is_file()
             && dir.join("genai2026/lora_request_trace.csv.gz").is_file()
     };
-    let found = match std::env::var_os("ARBITER_TRACES") {
+    match std::env::var_os("ARBITER_TRACES") {
         Some(dir) => has_files(std::path::Path::new(&dir)),
         None => std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .ancestors()
             .any(|d| has_files(&d.join("shared/traces"))),
-    };
-    if !found {
-        eprintln!("shared traces folder not found (../shared/traces): skipping the aryl CLI test");
     }
-    found
+}
+
+/// Fails (never skips) when the CLI would not find the traces.
+fn require_traces() {
+    assert!(
+        traces_present(),
+        "the aryl CLI test needs philly/philly_jobs.csv.gz and \
+         genai2026/lora_request_trace.csv.gz under ../shared/traces \
+         (or the folder ARBITER_TRACES names)"
+    );
 }
 
 fn arbiter(extra: &[&str]) -> std::process::Output {
@@ -55,9 +61,7 @@ fn arbiter(extra: &[&str]) -> std::process::Output {
 
 #[test]
 fn sim_aryl_prints_the_comparison() {
-    if !traces_present() {
-        return;
-    }
+    require_traces();
     let out = arbiter(&[]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -79,9 +83,7 @@ fn sim_aryl_prints_the_comparison() {
 
 #[test]
 fn sim_aryl_json_is_one_object_of_headline_metrics() {
-    if !traces_present() {
-        return;
-    }
+    require_traces();
     let out = arbiter(&["--json", "--seed", "7"]);
     assert!(
         out.status.success(),
@@ -133,9 +135,7 @@ fn sim_aryl_refuses_a_node_list() {
 
 #[test]
 fn sim_aryl_config_reaches_the_policies_and_a_bad_one_is_refused() {
-    if !traces_present() {
-        return;
-    }
+    require_traces();
     let out = arbiter(&["--json", "--config", "slow_spill = \"always\""]);
     assert!(
         out.status.success(),

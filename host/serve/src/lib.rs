@@ -11,8 +11,11 @@
 //! * [`shadow`] and [`stats`]: shadow execution and the per-arm statistics
 //!   behind guardrails.
 
+#![forbid(unsafe_code)]
+
 pub mod api;
 pub mod journal;
+pub mod launch;
 pub mod metrics;
 pub mod plane;
 pub mod records;

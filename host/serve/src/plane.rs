@@ -18,6 +18,7 @@
 //! the disk) happens while it is held.
 
 use crate::journal::{JournalWriter, Record, RoundRecord};
+use crate::launch;
 use crate::metrics::{Exposition, Histogram, PolicyMetrics};
 use crate::records::*;
 use crate::shadow::{Shadow, ShadowInput};
@@ -25,8 +26,9 @@ use crate::stats::{Sample, fragmentation_pct, p_worse, pending_demand};
 use crate::store::{Ack, Contents, Store, StoreWriter, Write};
 use anyhow::Context;
 use arbiter_host::registry::{Generation, PolicySlot, Registry};
-use arbiter_host::rounds::{RoundDriver, Served};
-use arbiter_host::runtime::{CompiledPolicy, PolicyEngine, PolicyInstance, RuntimeConfig};
+use arbiter_host::roles::scheduler::{RoundDriver, Served};
+use arbiter_host::roles::tenant::{self, AdmissionRequest};
+use arbiter_host::runtime::{CompiledPolicy, PolicyEngine, RuntimeConfig};
 use arbiter_host::state::{ClusterState, JobId, JobRequest, NodeRequest};
 use arbiter_policy_sdk::model::{
     self, Decision, Role, RoundInfo, TenantJob, TenantView, WorkerPlacement,
@@ -278,7 +280,6 @@ pub struct Plane {
     experiments: BTreeMap<String, ExperimentRecord>,
     /// Final arm metrics of experiments that ended in this process.
     finished_status: BTreeMap<String, v1::ExperimentStatus>,
-    tenant_instances: HashMap<String, (u64, PolicyInstance)>,
     events: broadcast::Sender<v1::JobEvent>,
     metrics: PolicyMetrics,
     /// Stats of the single control cell outside experiments.
@@ -348,7 +349,6 @@ impl Plane {
             experiment: None,
             experiments: BTreeMap::new(),
             finished_status: BTreeMap::new(),
-            tenant_instances: HashMap::new(),
             events,
             metrics: PolicyMetrics::default(),
             control_stats: ArmStats::default(),
@@ -613,7 +613,8 @@ impl Plane {
             .collect()
     }
 
-    /// GPUs held or claimed by the tenant's released jobs (running or pending).
+    /// GPUs held or claimed by the tenant's released jobs (running or pending),
+    /// as the tenant view states them (whole GPUs asked for).
     fn tenant_gpus_claimed(&self, tenant: &str) -> u32 {
         self.released()
             .filter(|j| j.tenant == tenant)
@@ -1613,6 +1614,28 @@ impl Plane {
                 .map(|e| e.record.name.clone())
                 .unwrap_or_default(),
             rounds: self.rounds,
+            quarantined: self
+                .registry
+                .slots()
+                .iter()
+                .flat_map(|slot| {
+                    slot.generations()
+                        .into_iter()
+                        .filter(|g| g.is_quarantined())
+                        .map(|g| v1::QuarantinedGeneration {
+                            slot: slot.name().to_string(),
+                            generation: g.id,
+                            name: g.manifest().name.clone(),
+                            faults: g.total_faults(),
+                            last_fault: g
+                                .last_fault()
+                                .map(|f| f.fault.to_string())
+                                .unwrap_or_default(),
+                            active: slot.active_id() == Some(g.id),
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .collect(),
         }
     }
 
@@ -1671,6 +1694,20 @@ impl Plane {
                 &[("slot", slot), ("generation", generation), ("kind", kind)],
                 *n as f64,
             );
+        }
+        e.family(
+            "arbiter_policy_quarantined",
+            "gauge",
+            "1 for a loaded generation that is quarantined (never served, never rolled back to), by slot and generation.",
+        );
+        for slot in self.registry.slots() {
+            for g in slot.generations() {
+                e.sample(
+                    "arbiter_policy_quarantined",
+                    &[("slot", slot.name()), ("generation", &g.id.to_string())],
+                    if g.is_quarantined() { 1.0 } else { 0.0 },
+                );
+            }
         }
         e.family(
             "arbiter_fallback_rounds_total",
@@ -2090,27 +2127,31 @@ impl Plane {
     }
 
     /// Sends the launch of a started job to the agents of its workers.
-    fn launch_on_agents(&self, id: u64) {
+    /// Sends the job's resolved launches (one per agent node it is placed
+    /// on, see [`crate::launch`]). A placement that cannot be resolved puts
+    /// the job back in the queue with the reason.
+    fn launch_on_agents(&mut self, id: u64) {
         let Some(job) = self.jobs.get(&id) else {
             return;
         };
-        let s = &job.spec;
-        for w in &job.placement {
-            if !self.is_agent(&w.node) {
-                continue;
+        let resolved = launch::resolve(id, &job.spec, &job.placement, |node| {
+            self.nodes
+                .iter()
+                .find(|n| n.request.name == node)
+                .map(|n| n.request.gpu_memory_mib)
+        });
+        match resolved {
+            Ok(launches) => {
+                for l in launches {
+                    if self.is_agent(&l.node) {
+                        self.send_to(&l.node, v1::host_message::Body::Launch(l.launch));
+                    }
+                }
             }
-            self.send_to(
-                &w.node,
-                v1::host_message::Body::Launch(v1::Launch {
-                    job_id: id,
-                    name: s.name.clone(),
-                    command: s.command.clone(),
-                    gpus: w.gpus.clone(),
-                    memory_limit_mib: s.gpu_memory_mib,
-                    compute_share_permille: if s.gpu_milli > 0 { s.gpu_milli } else { 1000 },
-                    role: u32::from(s.qos != model::qos::GUARANTEED),
-                }),
-            );
+            Err(why) => {
+                tracing::error!(job = id, %why, "launch not resolved; job requeued");
+                self.requeue(id, &why);
+            }
         }
     }
 
@@ -2351,8 +2392,11 @@ impl Plane {
         }
     }
 
-    /// Releases queued jobs to their cells, in the order tenant policies give.
+    /// Releases queued jobs to their cells, in the order tenant policies
+    /// give, only while they fit their tenant's quota (the host core's
+    /// tenant driver decides both; see `arbiter_host::roles::tenant`).
     fn admit(&mut self, now: u64) {
+        self.withdraw_past_quota();
         let mut by_tenant: BTreeMap<String, Vec<u64>> = BTreeMap::new();
         for j in self
             .ids(JobStatus::Queued)
@@ -2361,104 +2405,92 @@ impl Plane {
             by_tenant.entry(j.tenant.clone()).or_default().push(j.id);
         }
         for (tenant, queued) in by_tenant {
-            let release = self.tenant_release_order(&tenant, &queued, now);
-            for id in release {
-                self.release(id);
+            let request = self.admission_request(&tenant, &queued, now);
+            let slot_name = tenant_slot(&tenant);
+            let slot = self.registry.find(&slot_name);
+            let admission = tenant::admit(slot.as_deref(), self.rounds + 1, &request);
+            for (generation, fault) in &admission.faults {
+                self.tenant_faults += 1;
+                let g = generation.map_or_else(|| "native".to_string(), |g| g.to_string());
+                *self
+                    .metrics
+                    .faults
+                    .entry((slot_name.clone(), g, fault.kind().to_string()))
+                    .or_default() += 1;
+            }
+            for position in admission.release {
+                self.release(queued[position as usize]);
             }
         }
     }
 
-    fn tenant_release_order(&mut self, tenant: &str, queued: &[u64], now: u64) -> Vec<u64> {
-        let slot_name = tenant_slot(tenant);
-        let Some(generation) = self.registry.find(&slot_name).and_then(|s| s.active()) else {
-            return queued.to_vec();
-        };
+    /// A tenant's admission question: its queue in submit order, what its
+    /// released jobs claim, and its quota, all in the validator's milli-GPU.
+    fn admission_request(&self, tenant: &str, queued: &[u64], now: u64) -> AdmissionRequest {
         let quota = self.tenants.get(tenant).map_or(0, |t| t.quota_gpus);
-        let claimed = self.tenant_gpus_claimed(tenant);
         let running: Vec<&StoredJob> = self.released().filter(|j| j.tenant == tenant).collect();
         let mut jobs = Vec::with_capacity(queued.len() + running.len());
+        let mut demand_milli = Vec::with_capacity(queued.len());
         for (position, id) in queued.iter().enumerate() {
-            if let Some(j) = self.jobs.get(id) {
-                jobs.push(tenant_job(position as u32, j, false));
-            }
+            let j = &self.jobs[id];
+            jobs.push(tenant_job(position as u32, j, false));
+            demand_milli.push(j.spec.demand_milli());
         }
         for (k, j) in running.iter().enumerate() {
             jobs.push(tenant_job((queued.len() + k) as u32, j, true));
         }
-        let view = TenantView {
-            now_ms: now,
-            tenant: tenant.to_string(),
-            gpu_quota: quota,
-            gpus_in_use: claimed,
-            jobs,
-        };
-        let verdict = {
-            let entry = self.tenant_instances.get_mut(&slot_name);
-            let reuse = entry
-                .as_ref()
-                .is_some_and(|(id, i)| *id == generation.id && i.poisoned().is_none());
-            if !reuse {
-                match generation.new_instance() {
-                    Ok(i) => {
-                        self.tenant_instances
-                            .insert(slot_name.clone(), (generation.id, i));
-                    }
-                    Err(e) => {
-                        tracing::warn!(tenant, error = %e, "tenant policy failed to start; submit order");
-                        self.tenant_faults += 1;
-                        return queued.to_vec();
-                    }
-                }
-            }
-            let Some((_, instance)) = self.tenant_instances.get_mut(&slot_name) else {
-                return queued.to_vec();
-            };
-            let span = tracing::debug_span!("tenant_policy", tenant, generation = generation.id);
-            let _g = span.enter();
-            instance.order(view)
-        };
-        let verdict = match verdict {
-            Ok(v) => v,
-            Err(fault) => {
-                tracing::warn!(tenant, %fault, "tenant policy fault; submit order this round");
-                self.tenant_faults += 1;
-                *self
-                    .metrics
-                    .faults
-                    .entry((
-                        slot_name,
-                        generation.id.to_string(),
-                        fault.kind().to_string(),
-                    ))
-                    .or_default() += 1;
-                return queued.to_vec();
-            }
-        };
-        let hold: HashSet<u32> = verdict.hold.iter().copied().collect();
-        let mut seen = HashSet::new();
-        let mut order: Vec<u32> = verdict
-            .order
-            .iter()
-            .copied()
-            .filter(|&p| (p as usize) < queued.len() && !hold.contains(&p) && seen.insert(p))
-            .collect();
-        order.extend((0..queued.len() as u32).filter(|p| !hold.contains(p) && !seen.contains(p)));
-        let mut budget = if quota == 0 {
-            u32::MAX
-        } else {
-            quota.saturating_sub(claimed)
-        };
-        let mut release = Vec::new();
-        for p in order {
-            let id = queued[p as usize];
-            let gpus = self.jobs.get(&id).map_or(0, |j| j.spec.gpus);
-            if gpus > budget {
-                break;
-            }
-            budget -= gpus;
-            release.push(id);
+        AdmissionRequest {
+            view: TenantView {
+                now_ms: now,
+                tenant: tenant.to_string(),
+                gpu_quota: quota,
+                gpus_in_use: self.tenant_gpus_claimed(tenant),
+                jobs,
+            },
+            demand_milli,
+            quota_milli: (quota > 0).then(|| u64::from(quota) * u64::from(model::FULL_GPU_MILLI)),
+            claimed_milli: running.iter().map(|j| j.spec.demand_milli()).sum(),
         }
-        release
+    }
+
+    /// Puts released-but-not-running jobs back in their tenant's queue,
+    /// newest first, while the tenant claims more than its quota (the quota
+    /// was lowered after they were released). Without this the scheduler
+    /// would be offered jobs the validator refuses.
+    fn withdraw_past_quota(&mut self) {
+        let mut withdraw = Vec::new();
+        for (name, t) in &self.tenants {
+            if t.quota_gpus == 0 {
+                continue;
+            }
+            let quota = u64::from(t.quota_gpus) * u64::from(model::FULL_GPU_MILLI);
+            let mut claimed: u64 = self
+                .released()
+                .filter(|j| &j.tenant == name)
+                .map(|j| j.spec.demand_milli())
+                .sum();
+            let mut pending: Vec<&StoredJob> = self
+                .ids(JobStatus::Pending)
+                .filter_map(|id| self.jobs.get(&id))
+                .filter(|j| &j.tenant == name)
+                .collect();
+            pending.sort_by_key(|j| std::cmp::Reverse((j.submit_ms, j.id)));
+            for j in pending {
+                if claimed <= quota {
+                    break;
+                }
+                claimed -= j.spec.demand_milli();
+                withdraw.push(j.id);
+            }
+        }
+        for id in withdraw {
+            tracing::info!(
+                job = id,
+                "tenant past its quota; job back in the tenant queue"
+            );
+            self.remove_from_cell(id);
+            self.set_status(id, JobStatus::Queued);
+        }
     }
 
     fn release(&mut self, id: u64) {
@@ -2535,6 +2567,28 @@ impl Plane {
             .preempted
             .iter()
             .filter_map(|l| cell.global.get(l).copied())
+            .collect();
+        // Running jobs on new workers (resized, migrated) and QoS changes.
+        let placed_now = |local: &JobId| {
+            cell.state
+                .job_index(*local)
+                .map(|i| workers_at(&cell.state, cell.state.cluster().job(i).placement()))
+                .unwrap_or_default()
+        };
+        let moved: Vec<(u64, Vec<WorkerAt>)> = report
+            .applied
+            .moved()
+            .filter_map(|l| cell.global.get(&l).map(|&id| (id, placed_now(&l))))
+            .collect();
+        let qos_changed: Vec<(u64, u8)> = report
+            .applied
+            .qos_changed
+            .iter()
+            .filter_map(|l| {
+                let id = *cell.global.get(l)?;
+                let i = cell.state.job_index(*l)?;
+                Some((id, cell.state.cluster().job(i).qos()))
+            })
             .collect();
         let alloc = cell.state.gpu_allocation_pct();
         let frag = {
@@ -2652,6 +2706,35 @@ impl Plane {
             }
             self.set_status(id, JobStatus::Pending);
         }
+        for (id, placement) in moved {
+            self.relaunch(id, placement);
+        }
+        for (id, qos) in qos_changed {
+            if let Some(j) = self.jobs.get_mut(&id) {
+                j.spec.qos = qos;
+                self.writer.send(job_write(j));
+            }
+        }
+    }
+
+    /// A running job now runs on other workers (a resize or a migration):
+    /// the job table and the store get the new placement, and its agents
+    /// restart it there. Every rank restarts, since the job's world size and
+    /// rank layout change with its workers (elastic frameworks re-form their
+    /// group the same way).
+    fn relaunch(&mut self, id: u64, placement: Vec<WorkerAt>) {
+        let Some(job) = self.jobs.get(&id) else {
+            return;
+        };
+        if job.placement == placement {
+            return;
+        }
+        self.stop_elsewhere(id, "");
+        if let Some(j) = self.jobs.get_mut(&id) {
+            j.placement = placement;
+            self.writer.send(job_write(j));
+        }
+        self.launch_on_agents(id);
     }
 }
 
@@ -2744,12 +2827,11 @@ fn job_write(job: &StoredJob) -> Write {
     }
 }
 
+/// Compares token digests without a timing side channel (the digests are
+/// of equal, public length; `subtle` keeps the compiler from short-circuiting).
 fn constant_time_eq(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
+    use subtle::ConstantTimeEq;
+    bool::from(a.as_bytes().ct_eq(b.as_bytes()))
 }
 
 fn restrict_permissions(path: &Path) {

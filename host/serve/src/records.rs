@@ -111,6 +111,16 @@ pub const MAX_NAME: usize = 253;
 pub const MAX_GPUS: u32 = 4096;
 
 impl JobSpecRecord {
+    /// GPU demand in milli-GPU, as the validator charges it against a quota.
+    pub fn demand_milli(&self) -> u64 {
+        let per_worker = if self.gpus == 0 {
+            0
+        } else {
+            self.gpus_per_worker
+        };
+        arbiter_policy_sdk::model::gpu_demand_milli(self.workers(), per_worker, self.gpu_milli)
+    }
+
     /// Checks a submitted spec; the error says which field is wrong.
     pub fn from_proto(spec: &v1::JobSpec) -> Result<JobSpecRecord, String> {
         if spec.name.is_empty() || spec.name.len() > MAX_NAME {

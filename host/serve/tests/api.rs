@@ -712,6 +712,96 @@ async fn a_tenant_policy_orders_its_own_queue_within_quota() {
     running.shutdown().await.unwrap();
 }
 
+/// Regression: one tenant submitting past its GPU quota used to stop
+/// scheduling for the whole cluster (admission released every queued job,
+/// the scheduler placed them, the validator refused the round, the native
+/// fallback too, for ever). And a tenant policy that traps must neither stall
+/// its tenant nor go unnoticed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_past_its_quota_or_with_a_trapping_policy_never_stalls_the_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = server(dir.path(), 2, Duration::from_secs(600)).await;
+    let token = running.new_admin_token.clone().unwrap();
+    let mut admin = client(&running, Some(&token)).await;
+    let a_token = add_tenant(&mut admin, "team-a", 2).await;
+    let b_token = add_tenant(&mut admin, "team-b", 2).await;
+    let mut a = client(&running, Some(&a_token)).await;
+    let mut b = client(&running, Some(&b_token)).await;
+    let trap = load(
+        &mut b,
+        "",
+        arbiter_policies::fixture("misbehave").unwrap(),
+        "mode = trap",
+    )
+    .await;
+    let mut a_ids = Vec::new();
+    let mut b_ids = Vec::new();
+    for i in 0..3 {
+        a_ids.push(submit(&mut a, spec(&format!("a{i}"), 1, 600_000)).await);
+        b_ids.push(submit(&mut b, spec(&format!("b{i}"), 1, 600_000)).await);
+    }
+    let admin_job = submit(&mut admin, spec("admin", 1, 600_000)).await;
+    wait_state(&admin, admin_job, v1::JobState::Running).await;
+    for id in [a_ids[0], a_ids[1], b_ids[0], b_ids[1]] {
+        wait_state(&admin, id, v1::JobState::Running).await;
+    }
+    // Rounds go on; the jobs past the quota wait in their tenants' queues.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(job_state(&mut a, a_ids[2]).await, v1::JobState::Queued);
+    assert_eq!(job_state(&mut b, b_ids[2]).await, v1::JobState::Queued);
+    let late = submit(&mut admin, spec("admin-late", 2, 600_000)).await;
+    wait_state(&admin, late, v1::JobState::Running).await;
+    // The scheduler never saw a job it would have to refuse.
+    let default = admin
+        .policies
+        .describe(v1::SlotRef {
+            slot: "default".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        default
+            .generations
+            .iter()
+            .all(|g| g.faults == 0 && !g.quarantined),
+        "{default:?}"
+    );
+    // The trapping tenant policy is quarantined, and shows it.
+    let view = admin
+        .cluster
+        .view(v1::ClusterViewRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let q = view
+        .quarantined
+        .iter()
+        .find(|q| q.slot == "tenant:team-b")
+        .unwrap_or_else(|| panic!("team-b's policy is not shown quarantined: {view:?}"));
+    assert_eq!(q.generation, trap.id);
+    assert!(
+        q.active && q.faults >= 3 && q.last_fault.contains("trap"),
+        "{q:?}"
+    );
+    let metrics = admin
+        .cluster
+        .metrics(v1::MetricsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .text;
+    let gauge = format!(
+        "arbiter_policy_quarantined{{slot=\"tenant:team-b\",generation=\"{}\"}} 1",
+        trap.id
+    );
+    assert!(metrics.contains(&gauge), "{metrics}");
+    // Freed quota still releases the tenant's next job, in submit order.
+    b.jobs.cancel(v1::JobRef { id: b_ids[0] }).await.unwrap();
+    wait_state(&b, b_ids[2], v1::JobState::Running).await;
+    running.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_swap_rollback_stats_drain_abort_hash_split_metrics_and_reflection() {
     let dir = tempfile::tempdir().unwrap();

@@ -9,7 +9,7 @@
 //! `cargo bench -p arbiter-sim --bench aryl`
 
 use arbiter_host::registry::PolicySlot;
-use arbiter_host::rounds::RoundDriver;
+use arbiter_host::roles::scheduler::RoundDriver;
 use arbiter_host::runtime::{PolicyEngine, PolicyInstance, RuntimeConfig};
 use arbiter_host::state::{ClusterState, JobRequest, NodeRequest};
 use arbiter_policy_sdk::Runtime;

@@ -44,7 +44,7 @@
 use crate::metrics::{mean, percentile};
 use anyhow::{Context, bail};
 use arbiter_host::registry::PolicySlot;
-use arbiter_host::rounds::{RoundDriver, Served};
+use arbiter_host::roles::scheduler::{RoundDriver, Served};
 use arbiter_host::runtime::{CompiledPolicy, PolicyInstance};
 use arbiter_host::state::{ClusterState, JobId, JobRequest, MAX_SPEED_PERMILLE, NodeRequest};
 use arbiter_policy_sdk::model::{Decision, ReclaimRequest, node_state};

@@ -2,7 +2,7 @@
 //!
 //! A discrete-event, virtual-time simulator that drives the **real** host
 //! core — [`ClusterState`](arbiter_host::state::ClusterState),
-//! [`RoundDriver`](arbiter_host::rounds::RoundDriver) and a
+//! [`RoundDriver`](arbiter_host::roles::scheduler::RoundDriver) and a
 //! [`PolicySlot`](arbiter_host::registry::PolicySlot) holding the policy
 //! compiled as Wasm by [`PolicyEngine`] — over a cluster and a workload:
 //!
@@ -35,6 +35,8 @@
 //! The CLI flattens [`SimArgs`] into `arbiter sim` and calls [`run`]. With
 //! no `--trace`, the built-in example runs (16 nodes, 128 GPUs, 320 jobs).
 
+#![forbid(unsafe_code)]
+
 pub mod aryl;
 pub mod metrics;
 pub mod report;
@@ -52,8 +54,6 @@ use anyhow::{Context, bail};
 use arbiter_host::runtime::{CompiledPolicy, PolicyEngine, RuntimeConfig};
 use serde::Serialize;
 use std::path::PathBuf;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// `arbiter sim` flags.
@@ -266,37 +266,38 @@ pub fn run_many(
     })
 }
 
-/// Applies `run` to every item on up to `threads` threads (work stealing by
-/// index); results in item order. A panicking run is an error, not a crash.
+/// Applies `run` to every item on a rayon pool of `threads` threads; results
+/// in item order. A panicking run is an error naming the item's position and
+/// the panic message, not a crash of the caller (rayon alone would re-panic).
 pub fn parallel_map<T: Sync, R: Send>(
     items: &[T],
     threads: usize,
     run: impl Fn(&T) -> anyhow::Result<R> + Sync,
 ) -> anyhow::Result<Vec<R>> {
-    let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<anyhow::Result<R>>>> =
-        Mutex::new((0..items.len()).map(|_| None).collect());
-    std::thread::scope(|scope| {
-        for _ in 0..threads.clamp(1, items.len().max(1)) {
-            scope.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(item) = items.get(i) else { break };
-                    let result = run(item);
-                    if let Ok(mut r) = results.lock() {
-                        r[i] = Some(result);
-                    }
-                }
-            });
-        }
-    });
-    let results = results
-        .into_inner()
-        .map_err(|_| anyhow::anyhow!("a simulation thread panicked"))?;
-    results
-        .into_iter()
-        .map(|r| r.unwrap_or_else(|| Err(anyhow::anyhow!("a simulation thread panicked"))))
-        .collect()
+    use rayon::prelude::*;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads.clamp(1, items.len().max(1)))
+        .thread_name(|i| format!("arbiter-sim-{i}"))
+        .build()
+        .context("starting the simulation thread pool")?;
+    pool.install(|| {
+        items
+            .par_iter()
+            .enumerate()
+            .map(|(i, item)| {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(item))).unwrap_or_else(
+                    |panic| {
+                        let message = panic
+                            .downcast_ref::<&str>()
+                            .map(|s| s.to_string())
+                            .or_else(|| panic.downcast_ref::<String>().cloned())
+                            .unwrap_or_else(|| "no message".into());
+                        Err(anyhow::anyhow!("simulation run #{i} panicked: {message}"))
+                    },
+                )
+            })
+            .collect()
+    })
 }
 
 /// Per-policy means of FGD-protocol runs.
@@ -586,5 +587,31 @@ impl SimOutput {
             self.print_human();
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parallel_map;
+
+    #[test]
+    fn parallel_map_keeps_item_order() {
+        let items: Vec<u64> = (0..100).collect();
+        let out = parallel_map(&items, 3, |&x| Ok(x * x)).unwrap();
+        assert_eq!(out, items.iter().map(|x| x * x).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_panicking_run_is_an_error_not_a_crash() {
+        let items = [1, 2, 3];
+        let err = parallel_map(&items, 2, |&x| {
+            if x == 2 {
+                panic!("run two broke");
+            }
+            Ok(x)
+        })
+        .unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("#1") && msg.contains("run two broke"), "{msg}");
     }
 }

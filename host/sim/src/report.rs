@@ -20,69 +20,95 @@ fn label(run: &RunOutput, many_seeds: bool) -> String {
     }
 }
 
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
-}
-
 fn opt(v: Option<f64>) -> String {
     v.map_or(String::new(), |v| format!("{v:.3}"))
+}
+
+/// Writes one CSV file with `csv`'s writer (quoting, escaping).
+fn write_csv<const N: usize>(
+    path: &Path,
+    header: [&str; N],
+    rows: impl Iterator<Item = [String; N]>,
+) -> anyhow::Result<()> {
+    let mut w =
+        csv::Writer::from_path(path).with_context(|| format!("creating {}", path.display()))?;
+    w.write_record(header)
+        .and_then(|()| rows.into_iter().try_for_each(|r| w.write_record(&r)))
+        .and_then(|()| w.flush().map_err(csv::Error::from))
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 /// Writes `tasks.csv`, `series.csv` and `index.html` under `dir`.
 pub fn write(dir: &Path, output: &SimOutput) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut tasks =
-        String::from("policy,seed,task,arrival_s,start_s,end_s,queue_s,jct_s,gpus,outcome\n");
-    for run in &output.runs {
-        for r in &run.records {
-            let _ = writeln!(
-                tasks,
-                "{},{},{},{:.3},{},{},{},{},{},{}",
-                csv_field(&run.policy),
-                run.seed,
-                csv_field(&r.task),
-                r.arrival_s,
+    let tasks = output.runs.iter().flat_map(|run| {
+        run.records.iter().map(move |r| {
+            [
+                run.policy.clone(),
+                run.seed.to_string(),
+                r.task.clone(),
+                format!("{:.3}", r.arrival_s),
                 opt(r.start_s),
                 opt(r.end_s),
                 opt(r.queue_s()),
                 opt(r.jct_s()),
-                r.gpus,
-                r.outcome
-            );
-        }
-    }
+                r.gpus.to_string(),
+                r.outcome.to_string(),
+            ]
+        })
+    });
+    write_csv(
+        &dir.join("tasks.csv"),
+        [
+            "policy",
+            "seed",
+            "task",
+            "arrival_s",
+            "start_s",
+            "end_s",
+            "queue_s",
+            "jct_s",
+            "gpus",
+            "outcome",
+        ],
+        tasks,
+    )?;
     let x_name = match output.scenario.protocol {
         Protocol::Fgd => "arrived_gpu_pct",
         Protocol::Replay | Protocol::Aryl => "time_s",
     };
-    let mut series =
-        format!("policy,seed,{x_name},gpu_alloc_pct,frag_ratio_pct,frag_gpus,pending,running\n");
-    for run in &output.runs {
-        for p in &run.series {
-            let _ = writeln!(
-                series,
-                "{},{},{:.3},{:.4},{},{},{},{}",
-                csv_field(&run.policy),
-                run.seed,
-                p.x,
-                p.gpu_alloc_pct,
+    let series = output.runs.iter().flat_map(|run| {
+        run.series.iter().map(move |p| {
+            [
+                run.policy.clone(),
+                run.seed.to_string(),
+                format!("{:.3}", p.x),
+                format!("{:.4}", p.gpu_alloc_pct),
                 opt(p.frag_ratio_pct),
                 opt(p.frag_gpus),
-                p.pending,
-                p.running
-            );
-        }
-    }
+                p.pending.to_string(),
+                p.running.to_string(),
+            ]
+        })
+    });
+    write_csv(
+        &dir.join("series.csv"),
+        [
+            "policy",
+            "seed",
+            x_name,
+            "gpu_alloc_pct",
+            "frag_ratio_pct",
+            "frag_gpus",
+            "pending",
+            "running",
+        ],
+        series,
+    )?;
     let write_file = |name: &str, text: &str| {
         let path = dir.join(name);
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
     };
-    write_file("tasks.csv", &tasks)?;
-    write_file("series.csv", &series)?;
     write_file("index.html", &html(output))?;
     // The allocation chart alone, for documents that embed it.
     write_file("allocation.svg", &allocation_chart(output))?;

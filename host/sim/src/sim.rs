@@ -5,7 +5,7 @@ use crate::metrics::{FgdMetrics, ReplayMetrics, SeriesPoint, TaskRecord, mean, p
 use crate::scenario::{Scenario, SimTask};
 use anyhow::Context;
 use arbiter_host::registry::{Generation, PolicySlot};
-use arbiter_host::rounds::{RoundDriver, RoundReport, Served};
+use arbiter_host::roles::scheduler::{RoundDriver, RoundReport, Served};
 use arbiter_host::runtime::{CompiledPolicy, NativePolicy};
 use arbiter_host::state::{ClusterState, JobId};
 use arbiter_placement_core::{

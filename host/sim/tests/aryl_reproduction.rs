@@ -55,20 +55,19 @@ fn scale() -> ArylScale {
     s
 }
 
-/// The Philly trace and the LoRA demand curve, or `None` (with a message)
-/// when the shared traces folder is missing.
-fn traces(what: &str) -> Option<(arbiter_traces::philly::PhillyTrace, InferenceDemand)> {
-    let (Ok(jobs_file), Ok(lora_file)) = (
-        arbiter_traces::trace_file(arbiter_traces::philly::JOBS_FILE),
-        arbiter_traces::trace_file(arbiter_traces::genai::LORA_REQUESTS_FILE),
-    ) else {
-        eprintln!("shared traces folder not found (set ARBITER_TRACES): skipping {what}");
-        return None;
+/// The Philly trace and the LoRA demand curve. A missing trace fails the
+/// test with the path it looked for (and the `ARBITER_TRACES` override).
+fn traces(what: &str) -> (arbiter_traces::philly::PhillyTrace, InferenceDemand) {
+    let find = |relative: &str| {
+        arbiter_traces::trace_file(relative)
+            .unwrap_or_else(|e| panic!("{what} needs the shared traces: {e}"))
     };
+    let jobs_file = find(arbiter_traces::philly::JOBS_FILE);
+    let lora_file = find(arbiter_traces::genai::LORA_REQUESTS_FILE);
     let trace = arbiter_traces::philly::load_jobs(&jobs_file).expect("philly");
     let requests = arbiter_traces::genai::load_lora_requests(&lora_file).expect("lora");
     let demand = InferenceDemand::from_lora(&requests, 1800, 0.9).expect("demand");
-    Some((trace, demand))
+    (trace, demand)
 }
 
 fn threads() -> usize {
@@ -77,9 +76,7 @@ fn threads() -> usize {
 
 #[test]
 fn philly_aryl_vs_baseline_and_reclaim_baselines() {
-    let Some((trace, demand)) = traces("the Aryl reproduction") else {
-        return;
-    };
+    let (trace, demand) = traces("the Aryl reproduction");
     let s = scale();
     let workload = philly_workload(&trace, &s.spec(42).expect("spec"), 8).expect("workload");
     let base = ArylSimConfig {
@@ -234,9 +231,7 @@ fn philly_aryl_vs_baseline_and_reclaim_baselines() {
 /// rules; `ARBITER_ARYL_SCALE=paper` runs the whole comparison.
 #[test]
 fn paper_load_keeps_the_headline_direction() {
-    let Some((trace, demand)) = traces("the paper-load headline") else {
-        return;
-    };
+    let (trace, demand) = traces("the paper-load headline");
     let s = ArylScale::named(ScaleName::Paper);
     let workload = philly_workload(&trace, &s.spec(42).expect("spec"), 8).expect("workload");
     let engine = arbiter_sim::engine(std::time::Duration::from_secs(30)).expect("engine");
@@ -316,9 +311,7 @@ fn paper_load_keeps_the_headline_direction() {
 #[test]
 #[ignore = "calibration search: 7 two-week runs, ~1 min in a debug build"]
 fn paper_load_search() {
-    let Some((trace, demand)) = traces("the paper-load search") else {
-        return;
-    };
+    let (trace, demand) = traces("the paper-load search");
     let s = ArylScale::named(ScaleName::Paper);
     let workload = philly_workload(&trace, &s.spec(42).expect("spec"), 8).expect("workload");
     let engine = arbiter_sim::engine(std::time::Duration::from_secs(30)).expect("engine");

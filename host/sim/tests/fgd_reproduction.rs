@@ -32,15 +32,11 @@ fn seeds() -> Vec<u64> {
 
 #[test]
 fn openb_default_six_policies_match_the_paper() {
-    let (Ok(nodes), Ok(pods)) = (
-        arbiter_traces::trace_file(arbiter_traces::openb::GPU_NODES_FILE),
-        arbiter_traces::trace_file("openb/openb_pod_list_default.csv"),
-    ) else {
-        eprintln!(
-            "shared traces folder not found (set ARBITER_TRACES): skipping the FGD reproduction"
-        );
-        return;
-    };
+    // A missing trace fails the test, naming the path and ARBITER_TRACES.
+    let nodes = arbiter_traces::trace_file(arbiter_traces::openb::GPU_NODES_FILE)
+        .unwrap_or_else(|e| panic!("the FGD reproduction needs the openb trace: {e}"));
+    let pods = arbiter_traces::trace_file("openb/openb_pod_list_default.csv")
+        .unwrap_or_else(|e| panic!("the FGD reproduction needs the openb trace: {e}"));
     let scenario = scenario::from_files(Some(&nodes), Some(&pods), None).expect("openb scenario");
     assert_eq!(scenario.gpu_count(), 6212);
     let engine = arbiter_sim::engine(std::time::Duration::from_secs(30)).expect("engine");

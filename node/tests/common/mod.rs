@@ -53,15 +53,12 @@ pub fn install_fake_nvml(dir: &Path, scenario: &serde_json::Value) -> PathBuf {
     lib
 }
 
-/// An executable copy of `tests/fake-mps/nvidia-cuda-mps-control` (copied so the test does
-/// not depend on the checkout preserving the executable bit).
-pub fn fake_mps_binary(dir: &Path) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let src = workspace_root().join("tests/fake-mps/nvidia-cuda-mps-control");
-    let dst = dir.join("nvidia-cuda-mps-control");
-    std::fs::copy(&src, &dst).expect("copy fake mps control");
-    std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    dst
+/// `tests/fake-mps/nvidia-cuda-mps-control`, the fake MPS control client.
+pub fn fake_mps_binary() -> PathBuf {
+    // Run from the checkout (git keeps its mode, 0755), never from a fresh
+    // copy: exec of a file another test thread's fork may still hold open
+    // for writing fails with ETXTBSY.
+    workspace_root().join("tests/fake-mps/nvidia-cuda-mps-control")
 }
 
 /// Interposer, fake libcuda and C workloads (built once per test binary).

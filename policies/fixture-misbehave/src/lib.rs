@@ -2,6 +2,14 @@
 //!
 //! `configure("mode = <m>")` picks the fault the host's sandbox and validator
 //! must survive. With `ok` it places the first pending job with first fit.
+//! `flap` traps in rounds of even epoch and works in the others; `hang-flap`
+//! loops past the deadline in those rounds instead (neither faults twice in
+//! a row: only a fault-rate quarantine catches them). As a tenant policy
+//! (`order`), `trap`, `loop` and `bad-verdict` misbehave; anything else
+//! releases the queue in submit order. `evacuate` is well-behaved: it
+//! migrates every running job off node 0 (each worker to the first other
+//! node where it fits), then places like `ok` — a policy that moves running
+//! work, for the control plane's reconcile tests.
 
 use arbiter_policy_sdk::prelude::*;
 
@@ -27,12 +35,44 @@ fn first_fit_one(cluster: &Cluster) -> Vec<Decision> {
     plan.into_decisions()
 }
 
+fn evacuate_node_zero(cluster: &Cluster, round: &RoundInfo) -> Vec<Decision> {
+    let mut plan = Plan::new(cluster).with_max_decisions(round.max_decisions);
+    let on_node_zero: Vec<(u32, u32)> = cluster
+        .running_jobs()
+        .filter(|j| j.placement().iter().any(|w| w.node == 0))
+        .map(|j| (j.index(), j.workers()))
+        .collect();
+    for (job, workers) in on_node_zero {
+        let moved: Vec<WorkerPlacement> = (0..workers)
+            .filter_map(|_| {
+                (1..cluster.node_count() as u32).find_map(|n| plan.first_fit_worker(job, n))
+            })
+            .collect();
+        if moved.len() as u32 == workers {
+            // Refused (e.g. two workers chose the same GPUs): it stays put.
+            let _ = plan.apply(Decision::Migrate(job, moved));
+        }
+    }
+    if let Some(job) = cluster.pending_jobs().next() {
+        let index = job.index();
+        let _ = plan.place_gang(index, job.workers(), |p| p.first_fit_anywhere(index));
+    }
+    plan.into_decisions()
+}
+
+fn spin() -> ! {
+    let mut x = 0u64;
+    loop {
+        x = std::hint::black_box(x.wrapping_add(1));
+    }
+}
+
 impl Policy for Misbehave {
     fn manifest() -> Manifest {
         let mut m = manifest(
             "fixture-misbehave",
             "0.1.0",
-            &[Role::Scheduler],
+            &[Role::Scheduler, Role::Tenant],
             "Misbehaves on purpose.",
         );
         m.default_config = "mode = ok".into();
@@ -62,12 +102,13 @@ impl Policy for Misbehave {
         match self.mode.as_str() {
             "ok" => Ok(first_fit_one(cluster)),
             "trap" => panic!("fixture asked to trap"),
-            "loop" => {
-                let mut x = 0u64;
-                loop {
-                    x = std::hint::black_box(x.wrapping_add(1));
-                }
+            "loop" => spin(),
+            "flap" if round.epoch.is_multiple_of(2) => {
+                panic!("fixture flaps: trap at epoch {}", round.epoch)
             }
+            "hang-flap" if round.epoch.is_multiple_of(2) => spin(),
+            "flap" | "hang-flap" => Ok(first_fit_one(cluster)),
+            "evacuate" => Ok(evacuate_node_zero(cluster, round)),
             "recurse" => Ok(vec![Decision::Preempt(recurse(0) as u32)]),
             "alloc" => {
                 let mut hoard: Vec<Vec<u8>> = Vec::new();
@@ -130,6 +171,18 @@ impl Policy for Misbehave {
             "stale" => Err(PolicyError::Stale(0)),
             "fail" => Err(PolicyError::Failed("fixture refuses".into())),
             other => Err(PolicyError::Failed(format!("unknown mode `{other}`"))),
+        }
+    }
+
+    fn order(&mut self, view: &TenantView) -> Result<TenantVerdict, PolicyError> {
+        match self.mode.as_str() {
+            "trap" => panic!("fixture asked to trap"),
+            "loop" => spin(),
+            "bad-verdict" => Ok(TenantVerdict {
+                order: vec![view.jobs.len() as u32 + 3],
+                hold: Vec::new(),
+            }),
+            _ => Ok(TenantVerdict::default()),
         }
     }
 }

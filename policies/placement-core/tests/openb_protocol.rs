@@ -201,10 +201,8 @@ fn allocation(host: &Cluster, capacity_milli: u64) -> f64 {
 fn openb_default_one_seed_per_policy() {
     let nodes_rel =
         std::env::var("OPENB_NODES").unwrap_or_else(|_| openb::GPU_NODES_FILE.to_string());
-    let Ok(nodes_file) = trace_file(&nodes_rel) else {
-        eprintln!("openb traces not found: skipping");
-        return;
-    };
+    let nodes_file =
+        trace_file(&nodes_rel).unwrap_or_else(|e| panic!("this test needs the openb trace: {e}"));
     let nodes = openb::load_nodes(nodes_file).expect("nodes");
     let pods = openb::load_pods(trace_file("openb/openb_pod_list_default.csv").expect("pods"))
         .expect("pods");

@@ -960,12 +960,7 @@ impl<'a> Job<'a> {
     }
     /// Total GPU demand at `workers` workers, in milli-GPU.
     pub fn gpu_demand_milli(&self) -> u64 {
-        let per_worker = if self.is_fractional() {
-            u64::from(self.gpu_milli())
-        } else {
-            u64::from(self.gpus_per_worker()) * u64::from(FULL_GPU_MILLI)
-        };
-        per_worker * u64::from(self.workers())
+        crate::model::gpu_demand_milli(self.workers(), self.gpus_per_worker(), self.gpu_milli())
     }
     pub fn gpu_model_mask(&self) -> u64 {
         self.cols().gpu_model_mask[self.i()]

@@ -635,11 +635,7 @@ impl<'a> Plan<'a> {
         let Some(&quota) = self.tenant_quota_milli.get(&j.tenant_id()) else {
             return Ok(());
         };
-        let per_worker = if j.is_fractional() {
-            u64::from(j.gpu_milli())
-        } else {
-            u64::from(j.gpus_per_worker()) * u64::from(FULL_GPU_MILLI)
-        };
+        let per_worker = crate::model::gpu_demand_milli(1, j.gpus_per_worker(), j.gpu_milli());
         let used = self
             .tenant_used_milli
             .get(&j.tenant_id())

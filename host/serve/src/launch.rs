@@ -1,0 +1,147 @@
+//! From a placement to what each node runs: one resolved launch per job per
+//! node.
+//!
+//! A job's workers may share a node (a gang of two 4-GPU workers on one
+//! 8-GPU server): the node gets **one** `Launch` with all of the job's GPUs
+//! there, never one per worker (an agent runs a job once). Ranks and world
+//! size are the job's, not the node's: rank `r` is the job's `r`-th GPU in
+//! placement order, and every node is told the job's world size. The GPU
+//! share is resolved here, by the contract's rule
+//! ([`arbiter_policy_sdk::model::gpu_share`], the rule the scheduler charged):
+//! a fractional job that states no memory gets its share of the GPU's
+//! memory as a hard quota, not "the whole GPU".
+
+use crate::records::{JobSpecRecord, WorkerAt};
+use arbiter_policy_sdk::model::{self, FULL_GPU_MILLI};
+use arbiter_proto::v1;
+
+/// One node's part of a job.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeLaunch {
+    pub node: String,
+    pub launch: v1::Launch,
+}
+
+/// The launches of job `job_id` placed at `placement`. `gpu_memory_mib`
+/// gives a node's per-GPU memory (`None`: a node the plane does not know,
+/// which a placement cannot name; the error says which).
+pub fn resolve(
+    job_id: u64,
+    spec: &JobSpecRecord,
+    placement: &[WorkerAt],
+    gpu_memory_mib: impl Fn(&str) -> Option<u32>,
+) -> Result<Vec<NodeLaunch>, String> {
+    let mut by_node: Vec<(&str, Vec<u32>)> = Vec::new();
+    for w in placement {
+        match by_node.iter_mut().find(|(n, _)| *n == w.node) {
+            Some((_, gpus)) => gpus.extend(&w.gpus),
+            None => by_node.push((&w.node, w.gpus.clone())),
+        }
+    }
+    let world_size: u32 = by_node.iter().map(|(_, g)| g.len() as u32).sum();
+    let gpus_per_worker = if spec.gpus == 0 {
+        0
+    } else {
+        spec.gpus_per_worker
+    };
+    let role = u32::from(spec.qos != model::qos::GUARANTEED);
+    let mut rank_base = 0;
+    let mut out = Vec::with_capacity(by_node.len());
+    for (node, gpus) in by_node {
+        let total = gpu_memory_mib(node)
+            .ok_or_else(|| format!("job {job_id} is placed on unknown node `{node}`"))?;
+        let (milli, memory) =
+            model::gpu_share(gpus_per_worker, spec.gpu_milli, spec.gpu_memory_mib, total);
+        let whole = milli >= FULL_GPU_MILLI;
+        let count = gpus.len() as u32;
+        out.push(NodeLaunch {
+            node: node.to_string(),
+            launch: v1::Launch {
+                job_id,
+                name: spec.name.clone(),
+                command: spec.command.clone(),
+                gpus,
+                // 0 = the whole GPU; a share is a hard quota.
+                memory_limit_mib: if whole { 0 } else { memory },
+                compute_share_permille: milli.min(FULL_GPU_MILLI),
+                role,
+                rank_base,
+                world_size,
+            },
+        });
+        rank_base += count;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(gpus: u32, per_worker: u32, milli: u32, memory: u32) -> JobSpecRecord {
+        JobSpecRecord {
+            name: "j".into(),
+            gpus,
+            gpus_per_worker: per_worker,
+            gpu_milli: milli,
+            cpu_milli: 0,
+            memory_mib: 0,
+            priority: 0,
+            qos: 0,
+            duration_ms: 0,
+            deadline_ms: 0,
+            command: vec!["true".into()],
+            gpu_models: Vec::new(),
+            gpu_memory_mib: memory,
+        }
+    }
+
+    fn at(node: &str, gpus: &[u32]) -> WorkerAt {
+        WorkerAt {
+            node: node.into(),
+            gpus: gpus.to_vec(),
+        }
+    }
+
+    const V100: Option<u32> = Some(32_768);
+
+    #[test]
+    fn a_half_gpu_without_stated_memory_gets_half_the_memory_as_a_quota() {
+        let l = resolve(7, &spec(1, 1, 500, 0), &[at("a", &[3])], |_| V100).unwrap();
+        assert_eq!(l.len(), 1);
+        assert_eq!(l[0].launch.memory_limit_mib, 16_384);
+        assert_eq!(l[0].launch.compute_share_permille, 500);
+        let stated = resolve(7, &spec(1, 1, 500, 4096), &[at("a", &[3])], |_| V100).unwrap();
+        assert_eq!(stated[0].launch.memory_limit_mib, 4096);
+    }
+
+    #[test]
+    fn a_whole_gpu_job_is_unlimited_on_its_gpus() {
+        let l = resolve(7, &spec(2, 2, 0, 0), &[at("a", &[0, 1])], |_| V100).unwrap();
+        assert_eq!(l[0].launch.memory_limit_mib, 0);
+        assert_eq!(l[0].launch.compute_share_permille, 1000);
+    }
+
+    #[test]
+    fn workers_on_one_node_are_one_launch_and_ranks_are_the_jobs() {
+        let placement = [at("a", &[0, 1]), at("b", &[4, 5]), at("a", &[2, 3])];
+        let l = resolve(9, &spec(6, 2, 0, 0), &placement, |_| V100).unwrap();
+        assert_eq!(l.len(), 2);
+        assert_eq!(
+            (l[0].node.as_str(), &l[0].launch.gpus[..]),
+            ("a", &[0, 1, 2, 3][..])
+        );
+        assert_eq!(
+            (l[1].node.as_str(), &l[1].launch.gpus[..]),
+            ("b", &[4, 5][..])
+        );
+        assert_eq!((l[0].launch.rank_base, l[1].launch.rank_base), (0, 4));
+        assert!(l.iter().all(|l| l.launch.world_size == 6));
+    }
+
+    #[test]
+    fn an_unknown_node_is_an_error() {
+        let e = resolve(1, &spec(1, 1, 0, 0), &[at("ghost", &[0])], |_| None).unwrap_err();
+        assert!(e.contains("ghost"), "{e}");
+    }
+}
