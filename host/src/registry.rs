@@ -16,7 +16,9 @@
 
 use crate::runtime::{CompiledPolicy, PolicyEngine, PolicyFault, PolicyInstance};
 use crate::state::DeltaFeed;
-use arbiter_policy_sdk::model::{Delta, Manifest, Snapshot};
+use arbiter_policy_sdk::model::{
+    Delta, Manifest, MatchRequest, ReclaimRequest, Snapshot, TenantView,
+};
 use arc_swap::ArcSwapOption;
 use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
@@ -90,13 +92,26 @@ impl Outcomes {
 /// instantiation fails.
 pub const DEFAULT_MAX_GENERATIONS: usize = 8;
 
+/// What a role call was given, kept with its fault for diagnosis and replay.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FaultInput {
+    /// A scheduler round's delta.
+    Delta(Delta),
+    /// A tenant's view of its queue.
+    Tenant(TenantView),
+    /// A reclaim request (at its epoch, on the mirror the delta history rebuilds).
+    Reclaim(ReclaimRequest),
+    /// A matching request.
+    Match(MatchRequest),
+}
+
 /// The input that made a generation fault, kept for diagnosis and replay.
 #[derive(Clone, Debug)]
 pub struct FaultRecord {
     pub epoch: u64,
     pub fault: PolicyFault,
-    /// The delta the policy was given in that round (empty on a resync).
-    pub delta: Option<Delta>,
+    /// What the policy was given in that call.
+    pub input: FaultInput,
 }
 
 /// One loaded version of a policy.
@@ -635,7 +650,7 @@ mod tests {
         let record = FaultRecord {
             epoch: 1,
             fault: PolicyFault::OutOfFuel,
-            delta: None,
+            input: FaultInput::Match(Default::default()),
         };
         assert!(!g.record_fault(record.clone(), slot.quarantine_rule()));
         assert!(g.record_fault(record, slot.quarantine_rule()));
@@ -647,7 +662,7 @@ mod tests {
         FaultRecord {
             epoch: 1,
             fault: PolicyFault::Deadline(Duration::from_millis(50)),
-            delta: None,
+            input: FaultInput::Match(Default::default()),
         }
     }
 

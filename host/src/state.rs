@@ -908,6 +908,17 @@ impl ClusterState {
         decisions: &[Decision],
         max_decisions: u32,
     ) -> Result<(), (usize, DecisionError)> {
+        self.replay(decisions, max_decisions).map(|_| ())
+    }
+
+    /// Replays decisions through the validator and returns its tentative
+    /// state after them (for rules that judge the result, e.g. that a
+    /// reclaim plan empties the returned servers), or the first invalid one.
+    pub fn replay(
+        &self,
+        decisions: &[Decision],
+        max_decisions: u32,
+    ) -> Result<Plan<'_>, (usize, DecisionError)> {
         if decisions.len() > max_decisions as usize {
             return Err((
                 max_decisions as usize,
@@ -920,7 +931,7 @@ impl ClusterState {
         for (i, d) in decisions.iter().enumerate() {
             plan.apply(d.clone()).map_err(|e| (i, e))?;
         }
-        Ok(())
+        Ok(plan)
     }
 
     /// The decisions that survive validation one by one, in order: each is

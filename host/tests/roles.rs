@@ -10,6 +10,20 @@ use proptest::prelude::*;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Loads `policy` (a built-in name, or `fixture:NAME`) into `slot` as its
+/// new active generation; returns the generation's id.
+fn load(slot: &PolicySlot, policy: &str, config: Option<&str>) -> u64 {
+    let bytes = match policy.strip_prefix("fixture:") {
+        Some(name) => arbiter_policies::fixture(name),
+        None => arbiter_policies::get(policy),
+    }
+    .unwrap_or_else(|| panic!("no policy `{policy}`"));
+    let compiled = engine().compile(bytes).expect("compile");
+    slot.swap(compiled, config.map(str::to_string), None, None)
+        .expect("load")
+        .id
+}
+
 fn engine() -> PolicyEngine {
     PolicyEngine::new(RuntimeConfig {
         deadline: Duration::from_millis(50),
@@ -40,7 +54,6 @@ fn cluster(nodes: u32, jobs: u32) -> ClusterState {
 /// Runs `rounds` rounds with healthy fifo under a flapping fixture; returns
 /// who served each round and the flapping generation's fault count.
 fn flapping(mode: &str, rounds: usize) -> (Vec<Served>, u64, u64, bool) {
-    let engine = engine();
     let slot = Arc::new(
         PolicySlot::new("flap").with_quarantine_rule(QuarantineRule {
             consecutive: 3,
@@ -48,26 +61,8 @@ fn flapping(mode: &str, rounds: usize) -> (Vec<Served>, u64, u64, bool) {
             window_faults: 4,
         }),
     );
-    let good = slot
-        .swap(
-            engine
-                .compile(arbiter_policies::get("fifo").unwrap())
-                .unwrap(),
-            None,
-            None,
-            None,
-        )
-        .unwrap();
-    let bad = slot
-        .swap(
-            engine
-                .compile(arbiter_policies::fixture("misbehave").unwrap())
-                .unwrap(),
-            Some(format!("mode = {mode}")),
-            None,
-            None,
-        )
-        .unwrap();
+    let good = load(&slot, "fifo", None);
+    let bad = load(&slot, "fixture:misbehave", Some(&format!("mode = {mode}")));
     let mut state = cluster(4, 40);
     let mut driver = RoundDriver::new(slot.clone());
     let served = (0..rounds)
@@ -78,8 +73,9 @@ fn flapping(mode: &str, rounds: usize) -> (Vec<Served>, u64, u64, bool) {
             driver.run_round(&mut state).served
         })
         .collect();
-    assert_eq!(slot.active_id(), Some(good.id));
-    (served, good.id, bad.total_faults(), bad.is_quarantined())
+    assert_eq!(slot.active_id(), Some(good));
+    let bad = slot.get(bad).expect("still loaded");
+    (served, good, bad.total_faults(), bad.is_quarantined())
 }
 
 #[test]
@@ -106,18 +102,9 @@ fn a_policy_that_hangs_every_other_round_is_quarantined_by_its_fault_rate() {
 
 #[test]
 fn with_every_generation_quarantined_the_native_policy_serves_and_rollback_refuses() {
-    let engine = engine();
     let slot = Arc::new(PolicySlot::new("trap").with_quarantine_after(2));
-    let bad = slot
-        .swap(
-            engine
-                .compile(arbiter_policies::fixture("misbehave").unwrap())
-                .unwrap(),
-            Some("mode = trap".into()),
-            None,
-            None,
-        )
-        .unwrap();
+    let bad = load(&slot, "fixture:misbehave", Some("mode = trap"));
+    let bad = slot.get(bad).expect("loaded");
     let mut state = cluster(2, 12);
     let mut driver = RoundDriver::new(slot.clone());
     let served: Vec<Served> = (0..4)
@@ -141,17 +128,8 @@ fn with_every_generation_quarantined_the_native_policy_serves_and_rollback_refus
 /// in contract 0.2), and the native fallback places everything that fits.
 #[test]
 fn the_native_fallback_places_what_fits_when_a_tenant_is_past_its_quota() {
-    let engine = engine();
     let slot = Arc::new(PolicySlot::new("best-fit"));
-    slot.swap(
-        engine
-            .compile(arbiter_policies::get("best-fit").unwrap())
-            .unwrap(),
-        None,
-        None,
-        None,
-    )
-    .unwrap();
+    load(&slot, "best-fit", None);
     let mut state = cluster(2, 0);
     state.set_tenant_quota("a", Some(2));
     for i in 0..3 {
@@ -242,5 +220,279 @@ proptest! {
             prop_assert_eq!(report.served, Served::Native);
             prop_assert!(report.faults.is_empty(), "{:?}", report.faults);
         }
+    }
+}
+
+mod reclaim {
+    use super::*;
+    use arbiter_host::roles::reclaim::{ReclaimDriver, native_plan, validate_plan};
+    use arbiter_policy_sdk::model::{ReclaimPlan, ReclaimRequest, WorkerPlacement};
+
+    /// Four 4-GPU servers; job j0 on n0 (2 GPUs), j1 on n1 and n2 (a gang of
+    /// two 1-GPU workers), j2 on n2 (1 GPU). Nothing on n3.
+    fn loaned() -> ClusterState {
+        let mut s = cluster(4, 0);
+        for (name, workers, per) in [("j0", 1, 2), ("j1", 2, 1), ("j2", 1, 1)] {
+            s.submit(JobRequest::gpus(name, "t", workers, per)).unwrap();
+        }
+        s.begin_round(100);
+        let gpu = |node: u32, k: u32| node * 4 + k;
+        let place = |node: u32, gpus: Vec<u32>| WorkerPlacement { node, gpus };
+        let decisions = vec![
+            Decision::Place(0, vec![place(0, vec![gpu(0, 0), gpu(0, 1)])]),
+            Decision::Place(
+                1,
+                vec![place(1, vec![gpu(1, 0)]), place(2, vec![gpu(2, 0)])],
+            ),
+            Decision::Place(2, vec![place(2, vec![gpu(2, 1)])]),
+        ];
+        s.validate(&decisions, 100).unwrap();
+        s.apply(decisions).unwrap();
+        s.seal();
+        s
+    }
+
+    fn request(s: &ClusterState, count: u32) -> ReclaimRequest {
+        ReclaimRequest {
+            epoch: s.epoch(),
+            candidates: vec![0, 1, 2, 3],
+            count,
+            max_decisions: 100,
+        }
+    }
+
+    fn plan(nodes: &[u32], decisions: Vec<Decision>) -> ReclaimPlan {
+        ReclaimPlan {
+            nodes: nodes.to_vec(),
+            decisions,
+        }
+    }
+
+    #[test]
+    fn a_plan_returns_exactly_count_distinct_candidates_and_empties_them() {
+        let s = loaned();
+        let r = request(&s, 2);
+        let ok = plan(&[3, 0], vec![Decision::Preempt(0)]);
+        assert_eq!(validate_plan(&s, &r, &ok), Ok(()));
+        let refused = [
+            plan(&[3], vec![]),                           // too few
+            plan(&[3, 3], vec![]),                        // duplicate
+            plan(&[3, 7], vec![]),                        // not a candidate
+            plan(&[3, 0], vec![]),                        // leaves j0 on n0
+            plan(&[3, 1], vec![Decision::Preempt(2)]),    // leaves j1 on n1
+            plan(&[3, 0], vec![Decision::Preempt(9)]),    // unknown job
+            plan(&[3, 0], vec![Decision::Preempt(0); 2]), // decided twice
+        ];
+        for p in refused {
+            assert!(validate_plan(&s, &r, &p).is_err(), "{p:?} must be refused");
+        }
+    }
+
+    #[test]
+    fn the_native_plan_is_smallest_count_first_and_always_valid() {
+        let s = loaned();
+        for count in 1..=4 {
+            let r = request(&s, count);
+            let p = native_plan(&s, &r);
+            assert_eq!(validate_plan(&s, &r, &p), Ok(()), "count {count}: {p:?}");
+        }
+        // Jobs per node: n0 1, n1 1, n2 2, n3 0.
+        assert_eq!(native_plan(&s, &request(&s, 3)).nodes, vec![3, 0, 1]);
+    }
+
+    #[test]
+    fn a_policy_without_the_role_falls_back_to_the_native_plan() {
+        let slot = Arc::new(PolicySlot::new("fifo"));
+        load(&slot, "fifo", None);
+        let mut s = loaned();
+        let out = ReclaimDriver::new(slot).reclaim(&mut s, &[0, 1, 2, 3], 2, 100);
+        assert_eq!(out.served, Served::Native);
+        assert!(
+            matches!(out.faults[..], [(Some(_), PolicyFault::Unsupported(_))]),
+            "{:?}",
+            out.faults
+        );
+        assert_eq!(out.plan.nodes, vec![3, 0]);
+        assert_eq!(out.plan.decisions, vec![Decision::Preempt(0)]);
+    }
+
+    #[test]
+    fn aryls_reclaim_plan_passes_the_one_check() {
+        let slot = Arc::new(PolicySlot::new("aryl"));
+        let g = load(&slot, "aryl", None);
+        let mut s = loaned();
+        let out = ReclaimDriver::new(slot).reclaim(&mut s, &[0, 1, 2, 3], 2, 100);
+        assert_eq!(out.served, Served::Active(g), "{:?}", out.faults);
+        assert_eq!(validate_plan(&s, &out.request, &out.plan), Ok(()));
+    }
+}
+
+mod matcher {
+    use super::*;
+    use arbiter_host::roles::matcher::{MatcherDriver, validate_pairings};
+    use arbiter_policy_sdk::model::{MatchRequest, Pairing, WorkloadProfile};
+
+    fn profile(job: u32, sm: u8) -> WorkloadProfile {
+        WorkloadProfile {
+            job,
+            utilization_pct: sm,
+            sm_activity_pct: sm,
+            memory_mib: 2048,
+            throughput: 1.0,
+        }
+    }
+
+    fn slot_of(policy: &str) -> Arc<PolicySlot> {
+        let slot = Arc::new(PolicySlot::new(policy));
+        load(&slot, policy, None);
+        slot
+    }
+
+    #[test]
+    fn a_real_matcher_component_answers_validated_pairings() {
+        let slot = slot_of("greedy-matcher");
+        let g = slot.active_id().unwrap();
+        let mut state = cluster(2, 4);
+        let out = MatcherDriver::new(slot).match_workloads(
+            &mut state,
+            &[0, 1],
+            &[2, 3],
+            vec![
+                profile(0, 60),
+                profile(1, 25),
+                profile(2, 40),
+                profile(3, 90),
+            ],
+        );
+        assert_eq!(out.served, Served::Active(g), "{:?}", out.faults);
+        assert_eq!(
+            out.pairings,
+            vec![
+                Pairing {
+                    online: 1,
+                    offline: 3,
+                    sm_percent: 75
+                },
+                Pairing {
+                    online: 0,
+                    offline: 2,
+                    sm_percent: 40
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_policy_without_the_role_leaves_offline_work_unpaired() {
+        let mut state = cluster(2, 4);
+        let out = MatcherDriver::new(slot_of("fixture:misbehave")).match_workloads(
+            &mut state,
+            &[0],
+            &[1],
+            Vec::new(),
+        );
+        assert_eq!(out.served, Served::Native);
+        assert!(out.pairings.is_empty());
+        assert!(matches!(
+            out.faults[..],
+            [(Some(_), PolicyFault::Unsupported(_))]
+        ));
+    }
+
+    #[test]
+    fn impossible_pairings_are_refused() {
+        let request = MatchRequest {
+            epoch: 1,
+            online: vec![0, 1],
+            offline: vec![2, 3],
+            profiles: Vec::new(),
+        };
+        let p = |online, offline, sm_percent| Pairing {
+            online,
+            offline,
+            sm_percent,
+        };
+        assert_eq!(
+            validate_pairings(&request, &[p(0, 2, 50), p(1, 3, 100)]),
+            Ok(())
+        );
+        for bad in [
+            vec![p(2, 3, 50)],              // online is not an online candidate
+            vec![p(0, 1, 50)],              // offline is not an offline candidate
+            vec![p(0, 2, 50), p(0, 3, 50)], // one online job twice
+            vec![p(0, 2, 50), p(1, 2, 50)], // one offline job twice
+            vec![p(0, 2, 0)],               // no SMs
+            vec![p(0, 2, 101)],             // more than all of them
+        ] {
+            assert!(validate_pairings(&request, &bad).is_err(), "{bad:?}");
+        }
+    }
+}
+
+mod tenant {
+    use super::*;
+    use arbiter_host::registry::FaultInput;
+    use arbiter_host::roles::tenant::{AdmissionRequest, admit};
+    use arbiter_policy_sdk::model::{TenantJob, TenantView};
+
+    fn request(mode_jobs: u32) -> AdmissionRequest {
+        AdmissionRequest {
+            view: TenantView {
+                now_ms: 5,
+                tenant: "t".into(),
+                gpu_quota: 2,
+                gpus_in_use: 0,
+                jobs: (0..mode_jobs)
+                    .map(|position| TenantJob {
+                        position,
+                        name: format!("j{position}"),
+                        gpus: 1,
+                        ..TenantJob::default()
+                    })
+                    .collect(),
+            },
+            demand_milli: vec![1000; mode_jobs as usize],
+            quota_milli: Some(2000),
+            claimed_milli: 0,
+        }
+    }
+
+    fn slot(mode: &str) -> (Arc<PolicySlot>, u64) {
+        let slot = Arc::new(PolicySlot::new("tenant:t").with_quarantine_after(2));
+        let g = load(&slot, "fixture:misbehave", Some(&format!("mode = {mode}")));
+        (slot, g)
+    }
+
+    #[test]
+    fn a_trapping_tenant_policy_is_quarantined_with_its_input_and_the_quota_still_holds() {
+        let (slot, g) = slot("trap");
+        let r = request(3);
+        for call in 0..3 {
+            let a = admit(Some(&slot), call, &r);
+            assert_eq!(a.served, Served::Native);
+            assert_eq!(a.release, vec![0, 1], "within the 2-GPU quota");
+            assert_eq!(a.faults.len(), usize::from(call < 2), "call {call}");
+        }
+        let generation = slot.get(g).unwrap();
+        assert!(generation.is_quarantined());
+        let record = generation.last_fault().expect("fault record");
+        assert_eq!(record.input, FaultInput::Tenant(r.view.clone()));
+    }
+
+    #[test]
+    fn an_impossible_verdict_is_a_fault_and_a_good_one_is_followed() {
+        let (slot, _) = slot("bad-verdict");
+        let a = admit(Some(&slot), 1, &request(3));
+        assert!(
+            matches!(a.faults[..], [(Some(_), PolicyFault::BadAnswer(_))]),
+            "{a:?}"
+        );
+        let (slot, g) = slot_ok();
+        let a = admit(Some(&slot), 1, &request(3));
+        assert_eq!((a.served, a.release), (Served::Active(g), vec![0, 1]));
+    }
+
+    fn slot_ok() -> (Arc<PolicySlot>, u64) {
+        slot("ok")
     }
 }

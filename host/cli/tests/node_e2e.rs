@@ -324,22 +324,51 @@ fn control_plane(dir: &Path, fixtures: &cuda_workload::Fixtures) -> (Proc, Clust
     (server, c)
 }
 
-#[test]
-fn agents_run_jobs_under_the_interposer_survive_loss_and_are_reconciled() {
+/// A control plane and two ready agents, `node-a` (registered first) and
+/// `node-b`, each with its own two-GPU fake NVML, in a fresh directory.
+struct TwoNodes {
+    server: Proc,
+    c: Cluster,
+    node_a: Proc,
+    node_b: Proc,
+    nvml_a: PathBuf,
+    nvml_b: PathBuf,
+}
+
+fn two_nodes(test: &str) -> TwoNodes {
     let fixtures = fixtures();
     let nvml = fake_nvml_lib();
-    let dir = tmp_root().join(format!("cli-node-e2e-{}", std::process::id()));
+    let dir = tmp_root().join(format!("{test}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-
-    let (server, mut c) = control_plane(&dir, fixtures);
+    let (server, c) = control_plane(&dir, fixtures);
     let nvml_a = install_fake_nvml(&dir.join("node-a"), &nvml);
     let nvml_b = install_fake_nvml(&dir.join("node-b"), &nvml);
-    let mut node_a = c.start_node("node-a", &nvml_a);
-    let mut node_b = c.start_node("node-b", &nvml_b);
+    let node_a = c.start_node("node-a", &nvml_a);
+    let node_b = c.start_node("node-b", &nvml_b);
     wait_until("both nodes ready", Duration::from_secs(10), || {
         c.node_state("node-a") == "ready" && c.node_state("node-b") == "ready"
     });
+    TwoNodes {
+        server,
+        c,
+        node_a,
+        node_b,
+        nvml_a,
+        nvml_b,
+    }
+}
+
+#[test]
+fn agents_run_jobs_under_the_interposer_survive_loss_and_are_reconciled() {
+    let TwoNodes {
+        server,
+        mut c,
+        mut node_a,
+        mut node_b,
+        nvml_a,
+        nvml_b,
+    } = two_nodes("cli-node-e2e");
 
     // 1. A short job: runs under the interposer with its quota; its exit code reaches the host.
     let wl = c.workload.display().to_string();
@@ -592,18 +621,15 @@ fn an_online_burst_paces_then_evicts_offline_work_and_the_host_requeues_it() {
 ///    goes, and the job table says where it runs now.
 #[test]
 fn one_resolved_launch_per_job_per_node() {
-    let fixtures = fixtures();
-    let nvml = fake_nvml_lib();
-    let dir = tmp_root().join(format!("cli-launch-e2e-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let (server, mut c) = control_plane(&dir, fixtures);
     // Registered in this order: node-a is node 0 of the cell.
-    let node_a = c.start_node("node-a", &install_fake_nvml(&dir.join("node-a"), &nvml));
-    let node_b = c.start_node("node-b", &install_fake_nvml(&dir.join("node-b"), &nvml));
-    wait_until("both nodes ready", Duration::from_secs(10), || {
-        c.node_state("node-a") == "ready" && c.node_state("node-b") == "ready"
-    });
+    let TwoNodes {
+        server,
+        mut c,
+        node_a,
+        node_b,
+        ..
+    } = two_nodes("cli-launch-e2e");
+    let dir = c.dir.clone();
     let wl = c.workload.display().to_string();
     let finished = |c: &Cluster, id: u64| {
         wait_until_or(

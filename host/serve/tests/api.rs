@@ -130,10 +130,15 @@ async fn add_tenant(admin: &mut Client, name: &str, quota: u32) -> String {
 
 /// The admin and two tenants without quota, `team-a` and `team-b`.
 async fn two_tenants(running: &Running) -> (Client, Client, Client) {
+    two_tenants_with_quotas(running, 0, 0).await
+}
+
+/// The admin and tenants `team-a` and `team-b` with these GPU quotas (0 = none).
+async fn two_tenants_with_quotas(running: &Running, a: u32, b: u32) -> (Client, Client, Client) {
     let admin_token = running.new_admin_token.clone().unwrap();
     let mut admin = client(running, Some(&admin_token)).await;
-    let a_token = add_tenant(&mut admin, "team-a", 0).await;
-    let b_token = add_tenant(&mut admin, "team-b", 0).await;
+    let a_token = add_tenant(&mut admin, "team-a", a).await;
+    let b_token = add_tenant(&mut admin, "team-b", b).await;
     let a = client(running, Some(&a_token)).await;
     let b = client(running, Some(&b_token)).await;
     (admin, a, b)
@@ -652,12 +657,7 @@ async fn guardrail_rolls_a_faulting_candidate_back() {
 async fn a_tenant_policy_orders_its_own_queue_within_quota() {
     let dir = tempfile::tempdir().unwrap();
     let running = server(dir.path(), 2, Duration::from_secs(600)).await;
-    let token = running.new_admin_token.clone().unwrap();
-    let mut admin = client(&running, Some(&token)).await;
-    let a_token = add_tenant(&mut admin, "team-a", 4).await;
-    let b_token = add_tenant(&mut admin, "team-b", 0).await;
-    let mut a = client(&running, Some(&a_token)).await;
-    let mut b = client(&running, Some(&b_token)).await;
+    let (_admin, mut a, mut b) = two_tenants_with_quotas(&running, 4, 0).await;
     let wasm = arbiter_policies::fixture("tenant-deadline-first").unwrap();
     // Another tenant cannot load into team-a's slot.
     let e = b
@@ -721,12 +721,7 @@ async fn a_tenant_policy_orders_its_own_queue_within_quota() {
 async fn a_tenant_past_its_quota_or_with_a_trapping_policy_never_stalls_the_cluster() {
     let dir = tempfile::tempdir().unwrap();
     let running = server(dir.path(), 2, Duration::from_secs(600)).await;
-    let token = running.new_admin_token.clone().unwrap();
-    let mut admin = client(&running, Some(&token)).await;
-    let a_token = add_tenant(&mut admin, "team-a", 2).await;
-    let b_token = add_tenant(&mut admin, "team-b", 2).await;
-    let mut a = client(&running, Some(&a_token)).await;
-    let mut b = client(&running, Some(&b_token)).await;
+    let (mut admin, mut a, mut b) = two_tenants_with_quotas(&running, 2, 2).await;
     let trap = load(
         &mut b,
         "",

@@ -42,8 +42,10 @@
 //! per reclaimed GPU).
 
 use crate::metrics::{mean, percentile};
+use crate::scenario::gang_shape;
 use anyhow::{Context, bail};
 use arbiter_host::registry::PolicySlot;
+use arbiter_host::roles::reclaim::{ReclaimDriver, validate_plan};
 use arbiter_host::roles::scheduler::{RoundDriver, Served};
 use arbiter_host::runtime::{CompiledPolicy, PolicyInstance};
 use arbiter_host::state::{ClusterState, JobId, JobRequest, MAX_SPEED_PERMILLE, NodeRequest};
@@ -232,21 +234,6 @@ pub fn date_seconds(date: &str) -> anyhow::Result<i64> {
     let doy = (153 * mp + 2) / 5 + d - 1;
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     Ok((era * 146_097 + doe - 719_468) * 86_400)
-}
-
-/// Workers and GPUs per worker for a job of `gpus` GPUs on 8-GPU servers:
-/// one worker up to a server, else 8-GPU workers (4-GPU ones when 8 does
-/// not divide the count).
-fn gang_shape(gpus: u32, per_node: u32) -> (u32, u32) {
-    if gpus <= per_node {
-        (1, gpus)
-    } else if gpus.is_multiple_of(per_node) {
-        (gpus / per_node, per_node)
-    } else if gpus.is_multiple_of(4) {
-        (gpus / 4, 4)
-    } else {
-        (gpus, 1)
-    }
 }
 
 /// Cuts the workload out of the Philly trace (see [`WorkloadSpec`]).
@@ -607,7 +594,7 @@ struct Model<'a> {
     jobs: &'a [ArylJob],
     state: ClusterState,
     driver: RoundDriver,
-    reclaimer: Option<PolicyInstance>,
+    reclaimer: Option<ReclaimDriver>,
     /// Other reclaim rules asked the same questions (see [`PairedReclaim`]).
     shadows: Vec<PolicyInstance>,
     paired: Vec<PairedReclaim>,
@@ -865,23 +852,17 @@ impl Model<'_> {
             };
             let plan = instance
                 .sync_to(&self.state)
-                .and_then(|()| instance.reclaim(request));
+                .and_then(|()| instance.reclaim(request.clone()));
             let Some(entry) = self.paired.get_mut(k + 1) else {
                 continue;
             };
-            match plan {
-                Ok(plan)
-                    if plan.nodes.len() == count
-                        && plan.nodes.iter().all(|n| candidates.contains(n))
-                        && self
-                            .state
-                            .validate(&plan.decisions, RECLAIM_MAX_DECISIONS)
-                            .is_ok() =>
-                {
+            // The same check as the run's own plan (the host core's).
+            match plan.and_then(|plan| validate_plan(&self.state, &request, &plan).map(|()| plan)) {
+                Ok(plan) => {
                     let cost = plan_cost(self.state.cluster(), &plan.nodes, &plan.decisions);
                     entry.record(cost, running, count, per_node);
                 }
-                _ => entry.faults += 1,
+                Err(_) => entry.faults += 1,
             }
         }
     }
@@ -901,58 +882,29 @@ impl Model<'_> {
             max_decisions: RECLAIM_MAX_DECISIONS,
         };
         self.compare_with_optimum(&request);
-        let plan = match self.reclaimer.as_mut() {
-            Some(instance) => instance
-                .sync_to(&self.state)
-                .and_then(|()| instance.reclaim(request))
-                .map_err(|e| e.to_string()),
-            None => Err("the policy has no reclaim role".to_string()),
+        let Some(driver) = self.reclaimer.as_ref() else {
+            bail!("reclaim without a reclaim role");
         };
-        let checked = plan.and_then(|plan| {
-            let mut seen = plan.nodes.clone();
-            seen.sort_unstable();
-            seen.dedup();
-            if seen.len() != count
-                || plan.nodes.len() != count
-                || !plan.nodes.iter().all(|n| candidates.contains(n))
-            {
-                return Err(format!(
-                    "plan returns {:?}, not {count} distinct candidates",
-                    plan.nodes
-                ));
-            }
-            self.state
-                .validate(&plan.decisions, RECLAIM_MAX_DECISIONS)
-                .map_err(|(i, e)| format!("decision {i}: {e}"))?;
-            Ok(plan)
+        // The host core's reclaim driver: the policy's plan if it passes the
+        // one plan check, else Smallest-Count-First on the host's side.
+        let outcome = driver.reclaim(
+            &mut self.state,
+            &candidates,
+            count as u32,
+            RECLAIM_MAX_DECISIONS,
+        );
+        let own = (outcome.served != Served::Native).then(|| {
+            plan_cost(
+                self.state.cluster(),
+                &outcome.plan.nodes,
+                &outcome.plan.decisions,
+            )
         });
-        let paired_cost = checked
-            .as_ref()
-            .ok()
-            .map(|plan| plan_cost(self.state.cluster(), &plan.nodes, &plan.decisions));
-        self.ask_shadows(&candidates, count, running_before, paired_cost);
-        let (nodes, decisions) = match checked {
-            Ok(plan) => (plan.nodes, plan.decisions),
-            Err(reason) => {
-                tracing::warn!(%reason, "reclaim plan refused; host picks the servers");
-                self.m.reclaim_faults += 1;
-                // Smallest-Count-First on the host's side.
-                let cluster = self.state.cluster();
-                let mut jobs_on = vec![0usize; cluster.node_count()];
-                for job in cluster.running_jobs() {
-                    let mut nodes: Vec<u32> = job.placement().iter().map(|w| w.node).collect();
-                    nodes.sort_unstable();
-                    nodes.dedup();
-                    for n in nodes {
-                        jobs_on[n as usize] += 1;
-                    }
-                }
-                let mut order = candidates.clone();
-                order.sort_by_key(|&n| (jobs_on[n as usize], n));
-                order.truncate(count);
-                (order, Vec::new())
-            }
-        };
+        if !outcome.faults.is_empty() {
+            self.m.reclaim_faults += outcome.faults.len() as u64;
+        }
+        self.ask_shadows(&candidates, count, running_before, own);
+        let (nodes, decisions) = (outcome.plan.nodes, outcome.plan.decisions);
         let mut scale_ins = 0;
         let mut preempted: Vec<JobId> = Vec::new();
         if !decisions.is_empty() {
@@ -966,17 +918,18 @@ impl Model<'_> {
                 .context("applying a validated reclaim plan")?;
             preempted.extend(applied.preempted);
         }
-        // Whatever the plan left on a returned server is evicted by the host.
-        let leftovers: Vec<JobId> = self
+        // The reclaim driver's plans empty the returned servers (its one
+        // plan check; the native plan preempts everything there).
+        if let Some(job) = self
             .state
             .cluster()
             .running_jobs()
-            .filter(|job| job.placement().iter().any(|w| nodes.contains(&w.node)))
-            .filter_map(|job| self.state.records().get(job.index() as usize).map(|r| r.id))
-            .collect();
-        for id in leftovers {
-            self.state.evict(id)?;
-            preempted.push(id);
+            .find(|job| job.placement().iter().any(|w| nodes.contains(&w.node)))
+        {
+            bail!(
+                "job {} still runs on a returned server after a validated reclaim plan",
+                job.index()
+            );
         }
         for &n in &nodes {
             if let Some(entry) = self.inference.iter_mut().find(|e| e.1 == n) {
@@ -1119,7 +1072,12 @@ pub fn run_aryl(
     .with_context(|| format!("loading policy `{name}`"))?;
     let has_reclaim = |c: &CompiledPolicy| c.manifest.roles.iter().any(|r| r == "reclaim");
     let reclaimer = if cfg.loaning && has_reclaim(compiled) {
-        Some(reclaim_instance(compiled, cfg)?)
+        // Its own slot, so its instance (and the policy's state in it) is
+        // not the scheduler's.
+        let slot = Arc::new(PolicySlot::new(format!("{name}/reclaim")));
+        slot.swap(compiled.clone(), config.clone(), None, None)
+            .with_context(|| format!("loading `{name}` for reclaim"))?;
+        Some(ReclaimDriver::new(slot))
     } else {
         None
     };
@@ -1878,14 +1836,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn dates_and_shapes() {
+    fn dates() {
         assert_eq!(date_seconds("1970-01-01").ok(), Some(0));
         assert_eq!(date_seconds("2017-10-16").ok(), Some(1_508_112_000));
         assert!(date_seconds("2017-13-01").is_err());
-        assert_eq!(gang_shape(1, 8), (1, 1));
-        assert_eq!(gang_shape(8, 8), (1, 8));
-        assert_eq!(gang_shape(16, 8), (2, 8));
-        assert_eq!(gang_shape(12, 8), (3, 4));
     }
 
     #[test]

@@ -297,8 +297,11 @@ pub fn pai_node(m: &PaiMachine) -> NodeRequest {
     }
 }
 
-/// Splits `gpus` into a gang of equal workers of at most `per_node` GPUs:
-/// the largest divisor of `gpus` not above `per_node`.
+/// Splits a job of `gpus` GPUs into a gang of equal workers for servers of
+/// `per_node` GPUs — the one rule every workload model uses. A job that fits
+/// one server is one worker; a larger one gets workers of the largest size
+/// that divides both the job and the server, so workers tile servers with
+/// no stranded GPUs (12 GPUs on 8-GPU servers: 3 × 4, not 2 × 6).
 pub fn gang_shape(gpus: u32, per_node: u32) -> (u32, u32) {
     let per_node = per_node.max(1);
     if gpus <= per_node {
@@ -306,7 +309,7 @@ pub fn gang_shape(gpus: u32, per_node: u32) -> (u32, u32) {
     }
     let per_worker = (1..=per_node)
         .rev()
-        .find(|d| gpus.is_multiple_of(*d))
+        .find(|d| gpus.is_multiple_of(*d) && per_node.is_multiple_of(*d))
         .unwrap_or(1);
     (gpus / per_worker, per_worker)
 }
@@ -598,9 +601,11 @@ mod tests {
         assert_eq!(gang_shape(1, 8), (1, 1));
         assert_eq!(gang_shape(8, 8), (1, 8));
         assert_eq!(gang_shape(16, 8), (2, 8));
-        assert_eq!(gang_shape(12, 8), (2, 6));
+        assert_eq!(gang_shape(12, 8), (3, 4));
+        assert_eq!(gang_shape(10, 8), (5, 2));
         assert_eq!(gang_shape(128, 8), (16, 8));
         assert_eq!(gang_shape(11, 8), (11, 1));
+        assert_eq!(gang_shape(9, 6), (3, 3));
     }
 
     #[test]

@@ -15,13 +15,22 @@
 //! - [`tenant`]: a verdict over the tenant's queue; native submit order.
 //!   Whoever answers, admission releases a job only while it fits the
 //!   tenant's quota.
+//! - [`reclaim`]: a plan returning exactly `count` distinct candidates with
+//!   decisions that empty them; native Smallest-Count-First.
+//! - [`matcher`]: pairings of offline with online jobs, each at most once,
+//!   SM shares 1–100 %; native: no pairings.
+//!
+//! The coordinator role still has its driver on the node
+//! (`arbiter-node`'s `coordinator.rs`); moving it onto [`ask_chain`]
+//! against a node-surface trait is open work.
 
+pub mod matcher;
+pub mod reclaim;
 pub mod scheduler;
 pub mod tenant;
 
-use crate::registry::{FaultRecord, Generation, PolicySlot};
+use crate::registry::{FaultInput, FaultRecord, Generation, PolicySlot};
 use crate::runtime::{PolicyFault, PolicyInstance};
-use arbiter_policy_sdk::model::Delta;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -80,13 +89,13 @@ pub struct ChainOutcome<T> {
 ///
 /// `call` runs the role's call on an instance and validates the answer: an
 /// `Err` is a fault of that generation, recorded with `epoch` and the input
-/// `input()` returns, counted toward its quarantine. The active generation
+/// `input()` returns (made only on a fault), counted toward its quarantine. The active generation
 /// is read once, so a swap takes effect between calls, never inside one.
 pub fn ask_chain<T>(
     slot: &PolicySlot,
     role: &'static str,
     epoch: u64,
-    input: impl Fn() -> Option<Delta>,
+    input: impl Fn() -> FaultInput,
     mut call: impl FnMut(&mut PolicyInstance) -> Result<T, PolicyFault>,
 ) -> ChainOutcome<T> {
     let mut faults = Vec::new();
@@ -170,7 +179,7 @@ fn on_fault(
     generation: &Generation,
     role: &'static str,
     epoch: u64,
-    delta: Option<Delta>,
+    input: FaultInput,
     fault: &PolicyFault,
 ) {
     tracing::warn!(
@@ -186,7 +195,7 @@ fn on_fault(
     let record = FaultRecord {
         epoch,
         fault: fault.clone(),
-        delta,
+        input,
     };
     if generation.record_fault(record, slot.quarantine_rule()) {
         tracing::error!(

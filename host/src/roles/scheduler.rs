@@ -11,7 +11,7 @@
 
 use super::ask_chain;
 pub use super::{RoundFaults, Served};
-use crate::registry::PolicySlot;
+use crate::registry::{FaultInput, PolicySlot};
 use crate::runtime::NativePolicy;
 use crate::runtime::{PolicyFault, PolicyInstance};
 use crate::state::{Applied, ClusterState};
@@ -75,7 +75,7 @@ impl RoundDriver {
             &self.slot,
             "scheduler",
             round.epoch,
-            || Some(delta.clone()),
+            || FaultInput::Delta(delta.clone()),
             |instance| ask(instance, state, round),
         );
         let mut faults = outcome.faults;

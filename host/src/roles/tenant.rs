@@ -10,7 +10,7 @@
 //! so one tenant's backlog cannot stall a round for everybody.
 
 use super::{RoundFaults, Served, ask_chain};
-use crate::registry::PolicySlot;
+use crate::registry::{FaultInput, PolicySlot};
 use crate::runtime::PolicyFault;
 use arbiter_policy_sdk::model::{TenantVerdict, TenantView};
 use std::collections::HashSet;
@@ -54,7 +54,7 @@ pub fn admit(slot: Option<&PolicySlot>, epoch: u64, request: &AdmissionRequest) 
                 slot,
                 "tenant",
                 epoch,
-                || None,
+                || FaultInput::Tenant(request.view.clone()),
                 |instance| {
                     let verdict = instance.order(request.view.clone())?;
                     queue_order(&verdict, queued)

@@ -171,7 +171,7 @@ impl OpenbPod {
 }
 
 /// The published pod-list variants.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum PodListVariant {
     Default,
     GpuShare20,
@@ -224,6 +224,75 @@ impl PodListVariant {
             PodListVariant::MultiGpu40 => "openb/openb_pod_list_multigpu40.csv",
         }
     }
+}
+
+impl PodListVariant {
+    /// The variant's short name, as the reference results name it
+    /// (`default`, `gpushare20`, …, `multigpu40`): the file name's suffix.
+    pub fn name(self) -> &'static str {
+        let path = self.relative_path();
+        let stem = path.strip_suffix(".csv").unwrap_or(path);
+        stem.rsplit("openb_pod_list_").next().unwrap_or(stem)
+    }
+
+    /// The variant named `name` ([`PodListVariant::name`]).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|v| v.name() == name)
+    }
+}
+
+/// Relative path of the FGD authors' own simulator results (see the traces README).
+pub const REFERENCE_ALLOC_FILE: &str = "openb/reference_alloc.csv";
+
+/// One run of the FGD authors' simulator: GPU allocation (percent of GPUs)
+/// when the arrived GPU requests reach 100 % and 130 % of capacity.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ReferenceAlloc {
+    pub variant: PodListVariant,
+    /// The paper's policy name (`Random`, `DotProd`, `GpuClustering`,
+    /// `GpuPacking`, `BestFit`, `FGD`).
+    pub policy: String,
+    pub seed: u64,
+    pub alloc_pct_at_100: f64,
+    pub alloc_pct_at_130: f64,
+}
+
+/// Parses reference results from CSV text. `file` only labels errors.
+pub fn read_reference_alloc(source: impl Read, file: &Path) -> Result<Vec<ReferenceAlloc>> {
+    let mut table = Table::new(source, file)?;
+    let trace = table.require("trace")?;
+    let policy = table.require("policy")?;
+    let seed = table.require("seed")?;
+    let at_100 = table.require("alloc_pct_at_100")?;
+    let at_130 = table.require("alloc_pct_at_130")?;
+    let mut out = Vec::new();
+    while let Some(row) = table.next_row()? {
+        let name = row.text(trace)?;
+        let variant = PodListVariant::from_name(name).ok_or_else(|| {
+            row.error(trace, format!("`{name}` is not an openb pod list variant"))
+        })?;
+        let percent = |column| -> Result<f64> {
+            let v = row.non_negative_real(column)?;
+            if v > 100.0 {
+                return Err(row.error(column, "an allocation above 100 %"));
+            }
+            Ok(v)
+        };
+        out.push(ReferenceAlloc {
+            variant,
+            policy: row.required_string(policy)?,
+            seed: row.unsigned(seed)?,
+            alloc_pct_at_100: percent(at_100)?,
+            alloc_pct_at_130: percent(at_130)?,
+        });
+    }
+    Ok(out)
+}
+
+/// Reads reference results from a file ([`REFERENCE_ALLOC_FILE`]).
+pub fn load_reference_alloc(path: impl AsRef<Path>) -> Result<Vec<ReferenceAlloc>> {
+    let path = path.as_ref();
+    read_reference_alloc(open_trace(path)?, path)
 }
 
 /// Parses a pod list from CSV text; optional column groups are detected from the header.

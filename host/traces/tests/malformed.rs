@@ -386,3 +386,29 @@ fn demand_curve_edge_cases() {
         "{error:?}"
     );
 }
+
+#[test]
+fn reference_results_name_known_variants_and_plausible_percentages() {
+    let header = "trace,policy,seed,alloc_pct_at_100,alloc_pct_at_130\n";
+    let good = format!("{header}gpushare40,FGD,42,91.5,93.25\n");
+    let (_d, path) = temp_file("reference_alloc.csv", good.as_bytes());
+    let rows = openb::load_reference_alloc(&path).unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].variant, openb::PodListVariant::GpuShare40);
+    assert_eq!((rows[0].seed, rows[0].alloc_pct_at_130), (42, 93.25));
+
+    let unknown = format!("{header}default,FGD,42,91.5,93.2\ngpushare33,FGD,42,91.5,93.2\n");
+    let (_d, path) = temp_file("reference_alloc.csv", unknown.as_bytes());
+    let error = openb::load_reference_alloc(&path).unwrap_err();
+    assert_field_error(&error, &path, 3, "trace", "gpushare33");
+
+    let over = format!("{header}default,FGD,42,101.5,93.2\n");
+    let (_d, path) = temp_file("reference_alloc.csv", over.as_bytes());
+    let error = openb::load_reference_alloc(&path).unwrap_err();
+    assert_field_error(&error, &path, 2, "alloc_pct_at_100", "101.5");
+
+    let negative = format!("{header}default,FGD,-1,91.5,93.2\n");
+    let (_d, path) = temp_file("reference_alloc.csv", negative.as_bytes());
+    let error = openb::load_reference_alloc(&path).unwrap_err();
+    assert_field_error(&error, &path, 2, "seed", "-1");
+}

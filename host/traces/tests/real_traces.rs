@@ -312,3 +312,37 @@ fn genai_pod_gpu_series_load() {
         (161_413, 144)
     );
 }
+
+#[test]
+fn reference_results_cover_every_variant_but_gpushare20_with_six_policies_and_ten_seeds() {
+    let rows = openb::load_reference_alloc(real_trace(openb::REFERENCE_ALLOC_FILE)).unwrap();
+    assert_eq!(rows.len(), 12 * 6 * 10);
+    for variant in PodListVariant::ALL {
+        let n = rows.iter().filter(|r| r.variant == variant).count();
+        let expected = if variant == PodListVariant::GpuShare20 {
+            0
+        } else {
+            60
+        };
+        assert_eq!(n, expected, "{variant:?}");
+        assert_eq!(PodListVariant::from_name(variant.name()), Some(variant));
+    }
+    let policies: std::collections::BTreeSet<&str> =
+        rows.iter().map(|r| r.policy.as_str()).collect();
+    assert_eq!(
+        policies.into_iter().collect::<Vec<_>>(),
+        [
+            "BestFit",
+            "DotProd",
+            "FGD",
+            "GpuClustering",
+            "GpuPacking",
+            "Random"
+        ]
+    );
+    // Allocation only grows as more load arrives.
+    assert!(
+        rows.iter()
+            .all(|r| r.alloc_pct_at_130 >= r.alloc_pct_at_100)
+    );
+}

@@ -594,6 +594,11 @@ impl<'a> Plan<'a> {
         }
     }
 
+    /// A job's workers in the tentative state (empty once preempted).
+    pub fn workers_of(&self, job: u32) -> Vec<WorkerPlacement> {
+        self.current_workers(job)
+    }
+
     fn current_workers(&self, job: u32) -> Vec<WorkerPlacement> {
         match self.workers.get(&job) {
             Some(w) => w.clone(),

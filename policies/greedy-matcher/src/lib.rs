@@ -1,0 +1,173 @@
+//! `greedy-matcher`: a baseline `matcher` — pairs offline jobs with online
+//! jobs by complementary SM activity, greedily.
+//!
+//! The quietest online job (lowest SM activity alone) gets the busiest
+//! offline job, the next quietest the next busiest, and so on: one offline
+//! job per online job. The offline job's SM share is what the online job
+//! leaves (`100 − its SM activity`), kept within `[min_sm, max_sm]`
+//! (defaults 10 and 90; configuration keys of the same names). A job with no
+//! profile counts as fully active online (it is paired last) or idle offline.
+//! MuxFlow's maximum-weight matching (KM over predicted speeds) is the
+//! paper's policy; this is the simple baseline it is compared against.
+
+use arbiter_policy_sdk::prelude::*;
+
+pub struct GreedyMatcher {
+    min_sm: u8,
+    max_sm: u8,
+}
+
+fn sm_activity(request: &MatchRequest, job: u32) -> Option<u8> {
+    request
+        .profiles
+        .iter()
+        .find(|p| p.job == job)
+        .map(|p| p.sm_activity_pct.min(100))
+}
+
+impl Policy for GreedyMatcher {
+    fn manifest() -> Manifest {
+        let mut m = manifest(
+            "greedy-matcher",
+            env!("CARGO_PKG_VERSION"),
+            &[Role::Matcher],
+            "Online/offline pairs by complementary SM activity, greedily.",
+        );
+        m.default_config = "min_sm = 10\nmax_sm = 90\n".into();
+        m
+    }
+
+    fn create() -> Self {
+        GreedyMatcher {
+            min_sm: 10,
+            max_sm: 90,
+        }
+    }
+
+    fn configure(&mut self, config: &str) -> Result<(), PolicyError> {
+        let table: toml::Table = config
+            .parse()
+            .map_err(|e| PolicyError::Failed(format!("bad configuration: {e}")))?;
+        let percent = |key: &str, default: u8| -> Result<u8, PolicyError> {
+            match table.get(key) {
+                None => Ok(default),
+                Some(v) => v
+                    .as_integer()
+                    .and_then(|n| u8::try_from(n).ok())
+                    .filter(|n| (1..=100).contains(n))
+                    .ok_or_else(|| PolicyError::Failed(format!("`{key}` must be 1..=100"))),
+            }
+        };
+        let (min_sm, max_sm) = (percent("min_sm", 10)?, percent("max_sm", 90)?);
+        if min_sm > max_sm {
+            return Err(PolicyError::Failed("`min_sm` is above `max_sm`".into()));
+        }
+        self.min_sm = min_sm;
+        self.max_sm = max_sm;
+        Ok(())
+    }
+
+    fn match_workloads(
+        &mut self,
+        _cluster: &Cluster,
+        request: &MatchRequest,
+    ) -> Result<Vec<Pairing>, PolicyError> {
+        let mut online: Vec<(u8, u32)> = request
+            .online
+            .iter()
+            .map(|&j| (sm_activity(request, j).unwrap_or(100), j))
+            .collect();
+        online.sort_unstable();
+        online.dedup_by_key(|(_, j)| *j);
+        let mut offline: Vec<(u8, u32)> = request
+            .offline
+            .iter()
+            .map(|&j| (sm_activity(request, j).unwrap_or(0), j))
+            .collect();
+        offline.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        offline.dedup_by_key(|(_, j)| *j);
+        Ok(online
+            .iter()
+            .zip(&offline)
+            .map(|(&(busy, on), &(_, off))| Pairing {
+                online: on,
+                offline: off,
+                sm_percent: (100 - busy).clamp(self.min_sm, self.max_sm),
+            })
+            .collect())
+    }
+}
+
+arbiter_policy_sdk::export_policy!(GreedyMatcher);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn profile(job: u32, sm: u8) -> WorkloadProfile {
+        WorkloadProfile {
+            job,
+            utilization_pct: sm,
+            sm_activity_pct: sm,
+            memory_mib: 1024,
+            throughput: 1.0,
+        }
+    }
+
+    #[test]
+    fn the_quietest_online_job_gets_the_busiest_offline_one() {
+        let c = TestCluster::new();
+        let mut rt = Runtime::<GreedyMatcher>::new();
+        rt.resync(c.snapshot()).unwrap();
+        let request = MatchRequest {
+            epoch: c.snapshot().epoch,
+            online: vec![0, 1, 2],
+            offline: vec![3, 4],
+            profiles: vec![
+                profile(0, 70),
+                profile(1, 20),
+                profile(2, 95),
+                profile(3, 30),
+                profile(4, 80),
+            ],
+        };
+        let pairs = rt.match_workloads(request).unwrap();
+        assert_eq!(
+            pairs,
+            vec![
+                Pairing {
+                    online: 1,
+                    offline: 4,
+                    sm_percent: 80
+                },
+                Pairing {
+                    online: 0,
+                    offline: 3,
+                    sm_percent: 30
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn shares_stay_within_the_configured_bounds() {
+        let c = TestCluster::new();
+        let mut rt = Runtime::<GreedyMatcher>::new();
+        rt.configure("min_sm = 25\nmax_sm = 60").unwrap();
+        rt.resync(c.snapshot()).unwrap();
+        let request = MatchRequest {
+            epoch: c.snapshot().epoch,
+            online: vec![0, 1],
+            offline: vec![2, 3],
+            profiles: vec![profile(0, 5), profile(1, 99)],
+        };
+        let shares: Vec<u8> = rt
+            .match_workloads(request)
+            .unwrap()
+            .iter()
+            .map(|p| p.sm_percent)
+            .collect();
+        assert_eq!(shares, vec![60, 25]);
+        assert!(rt.configure("min_sm = 70\nmax_sm = 60").is_err());
+    }
+}
