@@ -105,9 +105,32 @@ fn native_best_fit_driver() -> RoundDriver {
     .with_max_decisions(MAX_DECISIONS)
 }
 
+/// The PAI cluster `scale` times over: every machine `scale` times, the
+/// copies named `<name>~<k>`.
+pub fn pai_nodes_scaled(scale: usize) -> Vec<NodeRequest> {
+    let base = pai_nodes();
+    (0..scale.max(1))
+        .flat_map(|k| {
+            base.iter().map(move |n| NodeRequest {
+                name: if k == 0 {
+                    n.name.clone()
+                } else {
+                    format!("{}~{k}", n.name)
+                },
+                ..n.clone()
+            })
+        })
+        .collect()
+}
+
 /// The PAI-scale scenario, recorded once so that every measured round can
 /// start from an identical, freshly built state.
 pub struct PaiScenario {
+    /// How many times PAI's cluster and job counts.
+    pub scale: usize,
+    /// Arrivals, completions and previous placements of the measured round's
+    /// delta (each [`CHURN`] × scale).
+    pub churn: usize,
     pub nodes: Vec<NodeRequest>,
     /// Running jobs in job-index order, with their placements.
     pub running: Vec<(JobRequest, Vec<WorkerPlacement>)>,
@@ -124,7 +147,15 @@ impl PaiScenario {
     /// [`PAI_RUNNING`] run (jobs that do not fit are withdrawn
     /// and replaced by new ones), then records the result.
     pub fn generate() -> PaiScenario {
-        let nodes = pai_nodes();
+        Self::generate_scaled(1)
+    }
+
+    /// The same at `scale` × the cluster, the running and pending jobs and
+    /// the churn.
+    pub fn generate_scaled(scale: usize) -> PaiScenario {
+        let scale = scale.max(1);
+        let nodes = pai_nodes_scaled(scale);
+        let churn = CHURN * scale;
         let mut rng = ChaCha8Rng::seed_from_u64(2020);
         let mut state = ClusterState::new();
         for n in &nodes {
@@ -133,7 +164,7 @@ impl PaiScenario {
         let mut next = 0usize;
         let mut requests = std::collections::HashMap::new();
         let mut driver = native_best_fit_driver();
-        let target = PAI_RUNNING;
+        let target = PAI_RUNNING * scale;
         loop {
             let running = state.cluster().running_jobs().count();
             if running >= target {
@@ -166,20 +197,22 @@ impl PaiScenario {
             })
             .collect();
         assert_eq!(running.len(), target, "over-placed in the last round");
-        let pending = (0..PAI_PENDING)
+        let pending = (0..PAI_PENDING * scale)
             .map(|i| mixed_job(&mut rng, format!("pending-{i:05}")))
             .collect();
-        let arrivals = (0..CHURN)
+        let arrivals = (0..churn)
             .map(|i| mixed_job(&mut rng, format!("arrival-{i:05}")))
             .collect();
         let mut completions: Vec<usize> = Vec::new();
-        while completions.len() < CHURN {
+        while completions.len() < churn {
             let c = rng.random_range(0..target);
             if !completions.contains(&c) {
                 completions.push(c);
             }
         }
         PaiScenario {
+            scale,
+            churn,
             nodes,
             running,
             pending,
@@ -237,11 +270,11 @@ impl PaiScenario {
     /// [`PAI_RUNNING`] running and [`PAI_PENDING`] pending.
     pub fn ready_round(&self, driver: RoundDriver) -> (ClusterState, RoundDriver) {
         let mut state = self.base_state();
-        let mut driver = driver.with_max_decisions(CHURN as u32);
+        let mut driver = driver.with_max_decisions(self.churn as u32);
         let warm = driver.run_round(&mut state);
         assert_eq!(
             warm.decisions.len(),
-            CHURN,
+            self.churn,
             "warm-up round placed {:?}",
             warm.served
         );

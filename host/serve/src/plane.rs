@@ -2432,9 +2432,15 @@ impl Plane {
         let mut jobs = Vec::with_capacity(queued.len() + running.len());
         let mut demand_milli = Vec::with_capacity(queued.len());
         for (position, id) in queued.iter().enumerate() {
-            let j = &self.jobs[id];
-            jobs.push(tenant_job(position as u32, j, false));
-            demand_milli.push(j.spec.demand_milli());
+            // `queued` comes from the job table under the same lock; a job
+            // missing here could not be released, so it claims the whole
+            // budget rather than being skipped (positions must stay aligned).
+            let (job, demand) = match self.jobs.get(id) {
+                Some(j) => (tenant_job(position as u32, j, false), j.spec.demand_milli()),
+                None => (TenantJob::default(), u64::MAX),
+            };
+            jobs.push(job);
+            demand_milli.push(demand);
         }
         for (k, j) in running.iter().enumerate() {
             jobs.push(tenant_job((queued.len() + k) as u32, j, true));
@@ -2550,35 +2556,32 @@ impl Plane {
             now_ms: cell.state.now_ms(),
             max_decisions: self.cfg.max_decisions,
         };
-        // Outcomes in the plane's job table.
-        let mut started = Vec::new();
-        for local in &report.applied.started {
-            if let Some(&id) = cell.global.get(local) {
-                let placement = cell
-                    .state
-                    .job_index(*local)
-                    .map(|i| workers_at(&cell.state, cell.state.cluster().job(i).placement()))
-                    .unwrap_or_default();
-                started.push((id, placement));
-            }
-        }
+        // Outcomes in the plane's job table: where started, resized and
+        // migrated jobs run now, who was preempted, whose QoS changed.
+        let placed_now = |local: &JobId| {
+            let placement = cell
+                .state
+                .job_index(*local)
+                .map(|i| workers_at(&cell.state, cell.state.cluster().job(i).placement()))
+                .unwrap_or_default();
+            cell.global.get(local).map(|&id| (id, placement))
+        };
+        let started: Vec<(u64, Vec<WorkerAt>)> = report
+            .applied
+            .started
+            .iter()
+            .filter_map(placed_now)
+            .collect();
+        let moved: Vec<(u64, Vec<WorkerAt>)> = report
+            .applied
+            .moved()
+            .filter_map(|l| placed_now(&l))
+            .collect();
         let preempted: Vec<u64> = report
             .applied
             .preempted
             .iter()
             .filter_map(|l| cell.global.get(l).copied())
-            .collect();
-        // Running jobs on new workers (resized, migrated) and QoS changes.
-        let placed_now = |local: &JobId| {
-            cell.state
-                .job_index(*local)
-                .map(|i| workers_at(&cell.state, cell.state.cluster().job(i).placement()))
-                .unwrap_or_default()
-        };
-        let moved: Vec<(u64, Vec<WorkerAt>)> = report
-            .applied
-            .moved()
-            .filter_map(|l| cell.global.get(&l).map(|&id| (id, placed_now(&l))))
             .collect();
         let qos_changed: Vec<(u64, u8)> = report
             .applied
@@ -2595,20 +2598,12 @@ impl Plane {
             let plan = Plan::new(cell.state.cluster());
             fragmentation_pct(&plan, pending_demand(cell.state.cluster()))
         };
-        let generation = match report.served {
-            Served::Active(g) | Served::Fallback(g) => Some(g),
-            Served::Native | Served::Nobody => None,
-        };
+        let generation = report.served.generation();
         let digest = generation
             .and_then(|g| cell.slot.get(g).ok())
             .map(|g| g.digest().to_string())
             .unwrap_or_default();
-        let served = match report.served {
-            Served::Active(_) => "active",
-            Served::Fallback(_) => "fallback",
-            Served::Native => "native",
-            Served::Nobody => "nobody",
-        };
+        let served = report.served.label();
         // Metrics.
         *self.metrics.rounds.entry(arm.clone()).or_default() += 1;
         self.metrics

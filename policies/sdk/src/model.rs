@@ -587,6 +587,7 @@ impl core::fmt::Display for Role {
 /// A job's GPU demand in milli-GPU at `workers` workers: a fractional
 /// worker (one GPU, `0 < gpu_milli < 1000`) counts its share, any other
 /// worker its whole GPUs. Quotas are charged in this measure.
+#[inline]
 pub fn gpu_demand_milli(workers: u32, gpus_per_worker: u32, gpu_milli: u32) -> u64 {
     let per_worker = if gpus_per_worker == 1 && gpu_milli > 0 && gpu_milli < FULL_GPU_MILLI {
         u64::from(gpu_milli)
