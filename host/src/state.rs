@@ -1353,6 +1353,48 @@ mod tests {
         ));
     }
 
+    /// The quota charged to a tenant follows every decision of the round:
+    /// a migration keeps it, a preemption frees it, both for later
+    /// decisions of the same round.
+    #[test]
+    fn quota_follows_migrations_and_preemptions_within_a_round() {
+        let w = |node: u32, gpus: Vec<u32>| vec![WorkerPlacement { node, gpus }];
+        let mut s = ClusterState::new();
+        s.add_node(node("a", 4)).unwrap();
+        s.add_node(node("b", 4)).unwrap();
+        s.set_tenant_quota("team", Some(2));
+        for name in ["running", "next", "third"] {
+            s.submit(JobRequest::gpus(name, "team", 1, 1)).unwrap();
+        }
+        s.begin_round(10);
+        let start = vec![Decision::Place(0, w(0, vec![0]))];
+        s.validate(&start, 10).unwrap();
+        s.apply(start).unwrap();
+        s.begin_round(10);
+        // Moving the running job does not charge it twice.
+        let moved_then_placed = vec![
+            Decision::Migrate(0, w(1, vec![4])),
+            Decision::Place(1, w(0, vec![0])),
+        ];
+        assert_eq!(s.validate(&moved_then_placed, 10), Ok(()));
+        // Two more would be three GPUs: the second is refused.
+        let over = vec![
+            Decision::Place(1, w(0, vec![1])),
+            Decision::Place(2, w(0, vec![2])),
+        ];
+        assert!(matches!(
+            s.validate(&over, 10),
+            Err((1, DecisionError::QuotaExceeded { .. }))
+        ));
+        // A preemption frees its share for the same round.
+        let swapped = vec![
+            Decision::Preempt(0),
+            Decision::Place(1, w(0, vec![1])),
+            Decision::Place(2, w(0, vec![2])),
+        ];
+        assert_eq!(s.validate(&swapped, 10), Ok(()));
+    }
+
     // ---- string-table compaction ----
 
     fn gpu_node(name: &str, pool: &str, model: &str, gpus: u32) -> NodeRequest {

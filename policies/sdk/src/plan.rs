@@ -225,7 +225,8 @@ impl<'a> Plan<'a> {
     pub fn with_tenant_quotas(mut self, quotas: HashMap<u32, u64>) -> Self {
         let mut used: HashMap<u32, u64> = HashMap::new();
         for job in self.cluster.running_jobs() {
-            *used.entry(job.tenant_id()).or_default() += job.gpu_demand_milli();
+            *used.entry(job.tenant_id()).or_default() +=
+                self.worker_milli(job.index()) * job.placement().len() as u64;
         }
         self.tenant_quota_milli = quotas;
         self.tenant_used_milli = used;
@@ -471,12 +472,14 @@ impl<'a> Plan<'a> {
                 self.check_gang(job, workers, false)?;
                 self.check_quota(job, workers.len())?;
                 self.commit_workers(job, workers)?;
+                self.charge_quota(job, workers.len() as i64);
                 self.phase[job as usize] = job_phase::RUNNING;
             }
             Decision::Migrate(_, workers) => {
                 self.expect_phase(job, &[job_phase::RUNNING], "migrate")?;
                 self.check_gang(job, workers, false)?;
                 let old = self.current_workers(job);
+                self.check_quota(job, workers.len().saturating_sub(old.len()))?;
                 for w in &old {
                     self.charge(job, w, false);
                 }
@@ -486,6 +489,7 @@ impl<'a> Plan<'a> {
                     }
                     return Err(e);
                 }
+                self.charge_quota(job, workers.len() as i64 - old.len() as i64);
             }
             Decision::ScaleOut(_, added) => {
                 self.expect_phase(job, &[job_phase::RUNNING], "scale-out")?;
@@ -502,6 +506,7 @@ impl<'a> Plan<'a> {
                     }
                     self.charge(job, w, true);
                 }
+                self.charge_quota(job, added.len() as i64);
                 self.workers.insert(job, all);
             }
             Decision::ScaleIn(_, positions) => {
@@ -532,13 +537,16 @@ impl<'a> Plan<'a> {
                         self.charge(job, w, false);
                     }
                 }
+                self.charge_quota(job, kept.len() as i64 - current.len() as i64);
                 self.workers.insert(job, kept);
             }
             Decision::Preempt(_) => {
                 self.expect_phase(job, &[job_phase::RUNNING], "preempt")?;
-                for w in &self.current_workers(job) {
+                let old = self.current_workers(job);
+                for w in &old {
                     self.charge(job, w, false);
                 }
+                self.charge_quota(job, -(old.len() as i64));
                 self.workers.insert(job, Vec::new());
                 self.phase[job as usize] = job_phase::PENDING;
             }
@@ -635,12 +643,34 @@ impl<'a> Plan<'a> {
         Ok(())
     }
 
+    /// What one worker of `job` charges against its tenant's quota.
+    fn worker_milli(&self, job: u32) -> u64 {
+        let j = self.cluster.job(job);
+        crate::model::gpu_demand_milli(1, j.gpus_per_worker(), j.gpu_milli())
+    }
+
+    /// Moves the job's tenant's charged quota by `workers` workers (the one
+    /// place it changes: place, migrate, scale-out/in, preempt).
+    fn charge_quota(&mut self, job: u32, workers: i64) {
+        let tenant = self.cluster.job(job).tenant_id();
+        if !self.tenant_quota_milli.contains_key(&tenant) {
+            return;
+        }
+        let amount = self.worker_milli(job) * workers.unsigned_abs();
+        let used = self.tenant_used_milli.entry(tenant).or_default();
+        *used = if workers >= 0 {
+            used.saturating_add(amount)
+        } else {
+            used.saturating_sub(amount)
+        };
+    }
+
     fn check_quota(&self, job: u32, new_workers: usize) -> Result<(), DecisionError> {
         let j = self.cluster.job(job);
         let Some(&quota) = self.tenant_quota_milli.get(&j.tenant_id()) else {
             return Ok(());
         };
-        let per_worker = crate::model::gpu_demand_milli(1, j.gpus_per_worker(), j.gpu_milli());
+        let per_worker = self.worker_milli(job);
         let used = self
             .tenant_used_milli
             .get(&j.tenant_id())
@@ -672,10 +702,6 @@ impl<'a> Plan<'a> {
                 return Err(e);
             }
             self.charge(job, w, true);
-        }
-        let j = self.cluster.job(job);
-        if self.tenant_quota_milli.contains_key(&j.tenant_id()) {
-            *self.tenant_used_milli.entry(j.tenant_id()).or_default() += j.gpu_demand_milli();
         }
         self.workers.insert(job, workers.to_vec());
         Ok(())
