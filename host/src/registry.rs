@@ -199,11 +199,6 @@ impl Generation {
         self.rounds_served.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Faults among the last calls the slot's rule remembers.
-    pub fn recent_faults(&self) -> u32 {
-        self.recent.lock().bits.count_ones()
-    }
-
     /// Drops the cached instance, so the next round starts a fresh one. Needed
     /// when the state it mirrors is replaced by a new `ClusterState` (whose
     /// epochs start over and could collide with the old mirror's).

@@ -947,16 +947,8 @@ impl ClusterState {
         let mut plan = self.validator(max_decisions);
         let mut kept = Vec::new();
         let mut dropped = Vec::new();
+        // The plan itself refuses decisions past the limit.
         for (i, d) in decisions.into_iter().enumerate() {
-            if kept.len() >= max_decisions as usize {
-                dropped.push((
-                    i,
-                    DecisionError::TooManyDecisions {
-                        limit: max_decisions,
-                    },
-                ));
-                continue;
-            }
             match plan.apply(d.clone()) {
                 Ok(()) => kept.push(d),
                 Err(e) => dropped.push((i, e)),

@@ -640,7 +640,27 @@ fn one_resolved_launch_per_job_per_node() {
         );
     };
     let both = |c: &Cluster| c.outputs("node-a") + &c.outputs("node-b");
-    let ranks = "echo \"job=$ARBITER_JOB_ID rank=$ARBITER_RANK local=$ARBITER_LOCAL_RANK world=$ARBITER_WORLD_SIZE\"";
+    // A job whose every rank prints its place in the job, run to its end.
+    let run_ranks = |c: &Cluster, name: &str, gpus: &str, per_worker: &str| {
+        let ranks = "echo \"job=$ARBITER_JOB_ID rank=$ARBITER_RANK local=$ARBITER_LOCAL_RANK world=$ARBITER_WORLD_SIZE\"";
+        let id = c.cli(&[
+            "submit",
+            "--name",
+            name,
+            "--gpus",
+            gpus,
+            "--gpus-per-worker",
+            per_worker,
+            "--",
+            "sh",
+            "-c",
+            ranks,
+        ])["id"]
+            .as_u64()
+            .expect("id");
+        finished(c, id);
+        id
+    };
 
     // 1. Half a GPU, no memory stated: the quota is half of the 16 GiB.
     let half = c.cli(&[
@@ -666,22 +686,7 @@ fn one_resolved_launch_per_job_per_node() {
     );
 
     // 3. Two 2-GPU workers fill both nodes: ranks 0..3 of 4, two per node.
-    let gang = c.cli(&[
-        "submit",
-        "--name",
-        "gang",
-        "--gpus",
-        "4",
-        "--gpus-per-worker",
-        "2",
-        "--",
-        "sh",
-        "-c",
-        ranks,
-    ])["id"]
-        .as_u64()
-        .expect("id");
-    finished(&c, gang);
+    let gang = run_ranks(&c, "gang", "4", "2");
     let out = both(&c);
     for rank in 0..4 {
         assert!(
@@ -742,22 +747,7 @@ fn one_resolved_launch_per_job_per_node() {
     // 2. With node-a drained, both 1-GPU workers of a job land on node-b:
     //    one launch, both ranks run.
     c.cli(&["nodes", "drain", "node-a"]);
-    let pair = c.cli(&[
-        "submit",
-        "--name",
-        "pair",
-        "--gpus",
-        "2",
-        "--gpus-per-worker",
-        "1",
-        "--",
-        "sh",
-        "-c",
-        ranks,
-    ])["id"]
-        .as_u64()
-        .expect("id");
-    finished(&c, pair);
+    let pair = run_ranks(&c, "pair", "2", "1");
     let out = c.outputs("node-b");
     for rank in 0..2 {
         assert!(

@@ -2396,16 +2396,81 @@ impl Plane {
     /// give, only while they fit their tenant's quota (the host core's
     /// tenant driver decides both; see `arbiter_host::roles::tenant`).
     fn admit(&mut self, now: u64) {
-        self.withdraw_past_quota();
-        let mut by_tenant: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        // One pass over the job table per tick: each tenant's queue, its
+        // released jobs and what they claim.
+        let mut tenants: BTreeMap<String, TenantJobs<'_>> = BTreeMap::new();
         for j in self
             .ids(JobStatus::Queued)
             .filter_map(|id| self.jobs.get(&id))
         {
-            by_tenant.entry(j.tenant.clone()).or_default().push(j.id);
+            tenants.entry(j.tenant.clone()).or_default().queued.push(j);
         }
-        for (tenant, queued) in by_tenant {
-            let request = self.admission_request(&tenant, &queued, now);
+        for j in self.released() {
+            let t = tenants.entry(j.tenant.clone()).or_default();
+            t.claimed_milli += j.spec.demand_milli();
+            t.claimed_gpus += j.spec.gpus;
+            t.released.push(j);
+        }
+        let mut withdraw = Vec::new();
+        let mut requests = Vec::new();
+        for (tenant, jobs) in tenants {
+            let quota_gpus = self.tenants.get(&tenant).map_or(0, |t| t.quota_gpus);
+            let quota_milli =
+                (quota_gpus > 0).then(|| u64::from(quota_gpus) * u64::from(model::FULL_GPU_MILLI));
+            let mut claimed_milli = jobs.claimed_milli;
+            if let Some(quota) = quota_milli {
+                // A lowered quota: pending (not yet running) jobs go back to
+                // the queue, newest first, until the rest fits. Without this
+                // the scheduler would be offered jobs the validator refuses.
+                let mut pending: Vec<&StoredJob> = jobs
+                    .released
+                    .iter()
+                    .copied()
+                    .filter(|j| j.status == JobStatus::Pending)
+                    .collect();
+                pending.sort_by_key(|j| std::cmp::Reverse((j.submit_ms, j.id)));
+                for j in pending {
+                    if claimed_milli <= quota {
+                        break;
+                    }
+                    claimed_milli -= j.spec.demand_milli();
+                    withdraw.push(j.id);
+                }
+            }
+            if jobs.queued.is_empty() {
+                continue;
+            }
+            let mut view_jobs = Vec::with_capacity(jobs.queued.len() + jobs.released.len());
+            for (position, j) in jobs.queued.iter().enumerate() {
+                view_jobs.push(tenant_job(position as u32, j, false));
+            }
+            for (k, j) in jobs.released.iter().enumerate() {
+                view_jobs.push(tenant_job((jobs.queued.len() + k) as u32, j, true));
+            }
+            let queued: Vec<u64> = jobs.queued.iter().map(|j| j.id).collect();
+            let request = AdmissionRequest {
+                view: TenantView {
+                    now_ms: now,
+                    tenant: tenant.clone(),
+                    gpu_quota: quota_gpus,
+                    gpus_in_use: jobs.claimed_gpus,
+                    jobs: view_jobs,
+                },
+                demand_milli: jobs.queued.iter().map(|j| j.spec.demand_milli()).collect(),
+                quota_milli,
+                claimed_milli,
+            };
+            requests.push((tenant, queued, request));
+        }
+        for id in withdraw {
+            tracing::info!(
+                job = id,
+                "tenant past its quota; job back in the tenant queue"
+            );
+            self.remove_from_cell(id);
+            self.set_status(id, JobStatus::Queued);
+        }
+        for (tenant, queued, request) in requests {
             let slot_name = tenant_slot(&tenant);
             let slot = self.registry.find(&slot_name);
             let admission = tenant::admit(slot.as_deref(), self.rounds + 1, &request);
@@ -2421,81 +2486,6 @@ impl Plane {
             for position in admission.release {
                 self.release(queued[position as usize]);
             }
-        }
-    }
-
-    /// A tenant's admission question: its queue in submit order, what its
-    /// released jobs claim, and its quota, all in the validator's milli-GPU.
-    fn admission_request(&self, tenant: &str, queued: &[u64], now: u64) -> AdmissionRequest {
-        let quota = self.tenants.get(tenant).map_or(0, |t| t.quota_gpus);
-        let running: Vec<&StoredJob> = self.released().filter(|j| j.tenant == tenant).collect();
-        let mut jobs = Vec::with_capacity(queued.len() + running.len());
-        let mut demand_milli = Vec::with_capacity(queued.len());
-        for (position, id) in queued.iter().enumerate() {
-            // `queued` comes from the job table under the same lock; a job
-            // missing here could not be released, so it claims the whole
-            // budget rather than being skipped (positions must stay aligned).
-            let (job, demand) = match self.jobs.get(id) {
-                Some(j) => (tenant_job(position as u32, j, false), j.spec.demand_milli()),
-                None => (TenantJob::default(), u64::MAX),
-            };
-            jobs.push(job);
-            demand_milli.push(demand);
-        }
-        for (k, j) in running.iter().enumerate() {
-            jobs.push(tenant_job((queued.len() + k) as u32, j, true));
-        }
-        AdmissionRequest {
-            view: TenantView {
-                now_ms: now,
-                tenant: tenant.to_string(),
-                gpu_quota: quota,
-                gpus_in_use: self.tenant_gpus_claimed(tenant),
-                jobs,
-            },
-            demand_milli,
-            quota_milli: (quota > 0).then(|| u64::from(quota) * u64::from(model::FULL_GPU_MILLI)),
-            claimed_milli: running.iter().map(|j| j.spec.demand_milli()).sum(),
-        }
-    }
-
-    /// Puts released-but-not-running jobs back in their tenant's queue,
-    /// newest first, while the tenant claims more than its quota (the quota
-    /// was lowered after they were released). Without this the scheduler
-    /// would be offered jobs the validator refuses.
-    fn withdraw_past_quota(&mut self) {
-        let mut withdraw = Vec::new();
-        for (name, t) in &self.tenants {
-            if t.quota_gpus == 0 {
-                continue;
-            }
-            let quota = u64::from(t.quota_gpus) * u64::from(model::FULL_GPU_MILLI);
-            let mut claimed: u64 = self
-                .released()
-                .filter(|j| &j.tenant == name)
-                .map(|j| j.spec.demand_milli())
-                .sum();
-            let mut pending: Vec<&StoredJob> = self
-                .ids(JobStatus::Pending)
-                .filter_map(|id| self.jobs.get(&id))
-                .filter(|j| &j.tenant == name)
-                .collect();
-            pending.sort_by_key(|j| std::cmp::Reverse((j.submit_ms, j.id)));
-            for j in pending {
-                if claimed <= quota {
-                    break;
-                }
-                claimed -= j.spec.demand_milli();
-                withdraw.push(j.id);
-            }
-        }
-        for id in withdraw {
-            tracing::info!(
-                job = id,
-                "tenant past its quota; job back in the tenant queue"
-            );
-            self.remove_from_cell(id);
-            self.set_status(id, JobStatus::Queued);
         }
     }
 
@@ -2869,6 +2859,17 @@ fn job_request(job: &StoredJob) -> JobRequest {
     req.gpu_models = s.gpu_models.clone();
     req.gpu_memory_mib = s.gpu_memory_mib;
     req
+}
+
+/// One tenant's jobs as admission sees them in a tick.
+#[derive(Default)]
+struct TenantJobs<'a> {
+    queued: Vec<&'a StoredJob>,
+    /// Pending or running.
+    released: Vec<&'a StoredJob>,
+    claimed_milli: u64,
+    /// Whole GPUs asked for by the released jobs (the tenant view's measure).
+    claimed_gpus: u32,
 }
 
 fn tenant_job(position: u32, j: &StoredJob, running: bool) -> TenantJob {

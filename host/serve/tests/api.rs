@@ -394,6 +394,31 @@ async fn load(c: &mut Client, slot: &str, wasm: &[u8], config: &str) -> v1::Gene
         .unwrap()
 }
 
+async fn cluster_view(c: &mut Client) -> v1::ClusterView {
+    c.cluster
+        .view(v1::ClusterViewRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+async fn metrics_text(c: &mut Client) -> String {
+    c.cluster
+        .metrics(v1::MetricsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .text
+}
+
+async fn describe(c: &mut Client, slot: &str) -> v1::SlotInfo {
+    c.policies
+        .describe(v1::SlotRef { slot: slot.into() })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
 async fn status(c: &mut Client, name: &str) -> v1::ExperimentStatus {
     c.experiments
         .status(v1::ExperimentRef { name: name.into() })
@@ -488,13 +513,7 @@ async fn tenant_split_ab_reports_per_arm_metrics_and_promotes() {
         assert_eq!(arm.policy_faults, 0);
     }
     // Experiment-arm metrics are exported.
-    let text = admin
-        .cluster
-        .metrics(v1::MetricsRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .text;
+    let text = metrics_text(&mut admin).await;
     assert!(text.contains("arbiter_experiment_arm{experiment=\"bf-vs-fifo\",arm=\"candidate\",metric=\"jobs_finished\"} 12"), "{text}");
 
     let promoted = admin
@@ -506,12 +525,7 @@ async fn tenant_split_ab_reports_per_arm_metrics_and_promotes() {
         .unwrap()
         .into_inner();
     assert_eq!(promoted.state, v1::ExperimentState::Promoted as i32);
-    let view = admin
-        .cluster
-        .view(v1::ClusterViewRequest {})
-        .await
-        .unwrap()
-        .into_inner();
+    let view = cluster_view(&mut admin).await;
     assert_eq!(view.active_policy, "fifo");
     assert!(view.experiment.is_empty());
     let before = status(&mut admin, "bf-vs-fifo").await;
@@ -643,12 +657,7 @@ async fn guardrail_rolls_a_faulting_candidate_back() {
         wait_state(&admin, id, v1::JobState::Succeeded).await;
     }
     // The default policy is untouched.
-    let view = admin
-        .cluster
-        .view(v1::ClusterViewRequest {})
-        .await
-        .unwrap()
-        .into_inner();
+    let view = cluster_view(&mut admin).await;
     assert_eq!(view.active_policy, "best-fit");
     running.shutdown().await.unwrap();
 }
@@ -674,14 +683,7 @@ async fn a_tenant_policy_orders_its_own_queue_within_quota() {
     // A tenant's upload lands in its own slot by default.
     let g = load(&mut a, "", wasm, "").await;
     assert!(g.roles.contains(&"tenant".to_string()), "{g:?}");
-    let slot = a
-        .policies
-        .describe(v1::SlotRef {
-            slot: "tenant:team-a".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let slot = describe(&mut a, "tenant:team-a").await;
     assert_eq!(slot.generations.len(), 1);
 
     let mut late = spec("late", 2, 600_000);
@@ -747,14 +749,7 @@ async fn a_tenant_past_its_quota_or_with_a_trapping_policy_never_stalls_the_clus
     let late = submit(&mut admin, spec("admin-late", 2, 600_000)).await;
     wait_state(&admin, late, v1::JobState::Running).await;
     // The scheduler never saw a job it would have to refuse.
-    let default = admin
-        .policies
-        .describe(v1::SlotRef {
-            slot: "default".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let default = describe(&mut admin, "default").await;
     assert!(
         default
             .generations
@@ -763,12 +758,7 @@ async fn a_tenant_past_its_quota_or_with_a_trapping_policy_never_stalls_the_clus
         "{default:?}"
     );
     // The trapping tenant policy is quarantined, and shows it.
-    let view = admin
-        .cluster
-        .view(v1::ClusterViewRequest {})
-        .await
-        .unwrap()
-        .into_inner();
+    let view = cluster_view(&mut admin).await;
     let q = view
         .quarantined
         .iter()
@@ -779,13 +769,7 @@ async fn a_tenant_past_its_quota_or_with_a_trapping_policy_never_stalls_the_clus
         q.active && q.faults >= 3 && q.last_fault.contains("trap"),
         "{q:?}"
     );
-    let metrics = admin
-        .cluster
-        .metrics(v1::MetricsRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .text;
+    let metrics = metrics_text(&mut admin).await;
     let gauge = format!(
         "arbiter_policy_quarantined{{slot=\"tenant:team-b\",generation=\"{}\"}} 1",
         trap.id

@@ -827,16 +827,11 @@ impl Model<'_> {
         }
     }
 
-    /// Asks each shadow rule the same reclaim question (state sealed and
-    /// unchanged); records its plan's cost next to the run's own.
-    fn ask_shadows(
-        &mut self,
-        candidates: &[u32],
-        count: usize,
-        running: usize,
-        own: Option<PlanCost>,
-    ) {
+    /// Asks each shadow rule the run's own reclaim question (state sealed
+    /// and unchanged); records its plan's cost next to the run's own.
+    fn ask_shadows(&mut self, request: &ReclaimRequest, running: usize, own: Option<PlanCost>) {
         let per_node = self.cfg.gpus_per_node;
+        let count = request.count as usize;
         if let Some(entry) = self.paired.first_mut() {
             match own {
                 Some(cost) => entry.record(cost, running, count, per_node),
@@ -844,12 +839,6 @@ impl Model<'_> {
             }
         }
         for (k, instance) in self.shadows.iter_mut().enumerate() {
-            let request = ReclaimRequest {
-                epoch: self.state.epoch(),
-                candidates: candidates.to_vec(),
-                count: count as u32,
-                max_decisions: RECLAIM_MAX_DECISIONS,
-            };
             let plan = instance
                 .sync_to(&self.state)
                 .and_then(|()| instance.reclaim(request.clone()));
@@ -857,7 +846,7 @@ impl Model<'_> {
                 continue;
             };
             // The same check as the run's own plan (the host core's).
-            match plan.and_then(|plan| validate_plan(&self.state, &request, &plan).map(|()| plan)) {
+            match plan.and_then(|plan| validate_plan(&self.state, request, &plan).map(|()| plan)) {
                 Ok(plan) => {
                     let cost = plan_cost(self.state.cluster(), &plan.nodes, &plan.decisions);
                     entry.record(cost, running, count, per_node);
@@ -874,14 +863,6 @@ impl Model<'_> {
         let candidates: Vec<u32> = self.inference.iter().filter(|n| n.2).map(|n| n.1).collect();
         let before = self.used_per_node();
         let running_before = self.state.cluster().running_jobs().count();
-        self.state.seal();
-        let request = ReclaimRequest {
-            epoch: self.state.epoch(),
-            candidates: candidates.clone(),
-            count: count as u32,
-            max_decisions: RECLAIM_MAX_DECISIONS,
-        };
-        self.compare_with_optimum(&request);
         let Some(driver) = self.reclaimer.as_ref() else {
             bail!("reclaim without a reclaim role");
         };
@@ -893,6 +874,9 @@ impl Model<'_> {
             count as u32,
             RECLAIM_MAX_DECISIONS,
         );
+        // The driver changed nothing yet: the optimum is judged on the same
+        // state and request.
+        self.compare_with_optimum(&outcome.request);
         let own = (outcome.served != Served::Native).then(|| {
             plan_cost(
                 self.state.cluster(),
@@ -903,7 +887,7 @@ impl Model<'_> {
         if !outcome.faults.is_empty() {
             self.m.reclaim_faults += outcome.faults.len() as u64;
         }
-        self.ask_shadows(&candidates, count, running_before, own);
+        self.ask_shadows(&outcome.request, running_before, own);
         let (nodes, decisions) = (outcome.plan.nodes, outcome.plan.decisions);
         let mut scale_ins = 0;
         let mut preempted: Vec<JobId> = Vec::new();

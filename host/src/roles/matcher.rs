@@ -84,21 +84,13 @@ impl MatcherDriver {
                 Ok(pairings)
             },
         );
-        match outcome.answer {
-            Some(answer) => MatchOutcome {
-                request,
-                pairings: answer.value,
-                served: answer.served,
-                faults: outcome.faults,
-                policy_time: answer.policy_time,
-            },
-            None => MatchOutcome {
-                request,
-                pairings: Vec::new(),
-                served: Served::Native,
-                faults: outcome.faults,
-                policy_time: Duration::ZERO,
-            },
+        let (answer, faults) = outcome.or_native(Vec::new);
+        MatchOutcome {
+            request,
+            pairings: answer.value,
+            served: answer.served,
+            faults,
+            policy_time: answer.policy_time,
         }
     }
 }

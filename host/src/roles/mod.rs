@@ -85,6 +85,18 @@ pub struct ChainOutcome<T> {
     pub faults: RoundFaults,
 }
 
+impl<T> ChainOutcome<T> {
+    /// The generation's answer, or the role's native one (which cannot fail).
+    pub fn or_native(self, native: impl FnOnce() -> T) -> (Answer<T>, RoundFaults) {
+        let answer = self.answer.unwrap_or_else(|| Answer {
+            served: Served::Native,
+            value: native(),
+            policy_time: Duration::ZERO,
+        });
+        (answer, self.faults)
+    }
+}
+
 /// Asks `slot`'s generations in fallback order until one answers.
 ///
 /// `call` runs the role's call on an instance and validates the answer: an

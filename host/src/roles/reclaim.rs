@@ -76,29 +76,19 @@ impl ReclaimDriver {
                 Ok(plan)
             },
         );
-        match outcome.answer {
-            Some(answer) => ReclaimOutcome {
-                request,
-                plan: answer.value,
-                served: answer.served,
-                faults: outcome.faults,
-                policy_time: answer.policy_time,
-            },
-            None => {
-                if !outcome.faults.is_empty() {
-                    tracing::warn!(
-                        faults = outcome.faults.len(),
-                        "reclaim plan refused; the host picks the servers (smallest count first)"
-                    );
-                }
-                ReclaimOutcome {
-                    plan: native_plan(state, &request),
-                    request,
-                    served: Served::Native,
-                    faults: outcome.faults,
-                    policy_time: Duration::ZERO,
-                }
-            }
+        if outcome.answer.is_none() && !outcome.faults.is_empty() {
+            tracing::warn!(
+                faults = outcome.faults.len(),
+                "reclaim plan refused; the host picks the servers (smallest count first)"
+            );
+        }
+        let (answer, faults) = outcome.or_native(|| native_plan(state, &request));
+        ReclaimOutcome {
+            request,
+            plan: answer.value,
+            served: answer.served,
+            faults,
+            policy_time: answer.policy_time,
         }
     }
 }

@@ -9,7 +9,7 @@
 //! scheduler is never offered work the validator's quota rule would refuse,
 //! so one tenant's backlog cannot stall a round for everybody.
 
-use super::{RoundFaults, Served, ask_chain};
+use super::{ChainOutcome, RoundFaults, Served, ask_chain};
 use crate::registry::{FaultInput, PolicySlot};
 use crate::runtime::PolicyFault;
 use arbiter_policy_sdk::model::{TenantVerdict, TenantView};
@@ -48,40 +48,28 @@ pub fn admit(slot: Option<&PolicySlot>, epoch: u64, request: &AdmissionRequest) 
     let queued = request.demand_milli.len();
     let span = tracing::debug_span!("tenant", tenant = %request.view.tenant, queued);
     let _g = span.enter();
-    let (served, order, faults, policy_time) = match slot {
-        Some(slot) => {
-            let outcome = ask_chain(
-                slot,
-                "tenant",
-                epoch,
-                || FaultInput::Tenant(request.view.clone()),
-                |instance| {
-                    let verdict = instance.order(request.view.clone())?;
-                    queue_order(&verdict, queued)
-                },
-            );
-            match outcome.answer {
-                Some(a) => (a.served, a.value, outcome.faults, a.policy_time),
-                None => (
-                    Served::Native,
-                    submit_order(queued),
-                    outcome.faults,
-                    Duration::ZERO,
-                ),
-            }
-        }
-        None => (
-            Served::Native,
-            submit_order(queued),
-            Vec::new(),
-            Duration::ZERO,
+    let outcome = match slot {
+        Some(slot) => ask_chain(
+            slot,
+            "tenant",
+            epoch,
+            || FaultInput::Tenant(request.view.clone()),
+            |instance| {
+                let verdict = instance.order(request.view.clone())?;
+                queue_order(&verdict, queued)
+            },
         ),
+        None => ChainOutcome {
+            answer: None,
+            faults: Vec::new(),
+        },
     };
+    let (answer, faults) = outcome.or_native(|| (0..queued as u32).collect());
     let mut budget = request
         .quota_milli
         .map(|q| q.saturating_sub(request.claimed_milli));
     let mut release = Vec::new();
-    for position in order {
+    for position in answer.value {
         let demand = request.demand_milli[position as usize];
         if let Some(left) = budget.as_mut() {
             if demand > *left {
@@ -93,14 +81,10 @@ pub fn admit(slot: Option<&PolicySlot>, epoch: u64, request: &AdmissionRequest) 
     }
     Admission {
         release,
-        served,
+        served: answer.served,
         faults,
-        policy_time,
+        policy_time: answer.policy_time,
     }
-}
-
-fn submit_order(queued: usize) -> Vec<u32> {
-    (0..queued as u32).collect()
 }
 
 /// The queue order a verdict gives: ordered positions first, then the rest
