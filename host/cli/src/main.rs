@@ -36,7 +36,7 @@ enum Command {
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
     /// Run the simulator: a built-in example cluster, or real traces.
-    Sim(arbiter_sim::SimArgs),
+    Sim(arbiter_repro::SimArgs),
     /// Run the control plane (gRPC API, rounds, experiments, journal).
     Serve(serve::ServeArgs),
     /// Submit a job.
@@ -88,11 +88,11 @@ fn init_logging(filter: &str, json: bool) {
     }
 }
 
-fn sim(args: &arbiter_sim::SimArgs) -> anyhow::Result<()> {
+fn sim(args: &arbiter_repro::SimArgs) -> anyhow::Result<()> {
     if args.protocol == Some(arbiter_sim::Protocol::Aryl) {
-        return arbiter_sim::aryl::run_protocol(args)?.print(args.json);
+        return arbiter_repro::aryl::run_protocol(args)?.print(args.json);
     }
-    arbiter_sim::run(args)?.print(args.json)
+    arbiter_repro::run(args)?.print(args.json)
 }
 
 fn main() -> ExitCode {

@@ -15,9 +15,11 @@ use arbiter_host::runtime::{CompiledPolicy, PolicyEngine, PolicyInstance, Runtim
 use arbiter_host::state::{JobRequest, NodeRequest};
 use arbiter_policy_sdk::cluster::Cluster;
 use arbiter_policy_sdk::model::{Decision, Event};
+use arbiter_sim::RunOptions;
+use arbiter_sim::core::RunPolicy;
 use arbiter_sim::metrics::ReplayMetrics;
+use arbiter_sim::models::replay::{ReplayConfig, run_replay};
 use arbiter_sim::scenario::{Scenario, SimTask, Source};
-use arbiter_sim::sim::{RunOptions, run_replay};
 use serde::Serialize;
 use std::collections::HashSet;
 use std::path::Path;
@@ -306,12 +308,20 @@ pub fn counterfactual(
 ) -> anyhow::Result<Counterfactual> {
     let scenario = scenario(journal, cell)?;
     let opts = RunOptions {
-        interval_ms: 100,
         keep_records: false,
         ..RunOptions::default()
     };
-    let run = |label: &str, policy: &CompiledPolicy| -> anyhow::Result<ReplayMetrics> {
-        let out = run_replay(&scenario, policy, label, &opts)
+    let rules = ReplayConfig {
+        round_interval_ms: 100,
+        ..ReplayConfig::default()
+    };
+    let run = |label: &str, compiled: &CompiledPolicy| -> anyhow::Result<ReplayMetrics> {
+        // Each policy with its manifest's default configuration.
+        let policy = RunPolicy {
+            compiled: compiled.clone(),
+            config: None,
+        };
+        let out = run_replay(&scenario, &policy, label, &rules, &opts)
             .with_context(|| format!("simulating `{label}`"))?;
         out.replay
             .ok_or_else(|| anyhow::anyhow!("the simulator returned no replay metrics"))

@@ -315,12 +315,24 @@ pub fn gang_shape(gpus: u32, per_node: u32) -> (u32, u32) {
 }
 
 /// What kind of file a path holds, from its header line.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum TraceFormat {
     /// openb pod list (`name,cpu_milli,...`).
     Openb,
     /// Philly job table (`timestamp,duration,num_gpus,...`).
     Philly,
+}
+
+impl std::str::FromStr for TraceFormat {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> anyhow::Result<Self> {
+        match s {
+            "openb" => Ok(TraceFormat::Openb),
+            "philly" => Ok(TraceFormat::Philly),
+            other => bail!("unknown trace format `{other}` (openb or philly)"),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -317,24 +317,16 @@ pub fn scf_select(problem: &ReclaimProblem, count: usize) -> Vec<usize> {
     order
 }
 
-/// SplitMix64: a tiny deterministic generator, so a Random run can be
-/// replayed bit for bit from its seed (the host journals the round).
-pub fn splitmix64(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 /// Random (§7.1): `count` servers drawn uniformly without replacement.
 pub fn random_select(problem: &ReclaimProblem, count: usize, seed: u64) -> Vec<usize> {
     let mut order: Vec<usize> = (0..problem.servers).collect();
-    let mut state = seed;
+    // The SDK's SplitMix64, so a Random run replays bit for bit from its
+    // seed (the host journals the round).
+    let mut rng = arbiter_policy_sdk::rng::SplitMix64::new(seed);
     let count = count.min(order.len());
     for i in 0..count {
         let span = (order.len() - i) as u64;
-        let k = i + (splitmix64(&mut state) % span) as usize;
+        let k = i + (rng.next_u64() % span) as usize;
         order.swap(i, k);
     }
     order.truncate(count);

@@ -158,8 +158,8 @@ fn flexible_group_is_released_by_scale_in_before_any_preemption() {
 #[test]
 fn greedy_is_never_better_than_the_optimum_and_baselines_are_valid() {
     // A deterministic family of small random clusters.
-    let mut state = 42u64;
-    let mut next = |m: u64| aryl_core::reclaim::splitmix64(&mut state) % m;
+    let mut state = arbiter_policy_sdk::rng::SplitMix64::new(42);
+    let mut next = |m: u64| state.next_u64() % m;
     for _ in 0..200 {
         let servers = next(6) as usize + 2;
         let mut jobs = Vec::new();

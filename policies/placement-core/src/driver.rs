@@ -6,7 +6,7 @@
 //! simulator then drops it). A policy is a [`PlacementRule`] (how to score a
 //! candidate) wrapped in [`Greedy`], which implements the SDK's `Policy`.
 
-use crate::rng::SplitMix64;
+use crate::SplitMix64;
 use crate::task::{GpuSelection, Task, node_candidates};
 use arbiter_policy_sdk::prelude::*;
 use std::collections::HashMap;

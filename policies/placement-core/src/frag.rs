@@ -296,7 +296,7 @@ impl FragIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rng::SplitMix64;
+    use crate::SplitMix64;
     use crate::testing::worker_job;
     use crate::workload::TaskClass;
 

@@ -31,17 +31,18 @@
 
 pub mod driver;
 pub mod frag;
-pub mod rng;
 pub mod task;
 pub mod testing;
 pub mod workload;
 
+/// The generator lives in the SDK so the simulator's task order and the
+/// policies' tie-breaking share one definition.
+pub use arbiter_policy_sdk::rng::SplitMix64;
 pub use driver::{
     COMMON_KEYS, DEFAULT_SEED, Greedy, PlacementRule, Search, TieBreak, Ties, best_candidate,
     config_error, take_key,
 };
 pub use frag::{FragIndex, node_fragmentation};
-pub use rng::SplitMix64;
 pub use task::{GpuSelection, Task, fitting_gpus, node_admits, node_candidates};
 pub use workload::{DEFAULT_POPULARITY, TargetWorkload, TaskClass, TaskShape, fgd_config};
 

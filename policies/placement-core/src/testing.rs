@@ -122,7 +122,7 @@ pub fn assert_memo_is_transparent<R: PlacementRule>(config: &str) -> u64 {
         (1_000, 0, 0, 1),
         (12_000, 4, 1000, 1),
     ];
-    let mut rng = crate::rng::SplitMix64::new(7);
+    let mut rng = crate::SplitMix64::new(7);
     let mut next = 0;
     for round in 0..300 {
         for _ in 0..1 + rng.below(3) {

@@ -54,6 +54,7 @@ pub mod cluster;
 pub mod convert;
 pub mod model;
 pub mod plan;
+pub mod rng;
 pub mod runtime;
 pub mod testing;
 

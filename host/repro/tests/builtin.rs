@@ -1,7 +1,8 @@
 //! The built-in example (`arbiter sim` with no flags): it runs, reports what
 //! the README promises, is deterministic, and accepts a policy as a path.
 
-use arbiter_sim::{Protocol, SimArgs, run};
+use arbiter_repro::{SimArgs, run};
+use arbiter_sim::Protocol;
 
 fn deterministic_view(output: &arbiter_sim::SimOutput) -> Vec<String> {
     output

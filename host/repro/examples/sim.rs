@@ -7,7 +7,7 @@ use clap::Parser;
 #[command(name = "sim", about = "Arbiter simulator (the `arbiter sim` flags)")]
 struct Cli {
     #[command(flatten)]
-    args: arbiter_sim::SimArgs,
+    args: arbiter_repro::SimArgs,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -16,6 +16,6 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    let output = arbiter_sim::run(&cli.args)?;
+    let output = arbiter_repro::run(&cli.args)?;
     output.print(cli.args.json)
 }

@@ -8,7 +8,8 @@
 //! reference's. `ARBITER_FGD_VARIANT_SEEDS=<n>` runs seeds 42..42+n (at
 //! least 5). A missing trace fails the test, naming the path.
 
-use arbiter_sim::{Protocol, RunOptions, fgd_summary, run_many, scenario};
+use arbiter_repro::fgd::protocol_grid;
+use arbiter_sim::{fgd_summary, run_many, scenario};
 use arbiter_traces::openb::{self, PodListVariant};
 use std::collections::BTreeMap;
 
@@ -59,12 +60,13 @@ fn every_reference_variant_within_tolerance_of_the_reference_simulator() {
 
     let nodes = trace(openb::GPU_NODES_FILE);
     let engine = arbiter_sim::engine(std::time::Duration::from_secs(30)).expect("engine");
-    let compiled: Vec<_> = POLICIES
+    let policies: Vec<_> = POLICIES
         .iter()
         .map(|(name, _)| {
-            engine
+            let compiled = engine
                 .compile(arbiter_policies::get(name).expect("built-in"))
-                .expect("compile")
+                .expect("compile");
+            (name.to_string(), compiled)
         })
         .collect();
     let seeds = seeds();
@@ -77,18 +79,8 @@ fn every_reference_variant_within_tolerance_of_the_reference_simulator() {
         let pods = trace(variant.relative_path());
         let scenario = scenario::from_files(Some(&nodes), Some(&pods), None)
             .unwrap_or_else(|e| panic!("{}: {e:#}", variant.name()));
-        let mut jobs = Vec::new();
-        for ((name, _), c) in POLICIES.iter().zip(&compiled) {
-            for &seed in &seeds {
-                let opts = RunOptions {
-                    seed,
-                    keep_records: false,
-                    ..RunOptions::default()
-                };
-                jobs.push((name.to_string(), c.clone(), opts));
-            }
-        }
-        let runs = run_many(&scenario, Protocol::Fgd, &jobs, threads).expect("grid");
+        let jobs = protocol_grid(&scenario, &policies, &seeds, false);
+        let runs = run_many(&scenario, &jobs, threads).expect("grid");
         assert!(
             runs.iter().all(|r| r.policy_faults == 0),
             "{}: a policy faulted",

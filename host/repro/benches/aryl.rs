@@ -123,7 +123,7 @@ fn reclaim_times(
             epoch: state.epoch(),
             candidates: nodes.to_vec(),
             count: 10 + (r % 5) * 10,
-            max_decisions: arbiter_sim::aryl::RECLAIM_MAX_DECISIONS,
+            max_decisions: arbiter_sim::models::aryl::RECLAIM_MAX_DECISIONS,
         };
         let started = Instant::now();
         let plan = instance

@@ -3,7 +3,11 @@
 
 use arbiter_host::runtime::NativePolicy;
 use arbiter_policy_sdk::prelude::*;
-use arbiter_sim::{Protocol, RunOptions, SimArgs, run, run_fgd, run_replay, scenario};
+use arbiter_repro::{SimArgs, run};
+use arbiter_sim::core::{NativeFactory, RunPolicy};
+use arbiter_sim::models::fgd::{FgdConfig, run_fgd};
+use arbiter_sim::models::replay::{ReplayConfig, run_replay};
+use arbiter_sim::{Protocol, RunOptions, scenario};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -208,22 +212,39 @@ fn a_policy_that_never_places_ends_with_every_task_unplaced() {
     let compiled = engine
         .compile(arbiter_policies::fixture("misbehave").expect("fixture"))
         .expect("compile");
-    let never: arbiter_sim::NativeFactory =
+    let never: NativeFactory =
         Arc::new(|| Box::new(Runtime::<NeverPlace>::new()) as Box<dyn NativePolicy>);
     let opts = RunOptions {
-        config: Some("mode = fail".into()),
         native_fallback: Some(never),
         ..RunOptions::default()
     };
+    let policy = RunPolicy {
+        compiled,
+        config: Some("mode = fail".into()),
+    };
     let scenario = scenario::builtin_example(3);
-    let out = run_replay(&scenario, &compiled, "misbehave", &opts).expect("replay ends");
+    let out = run_replay(
+        &scenario,
+        &policy,
+        "misbehave",
+        &ReplayConfig::default(),
+        &opts,
+    )
+    .expect("replay ends");
     let m = out.replay.as_ref().expect("replay");
     assert_eq!(m.jobs_unplaced, scenario.tasks.len());
     assert_eq!(m.jobs_completed, 0);
     assert_eq!(out.placed, 0);
     assert!(out.records.iter().all(|r| r.outcome == "unplaced"));
     assert!(out.policy_faults > 0 && out.fallback_rounds == out.rounds);
-    let out = run_fgd(&scenario, &compiled, "misbehave", &opts).expect("fgd ends");
+    let out = run_fgd(
+        &scenario,
+        &policy,
+        "misbehave",
+        &FgdConfig::default(),
+        &opts,
+    )
+    .expect("fgd ends");
     let m = out.fgd.as_ref().expect("fgd");
     assert_eq!(m.tasks_failed, m.tasks_offered);
     assert_eq!(m.gpu_alloc_pct_at_130, 0.0);

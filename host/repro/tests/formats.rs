@@ -1,7 +1,8 @@
 //! Philly jobs on a PAI node list, both detected by header: gangs, whole
 //! GPUs and duration-based departures.
 
-use arbiter_sim::{Protocol, SimArgs, Source, run};
+use arbiter_repro::{SimArgs, run};
+use arbiter_sim::{Protocol, Source};
 
 #[test]
 fn philly_jobs_on_pai_machines_replay_by_duration() {

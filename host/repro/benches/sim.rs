@@ -1,6 +1,6 @@
 //! Simulator benchmarks (plain timing harness; numbers for BENCHMARKS.md).
 //!
-//! `cargo bench -p arbiter-sim` (add `-- fgd`, `-- grid` or `-- philly` to run one).
+//! `cargo bench -p arbiter-repro --bench sim` (add `-- fgd`, `-- grid` or `-- philly` to run one).
 //! Needs the shared traces folder; each benchmark says so and skips otherwise.
 //!
 //! * `fgd`: one FGD-protocol run on openb default with FGD as Wasm through
@@ -11,9 +11,12 @@
 //!   with best-fit, with the process's peak RSS.
 
 use arbiter_host::runtime::NativePolicy;
-use arbiter_placement_core::{DEFAULT_POPULARITY, TargetWorkload};
 use arbiter_policy_sdk::Runtime;
-use arbiter_sim::{Protocol, RunOptions, fgd_summary, run_fgd, run_many, run_replay, scenario};
+use arbiter_repro::fgd::{policy_config, protocol_grid, scenario_run, target_workload};
+use arbiter_sim::core::{NativeFactory, RunPolicy};
+use arbiter_sim::models::fgd::{FgdConfig, run_fgd, tuned_tasks};
+use arbiter_sim::models::replay::{ReplayConfig, run_replay};
+use arbiter_sim::{ModelConfig, fgd_summary, run_many, scenario};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,11 +42,18 @@ fn bench_fgd(engine: &arbiter_host::runtime::PolicyEngine) {
         .compile(arbiter_policies::get("fgd").expect("fgd"))
         .expect("compile");
     let compile = compile_start.elapsed();
-    let opts = RunOptions {
-        keep_records: false,
-        ..RunOptions::default()
-    };
-    let wasm = run_fgd(&s, &compiled, "fgd", &opts).expect("run");
+    let fgd = FgdConfig::default();
+    let mut run = scenario_run(
+        &s,
+        "fgd",
+        &compiled,
+        42,
+        None,
+        ModelConfig::Fgd(fgd.clone()),
+    );
+    run.options.keep_records = false;
+    let opts = run.options.clone();
+    let wasm = run_fgd(&s, &run.policy, "fgd", &fgd, &opts).expect("run");
     let m = wasm.fgd.as_ref().expect("fgd metrics");
     println!(
         "fgd/wasm: {:.2}s for {} rounds (compile {:.2}s; {:.2}s inside the policy; p50 {:.0} µs, p99 {:.0} µs), alloc@130 {:.2}%",
@@ -62,26 +72,23 @@ fn bench_fgd(engine: &arbiter_host::runtime::PolicyEngine) {
         .compile(arbiter_policies::fixture("misbehave").expect("fixture"))
         .expect("compile");
     // Configured exactly as the Wasm run is: seed 42 and the tuned tasks' workload.
-    let tasks = arbiter_sim::tuned_tasks(&s, opts.seed, opts.tune);
-    let config = arbiter_sim::policy_config("fgd", opts.seed, || {
-        TargetWorkload::from_tasks(
-            tasks.iter().map(|t| arbiter_sim::task_shape(t)),
-            DEFAULT_POPULARITY,
-        )
-    })
-    .expect("fgd takes a configuration");
-    let native: arbiter_sim::NativeFactory = Arc::new(move || {
+    let tasks = tuned_tasks(&s, opts.seed, fgd.tune);
+    let config = policy_config("fgd", opts.seed, || target_workload(tasks))
+        .expect("fgd takes a configuration");
+    let native: NativeFactory = Arc::new(move || {
         let mut fgd = Runtime::<policy_fgd::Fgd>::new();
         fgd.configure(&config).expect("configure native fgd");
         Box::new(fgd) as Box<dyn NativePolicy>
     });
-    let opts = RunOptions {
-        config: Some("mode = fail".into()),
+    let opts = arbiter_sim::RunOptions {
         native_fallback: Some(native),
-        keep_records: false,
         ..opts
     };
-    let nat = run_fgd(&s, &refuse, "fgd (native)", &opts).expect("run");
+    let refuse = RunPolicy {
+        compiled: refuse,
+        config: Some("mode = fail".into()),
+    };
+    let nat = run_fgd(&s, &refuse, "fgd (native)", &fgd, &opts).expect("run");
     println!(
         "fgd/native-in-host: {:.2}s ({:.2}s inside the policy), alloc@130 {:.2}%",
         nat.wall_seconds,
@@ -97,32 +104,26 @@ fn bench_grid(engine: &arbiter_host::runtime::PolicyEngine) {
         return eprintln!("grid: traces missing, skipped");
     };
     let started = Instant::now();
-    let mut jobs = Vec::new();
-    for name in [
+    let policies: Vec<_> = [
         "random",
         "dot-product",
         "gpu-clustering",
         "gpu-packing",
         "fgd-best-fit",
         "fgd",
-    ] {
+    ]
+    .into_iter()
+    .map(|name| {
         let compiled = engine
             .compile(arbiter_policies::get(name).expect("built-in"))
             .expect("compile");
-        for seed in 42..52 {
-            jobs.push((
-                name.to_string(),
-                compiled.clone(),
-                RunOptions {
-                    seed,
-                    keep_records: false,
-                    ..RunOptions::default()
-                },
-            ));
-        }
-    }
+        (name.to_string(), compiled)
+    })
+    .collect();
+    let seeds: Vec<u64> = (42..52).collect();
+    let jobs = protocol_grid(&s, &policies, &seeds, false);
     let threads = std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get);
-    let runs = run_many(&s, Protocol::Fgd, &jobs, threads).expect("grid");
+    let runs = run_many(&s, &jobs, threads).expect("grid");
     println!(
         "grid: {} runs on {threads} threads in {:.1}s (compiles included)",
         runs.len(),
@@ -155,11 +156,17 @@ fn bench_philly(engine: &arbiter_host::runtime::PolicyEngine) {
     let compiled = engine
         .compile(arbiter_policies::get("best-fit").expect("best-fit"))
         .expect("compile");
-    let opts = RunOptions {
-        keep_records: false,
-        ..RunOptions::default()
-    };
-    let out = run_replay(&s, &compiled, "best-fit", &opts).expect("replay");
+    let replay = ReplayConfig::default();
+    let mut run = scenario_run(
+        &s,
+        "best-fit",
+        &compiled,
+        42,
+        None,
+        ModelConfig::Replay(replay.clone()),
+    );
+    run.options.keep_records = false;
+    let out = run_replay(&s, &run.policy, "best-fit", &replay, &run.options).expect("replay");
     let m = out.replay.as_ref().expect("replay metrics");
     println!(
         "philly/best-fit: {} jobs on {} GPUs, {} rounds, {:.2}s run + {:.2}s load, peak RSS {:.0} MiB; completed {}, avg JCT {:.0}s, avg queue {:.1}s, mean alloc {:.1}%",

@@ -9,7 +9,8 @@
 //! `ARBITER_FGD_SEEDS=<n>` to run seeds 42..42+n in any build. Skips (with a
 //! message) when the shared traces folder is missing.
 
-use arbiter_sim::{Protocol, RunOptions, fgd_summary, run_many, scenario};
+use arbiter_repro::fgd::protocol_grid;
+use arbiter_sim::{fgd_summary, run_many, scenario};
 
 /// (manifest name, paper name, published alloc @100%, @130%, tolerance in pp at 10 seeds).
 const PUBLISHED: [(&str, &str, f64, f64, f64); 6] = [
@@ -41,23 +42,19 @@ fn openb_default_six_policies_match_the_paper() {
     assert_eq!(scenario.gpu_count(), 6212);
     let engine = arbiter_sim::engine(std::time::Duration::from_secs(30)).expect("engine");
     let seeds = seeds();
-    let mut jobs = Vec::new();
-    for (name, ..) in PUBLISHED {
-        let compiled = engine
-            .compile(arbiter_policies::get(name).expect("built-in"))
-            .expect("compile");
-        for &seed in &seeds {
-            let opts = RunOptions {
-                seed,
-                keep_records: false,
-                ..RunOptions::default()
-            };
-            jobs.push((name.to_string(), compiled.clone(), opts));
-        }
-    }
+    let policies: Vec<_> = PUBLISHED
+        .iter()
+        .map(|(name, ..)| {
+            let compiled = engine
+                .compile(arbiter_policies::get(name).expect("built-in"))
+                .expect("compile");
+            (name.to_string(), compiled)
+        })
+        .collect();
+    let jobs = protocol_grid(&scenario, &policies, &seeds, false);
     let threads = std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get);
     let started = std::time::Instant::now();
-    let runs = run_many(&scenario, Protocol::Fgd, &jobs, threads).expect("grid");
+    let runs = run_many(&scenario, &jobs, threads).expect("grid");
     let summary = fgd_summary(&runs);
     // Means over fewer seeds wander further from the 10-seed mean.
     let slack = if seeds.len() >= 10 { 0.0 } else { 0.5 };

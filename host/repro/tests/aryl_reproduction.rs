@@ -23,11 +23,14 @@
 //! `slow_spill = "always"`). Skips (with a message) when the
 //! shared traces folder is missing.
 
-use arbiter_sim::aryl::{
+use arbiter_repro::aryl::{
     ArylJob, ArylMetrics, ArylScale, ArylSimConfig, ArylWorkload, ComparisonPolicies,
-    InferenceDemand, PAPER_BASELINE_AVG_QUEUE_S, PAPER_LOAD_SEARCH, ScaleName, comparison_cases,
-    headline, inference_nodes_for, labels, philly_workload, run_aryl, run_cases, table,
+    InferenceDemand, PAPER_BASELINE_AVG_QUEUE_S, PAPER_LOAD_SEARCH, ScaleName, case,
+    comparison_cases, headline, inference_nodes_for, labels, philly_workload, run_cases,
+    run_policy, table,
 };
+
+use arbiter_sim::core::SpeedupLaw;
 
 fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
@@ -84,15 +87,15 @@ fn philly_aryl_vs_baseline_and_reclaim_baselines() {
         inference_nodes: s.inference_nodes,
         inference_speed: env("ARBITER_ARYL_INFERENCE_SPEED").unwrap_or(1.0 / 3.0),
         speedup: match std::env::var("ARBITER_ARYL_SPEEDUP").as_deref() {
-            Ok("sub-linear") => aryl_core::jct::Speedup::SubLinear { loss_per_step: 0.1 },
-            _ => aryl_core::jct::Speedup::Linear,
+            Ok("sub-linear") => SpeedupLaw::SubLinear { loss_per_step: 0.1 },
+            _ => SpeedupLaw::Linear,
         },
-        policy_config: std::env::var("ARBITER_ARYL_POLICY_CONFIG").unwrap_or_default(),
         ..ArylSimConfig::default()
     };
+    let extra = std::env::var("ARBITER_ARYL_POLICY_CONFIG").unwrap_or_default();
     let engine = arbiter_sim::engine(std::time::Duration::from_secs(30)).expect("engine");
     let policies = ComparisonPolicies::builtin(&engine).expect("policies");
-    let cases = comparison_cases(&policies, &base);
+    let cases = comparison_cases(&policies, &base, &extra);
     let started = std::time::Instant::now();
     let runs = run_cases(&workload, &demand, &cases, threads()).expect("runs");
     println!(
@@ -241,7 +244,7 @@ fn paper_load_keeps_the_headline_direction() {
         inference_nodes: s.inference_nodes,
         ..ArylSimConfig::default()
     };
-    let cases: Vec<_> = comparison_cases(&policies, &base)
+    let cases: Vec<_> = comparison_cases(&policies, &base, "")
         .into_iter()
         .filter(|c| c.label == labels::BASELINE || c.label == labels::ARYL)
         .map(|mut c| {
@@ -318,16 +321,20 @@ fn paper_load_search() {
     let policies = ComparisonPolicies::builtin(&engine).expect("policies");
     let cases: Vec<_> = PAPER_LOAD_SEARCH
         .iter()
-        .map(|&t| arbiter_sim::aryl::ArylCase {
-            label: format!("fifo, {t} + {}", inference_nodes_for(t)),
-            compiled: policies.fifo.clone(),
-            config: ArylSimConfig {
+        .map(|&t| {
+            let cfg = ArylSimConfig {
                 training_nodes: t,
                 inference_nodes: inference_nodes_for(t),
                 ..ArylSimConfig::default()
             }
-            .baseline(),
-            shadows: Vec::new(),
+            .baseline();
+            case(
+                &format!("fifo, {t} + {}", inference_nodes_for(t)),
+                &policies.fifo,
+                &cfg,
+                "",
+                &[],
+            )
         })
         .collect();
     let started = std::time::Instant::now();
@@ -404,7 +411,7 @@ fn progress_follows_gpu_speed() {
         job("a", 0, 8, 3600, false),
         job("b", 0, 8, 3600, false),
     ]);
-    let m = run_aryl(&w, &demand, &aryl, &cfg, &[]).expect("run");
+    let m = run_policy(&w, &demand, &aryl, &cfg, &[]).expect("run");
     assert_eq!((m.completed, m.unfinished, m.preemptions), (2, 0, 0));
     assert_eq!(m.avg_queue_s, 0.0);
     // One finishes at 3,600 s (training server), the other at 7,200 s (T4 at 1/2).
@@ -440,7 +447,7 @@ fn synthetic_daily_cycle_reclaims_through_the_policy() {
         ));
     }
     let w = workload(jobs);
-    let aryl = run_aryl(
+    let aryl = run_policy(
         &w,
         &demand,
         &compile("aryl"),
@@ -457,7 +464,7 @@ fn synthetic_daily_cycle_reclaims_through_the_policy() {
             .iter()
             .all(|p| p.faults == 0 && p.answered == aryl.reclaims)
     );
-    let fifo = run_aryl(&w, &demand, &compile("fifo"), &cfg.baseline(), &[]).expect("fifo");
+    let fifo = run_policy(&w, &demand, &compile("fifo"), &cfg.baseline(), &[]).expect("fifo");
     assert_eq!(
         (fifo.unfinished, fifo.reclaims, fifo.preemptions),
         (0, 0, 0)
@@ -490,7 +497,7 @@ fn reclaim_preemption_loses_progress_without_checkpoint() {
         let mut b = job("b", 0, 8, 3600, false);
         b.checkpointed = checkpointed;
         let w = workload(vec![job("a", 0, 8, 3600, false), b]);
-        let m = run_aryl(&w, &demand, &aryl, &cfg, &[]).expect("run");
+        let m = run_policy(&w, &demand, &aryl, &cfg, &[]).expect("run");
         assert_eq!((m.completed, m.preemptions, m.reclaims), (2, 1, 1));
         assert_eq!(m.reclaim_preemptions, 1);
         // `a` ends at 3,600 s on the training server; `b` restarts there.

@@ -1,0 +1,265 @@
+//! # Arbiter paper comparisons
+//!
+//! The `arbiter sim` command and the harnesses that compare the simulator's
+//! runs with published figures: which configuration each built-in policy
+//! gets (the FGD family's seed and target workload, the Aryl family's seed
+//! and speed-up law), the FGD fragmentation measure, the Aryl comparison's
+//! cases, constants and headline. The simulator ([`arbiter_sim`]) knows
+//! none of this: it runs compiled policies with the configuration text it
+//! is given.
+//!
+//! ```no_run
+//! let out = arbiter_repro::run(&arbiter_repro::SimArgs::default())?;
+//! out.print(false)?;
+//! # Ok::<(), anyhow::Error>(())
+//! ```
+
+#![forbid(unsafe_code)]
+
+pub mod aryl;
+pub mod fgd;
+
+use anyhow::{Context, bail};
+use arbiter_host::runtime::{CompiledPolicy, PolicyEngine};
+use arbiter_sim::models::{fgd::FgdConfig, replay::ReplayConfig};
+use arbiter_sim::{
+    ModelConfig, Protocol, ScenarioSummary, SimOutput, TraceFormat, engine, fgd_summary, report,
+    run_many, scenario,
+};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// `arbiter sim` flags.
+#[derive(clap::Args, Clone, Debug)]
+pub struct SimArgs {
+    /// Policy: a built-in name or a path to a `.wasm` component; several,
+    /// comma-separated, to compare them on one scenario.
+    #[arg(long, default_value = "best-fit")]
+    pub policy: String,
+    /// Node list: openb (`sn,cpu_milli,...`) or PAI (`machine,gpu_type,...`), detected by header.
+    #[arg(long)]
+    pub nodes: Option<PathBuf>,
+    /// Task trace: openb pod list or Philly job table (plain or gzip). Without it the built-in example runs.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Trace format, if the header does not tell.
+    #[arg(long)]
+    pub format: Option<TraceFormat>,
+    /// `fgd` (static placement, the FGD paper's protocol), `replay` (time-based; the default)
+    /// or `aryl` (the Aryl paper's comparison on the Philly trace; `--trace` may name the
+    /// Philly job table, `--policy` does not apply).
+    #[arg(long)]
+    pub protocol: Option<Protocol>,
+    /// Seed: task order of the FGD protocol and the policies' tie-breaking.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Runs per policy with seeds `seed`, `seed+1`, ... (the paper uses 10: 42..=51).
+    #[arg(long, default_value_t = 1)]
+    pub seeds: u32,
+    /// FGD protocol: tune the total GPU request to this multiple of capacity.
+    #[arg(long, default_value_t = 1.3)]
+    pub tune: f64,
+    /// Replay: run rounds at most every this many virtual seconds (0 = at every event).
+    #[arg(long, default_value_t = 0.0)]
+    pub interval_s: f64,
+    /// Replay: report every GPU's metrics to the policy this often, in virtual seconds
+    /// (the `gpu-metrics` a node agent sends); 0 = never.
+    #[arg(long, default_value_t = 0.0)]
+    pub gpu_metrics_s: f64,
+    /// Policy configuration (TOML) instead of the derived one (`seed`, FGD's workload).
+    #[arg(long)]
+    pub config: Option<String>,
+    /// Wall-clock bound of one policy call, in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    pub deadline_ms: u64,
+    /// Runs in parallel (default: the machine's cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Print JSON instead of the human summary.
+    #[arg(long)]
+    pub json: bool,
+    /// Write tasks.csv, series.csv and index.html (inline SVG plots) here.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    /// Aryl protocol: trace window and cluster size (`ci`, `full` or `paper`; default `ci`).
+    #[arg(long, value_enum)]
+    pub scale: Option<aryl::ScaleName>,
+    /// Aryl protocol: days of the trace window, instead of the scale's.
+    #[arg(long)]
+    pub days: Option<i64>,
+    /// Aryl protocol: keep every n-th job of the window, instead of the scale's.
+    #[arg(long)]
+    pub sample_every: Option<usize>,
+    /// Aryl protocol: training servers, instead of the scale's (the inference pool follows at
+    /// 8 : 7 unless `--inference-nodes` is given).
+    #[arg(long)]
+    pub training_nodes: Option<u32>,
+    /// Aryl protocol: inference servers, instead of the scale's.
+    #[arg(long)]
+    pub inference_nodes: Option<u32>,
+}
+
+impl Default for SimArgs {
+    fn default() -> Self {
+        SimArgs {
+            policy: "best-fit".into(),
+            nodes: None,
+            trace: None,
+            format: None,
+            protocol: None,
+            seed: 42,
+            seeds: 1,
+            tune: 1.3,
+            interval_s: 0.0,
+            gpu_metrics_s: 0.0,
+            config: None,
+            deadline_ms: 10_000,
+            threads: None,
+            json: false,
+            report: None,
+            scale: None,
+            days: None,
+            sample_every: None,
+            training_nodes: None,
+            inference_nodes: None,
+        }
+    }
+}
+
+/// A policy named on the command line, resolved to component bytes.
+pub struct PolicySource {
+    /// As given (a built-in name or a path).
+    pub label: String,
+    pub bytes: Vec<u8>,
+}
+
+/// Resolves `name-or-path`: a built-in policy name, else a `.wasm` file.
+pub fn resolve_policy(spec: &str) -> anyhow::Result<PolicySource> {
+    if let Some(bytes) = arbiter_policies::get(spec) {
+        return Ok(PolicySource {
+            label: spec.to_string(),
+            bytes: bytes.to_vec(),
+        });
+    }
+    let path = std::path::Path::new(spec);
+    if path.exists() {
+        let bytes =
+            std::fs::read(path).with_context(|| format!("reading policy {}", path.display()))?;
+        return Ok(PolicySource {
+            label: spec.to_string(),
+            bytes,
+        });
+    }
+    let names: Vec<&str> = arbiter_policies::names().collect();
+    bail!(
+        "`{spec}` is neither a built-in policy ({}) nor a file",
+        names.join(", ")
+    )
+}
+
+/// Compiles each comma-separated policy once.
+pub fn compile_policies(
+    engine: &PolicyEngine,
+    list: &str,
+) -> anyhow::Result<Vec<(String, CompiledPolicy)>> {
+    let mut out = Vec::new();
+    for spec in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let source = resolve_policy(spec)?;
+        let compiled = engine
+            .compile(&source.bytes)
+            .with_context(|| format!("compiling policy `{spec}`"))?;
+        out.push((source.label, compiled));
+    }
+    if out.is_empty() {
+        bail!("--policy names no policy");
+    }
+    Ok(out)
+}
+
+/// `arbiter sim`: loads the scenario, runs each policy (and seed), and
+/// writes the report if asked.
+pub fn run(args: &SimArgs) -> anyhow::Result<SimOutput> {
+    let span = tracing::info_span!("sim", policy = %args.policy, protocol = ?args.protocol);
+    let _guard = span.enter();
+    let started = Instant::now();
+    if !(args.tune.is_finite() && args.tune > 0.0) {
+        bail!("--tune must be a positive number, got {}", args.tune);
+    }
+    if !(args.interval_s.is_finite() && args.interval_s >= 0.0) {
+        bail!(
+            "--interval-s must be zero or positive, got {}",
+            args.interval_s
+        );
+    }
+    if args.seeds == 0 {
+        bail!("--seeds must be at least 1");
+    }
+    if args.protocol == Some(Protocol::Aryl) {
+        bail!("the aryl protocol has its own driver: `arbiter_repro::aryl::run_protocol`");
+    }
+    let scenario = scenario::from_files(args.nodes.as_deref(), args.trace.as_deref(), args.format)?;
+    let protocol = args.protocol.unwrap_or(Protocol::Replay);
+    if scenario.tasks.is_empty() {
+        bail!(
+            "no task of `{}` fits any node ({} rejected)",
+            scenario.name,
+            scenario.rejected.len()
+        );
+    }
+    if !(args.gpu_metrics_s.is_finite() && args.gpu_metrics_s >= 0.0) {
+        bail!(
+            "--gpu-metrics-s must be zero or positive, got {}",
+            args.gpu_metrics_s
+        );
+    }
+    let engine = engine(Duration::from_millis(args.deadline_ms.max(1)))?;
+    let policies = compile_policies(&engine, &args.policy)?;
+    let model = match protocol {
+        Protocol::Fgd => ModelConfig::Fgd(FgdConfig { tune: args.tune }),
+        _ => ModelConfig::Replay(ReplayConfig {
+            round_interval_ms: (args.interval_s * 1000.0).round() as u64,
+            gpu_metrics_period_ms: Some((args.gpu_metrics_s * 1000.0).round() as u64)
+                .filter(|&p| p > 0),
+        }),
+    };
+    let mut jobs = Vec::new();
+    for (label, compiled) in &policies {
+        for k in 0..args.seeds {
+            let seed = args.seed.wrapping_add(u64::from(k));
+            jobs.push(fgd::scenario_run(
+                &scenario,
+                label,
+                compiled,
+                seed,
+                args.config.clone(),
+                model.clone(),
+            ));
+        }
+    }
+    let threads = args.threads.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
+    let runs = run_many(&scenario, &jobs, threads)?;
+    let mut output = SimOutput {
+        scenario: ScenarioSummary {
+            name: scenario.name.clone(),
+            source: scenario.source.clone(),
+            protocol,
+            nodes: scenario.nodes.len(),
+            gpus: scenario.gpu_count(),
+            tasks: scenario.tasks.len(),
+            rejected: scenario.rejected.len(),
+            rejected_examples: scenario.rejected.iter().take(5).cloned().collect(),
+        },
+        fgd_summary: fgd_summary(&runs),
+        runs,
+        report_dir: None,
+        wall_seconds: 0.0,
+    };
+    if let Some(dir) = &args.report {
+        report::write(dir, &output)?;
+        output.report_dir = Some(dir.clone());
+    }
+    output.wall_seconds = started.elapsed().as_secs_f64();
+    Ok(output)
+}

@@ -1,0 +1,404 @@
+//! The job-progress integrator: the simulator's ground truth of how far
+//! every job got.
+//!
+//! Work is counted in "one reference worker" milliseconds. A running job
+//! progresses at the rate its workload model gives it (throughput of its
+//! workers, at its slowest worker's speed, slowed by interference…); the
+//! integrator only integrates. Rules it keeps, whatever the model:
+//!
+//! * a job makes no progress for `restart_overhead_ms` after a start that
+//!   follows a preemption;
+//! * a preempted job keeps its progress only with a checkpoint, otherwise
+//!   it starts over;
+//! * a job is finished when what is left is below a millionth of its work
+//!   (float guard), never before it could have been.
+//!
+//! Nothing here reads a policy's estimate: the host hears of a job's
+//! progress only through [`ClusterState::report_progress`], and only when a
+//! model asks for reports (as a training framework would send them).
+
+use anyhow::Context;
+use arbiter_host::state::{ClusterState, JobId};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeSet, HashMap};
+
+/// How a job's throughput grows with its workers (the simulator's ground
+/// truth; a policy may be told the same law, but never supplies it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "law", rename_all = "kebab-case")]
+pub enum SpeedupLaw {
+    /// `throughput(w) = w`.
+    #[default]
+    Linear,
+    /// Linear up to the midpoint of the job's scaling range (rounded down);
+    /// each worker past it costs `loss_per_step` of the ideal:
+    /// `w · (1 − loss_per_step · k)` for `k` steps past the midpoint, never
+    /// below zero (Aryl §7.2's imperfect scaling).
+    SubLinear { loss_per_step: f64 },
+}
+
+impl SpeedupLaw {
+    /// Relative throughput of `workers` workers of a job whose scaling range
+    /// is `min..=max`.
+    pub fn throughput(self, workers: u32, min: u32, max: u32) -> f64 {
+        let w = f64::from(workers);
+        match self {
+            SpeedupLaw::Linear => w,
+            SpeedupLaw::SubLinear { loss_per_step } => {
+                let mid = min + max.saturating_sub(min) / 2;
+                let steps = f64::from(workers.saturating_sub(mid));
+                (w * (1.0 - loss_per_step * steps)).max(0.0)
+            }
+        }
+    }
+}
+
+/// What the integrator does beyond integrating.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProgressRules {
+    /// No progress for this long after a restart that follows a preemption.
+    pub restart_overhead_ms: u64,
+    /// Report each running job's remaining time to the host whenever its
+    /// rate changes (the contract's `job-progress`).
+    pub report_progress: bool,
+}
+
+/// Where one job stands.
+#[derive(Clone, Debug, Default)]
+pub struct JobTrack {
+    /// The host's id while the job is submitted.
+    pub id: Option<JobId>,
+    /// Total work, in one-reference-worker milliseconds (infinite: never ends).
+    pub work: f64,
+    pub remaining: f64,
+    /// Work per millisecond now (0 when not running).
+    pub rate: f64,
+    pub running: bool,
+    pub first_start: Option<u64>,
+    pub end: Option<u64>,
+    /// No progress before this time (restart overhead).
+    pub resume_at: u64,
+    /// Preempted since its last start: the next start pays the overhead.
+    pub restart_pending: bool,
+    /// The rate of the last progress report to the host (0 = none since it stopped).
+    reported_rate: f64,
+    pub checkpointed: bool,
+    /// Times preempted.
+    pub preemptions: u32,
+}
+
+impl JobTrack {
+    fn finished_by(&self, now: u64) -> bool {
+        self.running
+            && self.rate > 0.0
+            && self.work.is_finite()
+            && now >= self.resume_at
+            && self.remaining <= 1e-6 * self.work
+    }
+}
+
+/// Every job's progress, by the model's job index.
+pub struct Progress {
+    tracks: Vec<JobTrack>,
+    /// Jobs with a positive rate, in job order (so simultaneous completions
+    /// are handled in one order whatever happened before).
+    active: BTreeSet<usize>,
+    by_id: HashMap<JobId, usize>,
+    rules: ProgressRules,
+    finished: usize,
+}
+
+impl Progress {
+    /// One track per job: its total work and whether it checkpoints.
+    pub fn new(jobs: impl IntoIterator<Item = (f64, bool)>, rules: ProgressRules) -> Self {
+        let tracks = jobs
+            .into_iter()
+            .map(|(work, checkpointed)| JobTrack {
+                work,
+                remaining: work,
+                checkpointed,
+                ..JobTrack::default()
+            })
+            .collect();
+        Progress {
+            tracks,
+            active: BTreeSet::new(),
+            by_id: HashMap::new(),
+            rules,
+            finished: 0,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.tracks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tracks.is_empty()
+    }
+
+    pub fn track(&self, job: usize) -> &JobTrack {
+        &self.tracks[job]
+    }
+
+    pub fn tracks(&self) -> &[JobTrack] {
+        &self.tracks
+    }
+
+    /// Jobs finished so far.
+    pub fn finished(&self) -> usize {
+        self.finished
+    }
+
+    pub fn all_finished(&self) -> bool {
+        self.finished == self.tracks.len()
+    }
+
+    /// The model's index of the host's job `id`, while submitted.
+    pub fn job_of(&self, id: JobId) -> Option<usize> {
+        self.by_id.get(&id).copied()
+    }
+
+    /// Job `job` was submitted to the host as `id`.
+    pub fn submitted(&mut self, job: usize, id: JobId) {
+        self.tracks[job].id = Some(id);
+        self.by_id.insert(id, job);
+    }
+
+    /// Job `job` left the host without finishing (dropped, cancelled).
+    pub fn withdrawn(&mut self, job: usize) {
+        let t = &mut self.tracks[job];
+        if let Some(id) = t.id.take() {
+            self.by_id.remove(&id);
+        }
+        t.running = false;
+        t.rate = 0.0;
+        self.active.remove(&job);
+    }
+
+    /// Moves every progressing job's work from `from` to `now`.
+    pub fn advance(&mut self, from: u64, now: u64) {
+        for &k in &self.active {
+            let t = &mut self.tracks[k];
+            if !(t.running && t.rate > 0.0) {
+                continue;
+            }
+            let begin = from.max(t.resume_at);
+            if now > begin {
+                t.remaining -= t.rate * (now - begin) as f64;
+            }
+        }
+    }
+
+    /// The earliest time a progressing job finishes at today's rates.
+    pub fn next_completion(&self, now: u64) -> Option<u64> {
+        self.active
+            .iter()
+            .map(|&k| &self.tracks[k])
+            .filter(|t| t.running && t.rate > 0.0 && t.work.is_finite())
+            .map(|t| {
+                let begin = now.max(t.resume_at);
+                let done = begin as f64 + (t.remaining.max(0.0) / t.rate).ceil();
+                done.min(u64::MAX as f64) as u64
+            })
+            .min()
+    }
+
+    /// Marks the jobs finished by `now` and returns them in job order with
+    /// the host ids they had (the caller removes them from the host).
+    pub fn take_finished(&mut self, now: u64) -> Vec<(usize, Option<JobId>)> {
+        let done: Vec<usize> = self
+            .active
+            .iter()
+            .copied()
+            .filter(|&k| self.tracks[k].finished_by(now))
+            .collect();
+        let mut out = Vec::with_capacity(done.len());
+        for k in done {
+            self.active.remove(&k);
+            let t = &mut self.tracks[k];
+            t.running = false;
+            t.rate = 0.0;
+            t.end = Some(now);
+            let id = t.id.take();
+            if let Some(id) = id {
+                self.by_id.remove(&id);
+            }
+            self.finished += 1;
+            out.push((k, id));
+        }
+        out
+    }
+
+    /// The host started (or restarted) `id` at `now`.
+    pub fn started(&mut self, id: JobId, now: u64) -> Option<usize> {
+        let k = self.job_of(id)?;
+        let overhead = self.rules.restart_overhead_ms;
+        let t = &mut self.tracks[k];
+        t.running = true;
+        t.first_start.get_or_insert(now);
+        if t.restart_pending {
+            t.resume_at = now + overhead;
+            t.restart_pending = false;
+        } else {
+            t.resume_at = now;
+        }
+        Some(k)
+    }
+
+    /// The host preempted `id`: it waits with what it has left, or starts
+    /// over without a checkpoint. `None` when it was not running.
+    pub fn preempted(&mut self, id: JobId) -> Option<usize> {
+        let k = self.job_of(id)?;
+        let t = &mut self.tracks[k];
+        if !t.running {
+            return None;
+        }
+        t.running = false;
+        t.rate = 0.0;
+        t.reported_rate = 0.0;
+        t.restart_pending = true;
+        self.active.remove(&k);
+        t.preemptions += 1;
+        if !t.checkpointed {
+            t.remaining = t.work;
+        }
+        Some(k)
+    }
+
+    /// Sets the rate of a running job (its placement changed). With
+    /// `report_progress`, tells the host what the job has left when its rate
+    /// changed (as a training framework would).
+    pub fn set_rate(
+        &mut self,
+        state: &mut ClusterState,
+        job: usize,
+        rate: f64,
+    ) -> anyhow::Result<()> {
+        let t = &mut self.tracks[job];
+        if !t.running {
+            return Ok(());
+        }
+        t.rate = rate;
+        if rate > 0.0 {
+            self.active.insert(job);
+        } else {
+            self.active.remove(&job);
+        }
+        if self.rules.report_progress && rate > 0.0 && rate != t.reported_rate {
+            t.reported_rate = rate;
+            let now = state.now_ms();
+            let left =
+                t.resume_at.saturating_sub(now) + (t.remaining.max(0.0) / rate).ceil() as u64;
+            if let Some(id) = t.id {
+                state
+                    .report_progress(id, left.max(1))
+                    .with_context(|| format!("reporting progress of job #{job}"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reports to the host what a waiting job has left at `throughput`
+    /// (after a preemption with a checkpoint).
+    pub fn report_waiting(
+        &self,
+        state: &mut ClusterState,
+        job: usize,
+        throughput: f64,
+    ) -> anyhow::Result<()> {
+        let t = &self.tracks[job];
+        let Some(id) = t.id else { return Ok(()) };
+        if !(self.rules.report_progress && t.checkpointed && throughput > 0.0) {
+            return Ok(());
+        }
+        let left = (t.remaining.max(0.0) / throughput).ceil() as u64;
+        state
+            .report_progress(id, left.max(1))
+            .with_context(|| format!("reporting progress of job #{job}"))
+    }
+
+    /// The running jobs that make progress now, past their restart overhead.
+    pub fn progressing(&self, now: u64) -> impl Iterator<Item = usize> + '_ {
+        self.active
+            .iter()
+            .copied()
+            .filter(move |&k| self.tracks[k].rate > 0.0 && now >= self.tracks[k].resume_at)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sub_linear_loses_past_the_midpoint() {
+        let law = SpeedupLaw::SubLinear { loss_per_step: 0.1 };
+        assert_eq!(law.throughput(4, 2, 8), 4.0);
+        assert_eq!(law.throughput(5, 2, 8), 5.0);
+        assert!((law.throughput(7, 2, 8) - 7.0 * 0.8).abs() < 1e-12);
+        assert_eq!(SpeedupLaw::Linear.throughput(7, 2, 8), 7.0);
+    }
+
+    #[test]
+    fn a_job_ends_when_its_work_is_done_and_not_before() {
+        let mut state = ClusterState::new();
+        let id = state
+            .submit(arbiter_host::state::JobRequest::gpus("j", "t", 1, 1))
+            .expect("submit");
+        let mut p = Progress::new(
+            [(1000.0, false)],
+            ProgressRules {
+                restart_overhead_ms: 100,
+                report_progress: false,
+            },
+        );
+        p.submitted(0, id);
+        p.started(id, 0);
+        p.set_rate(&mut state, 0, 2.0).expect("rate");
+        assert_eq!(p.next_completion(0), Some(500));
+        p.advance(0, 300);
+        assert!(p.take_finished(300).is_empty());
+        // Preempted without a checkpoint: starts over, and pays the overhead.
+        assert_eq!(p.preempted(id), Some(0));
+        assert_eq!(p.track(0).remaining, 1000.0);
+        p.started(id, 400);
+        p.set_rate(&mut state, 0, 1.0).expect("rate");
+        assert_eq!(p.next_completion(400), Some(1500));
+        p.advance(400, 1500);
+        assert_eq!(p.take_finished(1500), vec![(0, Some(id))]);
+        assert_eq!(p.track(0).end, Some(1500));
+        assert!(p.all_finished());
+    }
+
+    #[test]
+    fn a_checkpointed_job_keeps_its_progress() {
+        let mut state = ClusterState::new();
+        let id = state
+            .submit(arbiter_host::state::JobRequest::gpus("j", "t", 1, 1))
+            .expect("submit");
+        let mut p = Progress::new([(1000.0, true)], ProgressRules::default());
+        p.submitted(0, id);
+        p.started(id, 0);
+        p.set_rate(&mut state, 0, 1.0).expect("rate");
+        p.advance(0, 600);
+        p.preempted(id);
+        assert_eq!(p.track(0).remaining, 400.0);
+        assert_eq!(p.track(0).preemptions, 1);
+    }
+
+    #[test]
+    fn endless_work_never_finishes() {
+        let mut state = ClusterState::new();
+        let mut p = Progress::new([(f64::INFINITY, false)], ProgressRules::default());
+        let id = state
+            .submit(arbiter_host::state::JobRequest::gpus("j", "t", 1, 1))
+            .expect("submit");
+        p.submitted(0, id);
+        p.started(id, 0);
+        p.set_rate(&mut state, 0, 1.0).expect("rate");
+        assert_eq!(p.next_completion(0), None);
+        p.advance(0, u64::MAX / 2);
+        assert!(p.take_finished(u64::MAX / 2).is_empty());
+    }
+}
