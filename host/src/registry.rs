@@ -17,7 +17,7 @@
 use crate::runtime::{CompiledPolicy, PolicyEngine, PolicyFault, PolicyInstance};
 use crate::state::DeltaFeed;
 use arbiter_policy_sdk::model::{
-    Delta, Manifest, MatchRequest, ReclaimRequest, Snapshot, TenantView,
+    Delta, Manifest, MatchRequest, NodeView, ReclaimRequest, Snapshot, TenantView,
 };
 use arc_swap::ArcSwapOption;
 use parking_lot::{Mutex, RwLock};
@@ -103,6 +103,8 @@ pub enum FaultInput {
     Reclaim(ReclaimRequest),
     /// A matching request.
     Match(MatchRequest),
+    /// A node's view, given to its coordinator.
+    Node(NodeView),
 }
 
 /// The input that made a generation fault, kept for diagnosis and replay.

@@ -496,3 +496,194 @@ mod tenant {
         slot("ok")
     }
 }
+
+mod coordinator {
+    use super::load;
+    use arbiter_host::registry::PolicySlot;
+    use arbiter_host::roles::Served;
+    use arbiter_host::roles::coordinator::{
+        ActionRules, CoordinatorDriver, InvalidActions, NodeSurface, validate_actions,
+    };
+    use arbiter_host::runtime::PolicyFault;
+    use arbiter_policy_sdk::model::{GpuStatus, NodeAction, NodeView, WorkloadStatus, health};
+    use std::sync::Arc;
+
+    fn view() -> NodeView {
+        NodeView {
+            now_ms: 1,
+            gpus: vec![GpuStatus {
+                index: 0,
+                ..GpuStatus::default()
+            }],
+            workloads: vec![WorkloadStatus {
+                id: 7,
+                ..WorkloadStatus::default()
+            }],
+        }
+    }
+
+    fn drop_rules() -> ActionRules {
+        ActionRules {
+            invalid_actions: InvalidActions::DropAction,
+            ..ActionRules::default()
+        }
+    }
+
+    #[test]
+    fn validation_refuses_what_the_view_cannot_justify() {
+        let ok = [
+            NodeAction::SetMemoryLimit(7, 0),
+            NodeAction::SetMemoryLimit(7, u32::MAX),
+            NodeAction::SetComputeShare(7, 1),
+            NodeAction::SetComputeShare(7, 1000),
+            NodeAction::SetMpsThreadPct(7, 100),
+            NodeAction::Freeze(7),
+            NodeAction::Resume(7),
+            NodeAction::Evict(7),
+            NodeAction::SetHealth(0, health::DISABLED),
+        ];
+        let checked = validate_actions(&view(), ok.to_vec(), &drop_rules()).expect("valid");
+        assert_eq!(checked.actions, ok);
+        assert!(checked.refused.is_empty());
+        let bad = [
+            NodeAction::SetComputeShare(7, 0),
+            NodeAction::SetComputeShare(7, 1001),
+            NodeAction::SetComputeShare(8, 500),
+            NodeAction::SetMpsThreadPct(7, 0),
+            NodeAction::SetMpsThreadPct(7, 101),
+            NodeAction::SetMemoryLimit(99, 10),
+            NodeAction::Freeze(8),
+            NodeAction::Resume(8),
+            NodeAction::Evict(u32::MAX),
+            NodeAction::SetHealth(1, health::HEALTHY),
+            NodeAction::SetHealth(0, 5),
+        ];
+        let checked = validate_actions(&view(), bad.to_vec(), &drop_rules()).expect("dropped");
+        assert!(checked.actions.is_empty());
+        assert_eq!(checked.refused.len(), bad.len());
+    }
+
+    #[test]
+    fn an_invalid_action_rejects_the_call_or_only_itself() {
+        let answer = vec![NodeAction::Freeze(7), NodeAction::Evict(8)];
+        let rejected = validate_actions(&view(), answer.clone(), &ActionRules::default())
+            .expect_err("rejected");
+        assert_eq!(rejected.fault.kind(), "bad-answer");
+        assert_eq!(rejected.refused.len(), 1);
+        assert_eq!(rejected.refused[0].index, 1);
+        let checked = validate_actions(&view(), answer, &drop_rules()).expect("accepted");
+        assert_eq!(checked.actions, [NodeAction::Freeze(7)]);
+        assert_eq!(checked.refused.len(), 1);
+        // Two entities in the view: at most 2 × 1 + 8 actions.
+        let rules = ActionRules {
+            max_actions_per_entity: 1,
+            ..drop_rules()
+        };
+        let flood = vec![NodeAction::Freeze(7); 11];
+        assert!(matches!(
+            validate_actions(&view(), flood, &rules).map_err(|r| r.fault),
+            Err(PolicyFault::TooManyDecisions {
+                count: 11,
+                limit: 10
+            })
+        ));
+    }
+
+    /// Simulated GPUs in virtual time: what a simulator would give a coordinator.
+    struct SimulatedNode {
+        now_ms: u64,
+        gpus: Vec<GpuStatus>,
+        workloads: Vec<WorkloadStatus>,
+        applied: Vec<NodeAction>,
+    }
+
+    impl NodeSurface for SimulatedNode {
+        fn view(&mut self) -> NodeView {
+            NodeView {
+                now_ms: self.now_ms,
+                gpus: self.gpus.clone(),
+                workloads: self.workloads.clone(),
+            }
+        }
+
+        fn apply_actions(&mut self, actions: &[NodeAction]) -> Vec<Result<(), String>> {
+            self.applied.extend_from_slice(actions);
+            actions
+                .iter()
+                .map(|a| match *a {
+                    NodeAction::SetHealth(g, code) => {
+                        let gpu = self.gpus.iter_mut().find(|x| x.index == g);
+                        gpu.map(|x| x.health = code)
+                            .ok_or_else(|| "no such GPU".into())
+                    }
+                    _ => Ok(()),
+                })
+                .collect()
+        }
+    }
+
+    fn simulated() -> SimulatedNode {
+        SimulatedNode {
+            now_ms: 0,
+            gpus: (0..2)
+                .map(|index| GpuStatus {
+                    index,
+                    utilization_pct: 30,
+                    sm_activity_pct: 30,
+                    sm_clock_mhz: 1_400,
+                    max_sm_clock_mhz: 1_400,
+                    memory_used_mib: 4_000,
+                    memory_total_mib: 16_000,
+                    health: health::HEALTHY,
+                })
+                .collect(),
+            workloads: Vec::new(),
+            applied: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_node_policy_runs_on_simulated_gpus_through_the_host_driver() {
+        // MuxFlow's SysMonitor, the built-in node policy, as a Wasm component.
+        let slot = Arc::new(PolicySlot::new("node"));
+        let generation = load(&slot, "sysmonitor", None);
+        let driver = CoordinatorDriver::new(slot, ActionRules::default());
+        let mut node = simulated();
+        let mut served = Vec::new();
+        for step in 0..20 {
+            node.now_ms = step * 100;
+            let out = driver.step(&mut node);
+            assert!(out.faults.is_empty(), "{:?}", out.faults);
+            assert!(out.results.iter().all(Result::is_ok));
+            served.push(out.served);
+        }
+        assert!(served.iter().all(|s| *s == Served::Active(generation)));
+        // The policy's answers reached the simulated node (it publishes the
+        // GPUs' health), and only valid ones did.
+        assert!(
+            node.applied
+                .iter()
+                .any(|a| matches!(a, NodeAction::SetHealth(0 | 1, _))),
+            "{:?}",
+            node.applied
+        );
+    }
+
+    #[test]
+    fn a_policy_without_the_role_faults_and_the_node_holds_steady() {
+        let slot = Arc::new(PolicySlot::new("node"));
+        load(&slot, "best-fit", None);
+        let driver = CoordinatorDriver::new(slot.clone(), ActionRules::default());
+        let mut node = simulated();
+        for step in 0..4 {
+            node.now_ms = step * 100;
+            let out = driver.step(&mut node);
+            assert!(out.actions.is_empty());
+            assert_eq!(out.served, Served::Native);
+            // Quarantined after three faults in a row: not asked any more.
+            assert_eq!(out.faults.len(), usize::from(step < 3));
+        }
+        assert!(node.applied.is_empty());
+        assert!(slot.active().is_some_and(|g| g.is_quarantined()));
+    }
+}

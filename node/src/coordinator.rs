@@ -14,7 +14,8 @@
 //! classification as the cluster scheduler, not a copy — or any [`NativePolicy`].
 //!
 //! A policy is untrusted. Its answer is checked against the view it was given before anything
-//! is applied: an action on a workload or GPU the view does not list, a compute share outside
+//! is applied, by the host core's one check
+//! ([`arbiter_host::roles::coordinator::validate_actions`]): an action on a workload or GPU the view does not list, a compute share outside
 //! 1..=1000 ‰, an MPS thread percentage outside 1..=100, an unknown health code, or more actions
 //! than the view can justify make the answer invalid, and (by default) **nothing** from that
 //! call is applied — the same rule the host applies to scheduling decisions. The node itself
@@ -34,7 +35,7 @@ use crate::supervisor::ExitReport;
 use arbiter_host::runtime::{
     CompiledPolicy, NativePolicy, PolicyEngine, PolicyFault, PolicyInstance, RuntimeConfig,
 };
-use arbiter_policy_sdk::model::{Manifest, NodeAction, NodeView, PolicyError, Role, health};
+use arbiter_policy_sdk::model::{Manifest, NodeAction, NodeView, PolicyError, Role};
 use arbiter_policy_sdk::{Policy, Runtime};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -45,16 +46,11 @@ pub const DEFAULT_PERIOD: Duration = Duration::from_millis(100);
 /// The built-in coordinator policy: MuxFlow's SysMonitor + xCUDA pacing.
 pub const DEFAULT_POLICY: &str = "sysmonitor";
 
-/// What to do with an answer that contains invalid actions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InvalidActions {
-    /// The whole answer is a fault: nothing from the call is applied (the host's rule for
-    /// scheduling decisions, and the default: a policy that gets one action wrong may have got
-    /// the others wrong too).
-    RejectCall,
-    /// Drop the invalid actions, apply the valid ones, and count no fault.
-    DropAction,
-}
+use arbiter_host::roles::coordinator::{
+    ActionRules, Checked, NodeSurface, Rejected, validate_actions,
+};
+/// The one check of an answer, and its settings, are the host core's coordinator role.
+pub use arbiter_host::roles::coordinator::{InvalidActions, Refusal};
 
 /// Coordinator settings.
 #[derive(Debug, Clone)]
@@ -150,14 +146,6 @@ pub enum Served {
     Faulted,
     /// The native fallback (the policy was retired after repeated faults).
     Fallback,
-}
-
-/// One refused action and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
-    pub index: usize,
-    pub action: NodeAction,
-    pub reason: String,
 }
 
 /// What one control step did.
@@ -497,8 +485,8 @@ impl Coordinator {
         let (served, decided) = self.decide(view);
         let policy_time = t.elapsed();
         let (actions, refused, fault) = match decided {
-            Decided::Actions { actions, refused } => (actions, refused, None),
-            Decided::Fault { fault, refused } => (Vec::new(), refused, Some(fault)),
+            Ok(Checked { actions, refused }) => (actions, refused, None),
+            Err(Rejected { fault, refused }) => (Vec::new(), refused, Some(fault)),
         };
 
         let t = Instant::now();
@@ -543,45 +531,44 @@ impl Coordinator {
     }
 
     /// Asks the policy (or the fallback) and validates the answer.
-    fn decide(&mut self, view: NodeView) -> (Served, Decided) {
-        let limit = self
-            .config
-            .max_actions_per_entity
-            .saturating_mul(view.gpus.len() + view.workloads.len())
-            + 8;
-        let index = ViewIndex::new(&view);
+    fn decide(&mut self, view: NodeView) -> (Served, Result<Checked, Rejected>) {
+        let rules = ActionRules {
+            max_actions_per_entity: self.config.max_actions_per_entity,
+            invalid_actions: self.config.invalid_actions,
+        };
         let Some(primary) = self.primary.as_mut() else {
-            return (Served::Fallback, self.ask_fallback(view, &index, limit));
+            return (Served::Fallback, self.ask_fallback(view, &rules));
         };
         let answer = primary
             .instance(&mut self.stats)
-            .and_then(|instance| instance.tick(view));
-        let (fault, refused) = match answer {
-            Ok(actions) => {
-                match check_actions(actions, &index, limit, self.config.invalid_actions) {
-                    Decided::Actions { actions, refused } => {
-                        self.stats.consecutive_faults = 0;
-                        return (Served::Policy, Decided::Actions { actions, refused });
-                    }
-                    Decided::Fault { fault, refused } => (fault, refused),
+            .and_then(|instance| instance.tick(view.clone()));
+        let rejected = match answer {
+            Ok(actions) => match validate_actions(&view, actions, &rules) {
+                Ok(checked) => {
+                    self.stats.consecutive_faults = 0;
+                    return (Served::Policy, Ok(checked));
                 }
-            }
-            Err(fault) => (fault, Vec::new()),
-        };
-        self.record_fault(&fault);
-        (Served::Faulted, Decided::Fault { fault, refused })
-    }
-
-    fn ask_fallback(&mut self, view: NodeView, index: &ViewIndex, limit: usize) -> Decided {
-        let decided = match self.fallback.tick(view) {
-            Ok(actions) => check_actions(actions, index, limit, self.config.invalid_actions),
-            Err(fault) => Decided::Fault {
+                Err(rejected) => rejected,
+            },
+            Err(fault) => Rejected {
                 fault,
                 refused: Vec::new(),
             },
         };
-        if let Decided::Fault { fault, .. } = &decided {
-            tracing::error!(%fault, "native fallback coordinator failed; nothing applied");
+        self.record_fault(&rejected.fault);
+        (Served::Faulted, Err(rejected))
+    }
+
+    fn ask_fallback(&mut self, view: NodeView, rules: &ActionRules) -> Result<Checked, Rejected> {
+        let decided = match self.fallback.tick(view.clone()) {
+            Ok(actions) => validate_actions(&view, actions, rules),
+            Err(fault) => Err(Rejected {
+                fault,
+                refused: Vec::new(),
+            }),
+        };
+        if let Err(rejected) = &decided {
+            tracing::error!(fault = %rejected.fault, "native fallback coordinator failed; nothing applied");
         }
         decided
     }
@@ -664,123 +651,17 @@ impl Coordinator {
     }
 }
 
-enum Decided {
-    Actions {
-        actions: Vec<NodeAction>,
-        refused: Vec<Refusal>,
-    },
-    Fault {
-        fault: PolicyFault,
-        refused: Vec<Refusal>,
-    },
-}
-
-/// The ids a view lists, for validation.
-struct ViewIndex {
-    gpus: Vec<u32>,
-    workloads: Vec<u32>,
-}
-
-impl ViewIndex {
-    fn new(view: &NodeView) -> ViewIndex {
-        let mut gpus: Vec<u32> = view.gpus.iter().map(|g| g.index).collect();
-        let mut workloads: Vec<u32> = view.workloads.iter().map(|w| w.id).collect();
-        gpus.sort_unstable();
-        workloads.sort_unstable();
-        ViewIndex { gpus, workloads }
+/// A real node as the host core's coordinator driver sees it.
+impl NodeSurface for Node {
+    fn view(&mut self) -> NodeView {
+        Node::view(self)
     }
 
-    fn has_gpu(&self, index: u32) -> bool {
-        self.gpus.binary_search(&index).is_ok()
-    }
-
-    fn has_workload(&self, id: u32) -> bool {
-        self.workloads.binary_search(&id).is_ok()
-    }
-}
-
-/// Why an action is not acceptable for this view (`None`: acceptable).
-fn action_problem(action: &NodeAction, index: &ViewIndex) -> Option<String> {
-    let workload = match *action {
-        NodeAction::SetMemoryLimit(w, _)
-        | NodeAction::Freeze(w)
-        | NodeAction::Resume(w)
-        | NodeAction::Evict(w) => w,
-        NodeAction::SetComputeShare(w, permille) => {
-            if !(1..=1000).contains(&permille) {
-                return Some(format!("compute share {permille} permille not in 1..=1000"));
-            }
-            w
-        }
-        NodeAction::SetMpsThreadPct(w, pct) => {
-            if !(1..=100).contains(&pct) {
-                return Some(format!("MPS thread percentage {pct} not in 1..=100"));
-            }
-            w
-        }
-        NodeAction::SetHealth(gpu, code) => {
-            if !index.has_gpu(gpu) {
-                return Some(format!("GPU {gpu} is not in the view"));
-            }
-            if code > health::DISABLED {
-                return Some(format!("health code {code} is not one of 0..=4"));
-            }
-            return None;
-        }
-    };
-    (!index.has_workload(workload)).then(|| format!("workload {workload} is not in the view"))
-}
-
-/// Validates an answer against the view it was computed from.
-fn check_actions(
-    actions: Vec<NodeAction>,
-    index: &ViewIndex,
-    limit: usize,
-    mode: InvalidActions,
-) -> Decided {
-    if actions.len() > limit {
-        return Decided::Fault {
-            fault: PolicyFault::TooManyDecisions {
-                count: actions.len(),
-                limit: u32::try_from(limit).unwrap_or(u32::MAX),
-            },
-            refused: Vec::new(),
-        };
-    }
-    let mut refused = Vec::new();
-    let mut valid = Vec::with_capacity(actions.len());
-    for (i, action) in actions.into_iter().enumerate() {
-        match action_problem(&action, index) {
-            None => valid.push(action),
-            Some(reason) => {
-                // Log a few; a policy producing thousands must not flood the node's log.
-                if refused.len() < 8 {
-                    tracing::warn!(index = i, ?action, %reason, "coordinator action refused");
-                }
-                refused.push(Refusal {
-                    index: i,
-                    action,
-                    reason,
-                });
-            }
-        }
-    }
-    match (refused.first(), mode) {
-        (Some(first), InvalidActions::RejectCall) => Decided::Fault {
-            fault: PolicyFault::BadAnswer(format!(
-                "{} of {} actions invalid; first: #{} {:?}: {}",
-                refused.len(),
-                refused.len() + valid.len(),
-                first.index,
-                first.action,
-                first.reason
-            )),
-            refused,
-        },
-        _ => Decided::Actions {
-            actions: valid,
-            refused,
-        },
+    fn apply_actions(&mut self, actions: &[NodeAction]) -> Vec<Result<(), String>> {
+        Node::apply_actions(self, actions)
+            .into_iter()
+            .map(|o| o.result.map(|_| ()).map_err(|e| e.to_string()))
+            .collect()
     }
 }
 
@@ -801,73 +682,6 @@ mod tests {
                 ..WorkloadStatus::default()
             }],
         }
-    }
-
-    fn problems(actions: &[NodeAction]) -> Vec<Option<String>> {
-        let index = ViewIndex::new(&view());
-        actions.iter().map(|a| action_problem(a, &index)).collect()
-    }
-
-    #[test]
-    fn validation_refuses_what_the_view_cannot_justify() {
-        let ok = [
-            NodeAction::SetMemoryLimit(7, 0),
-            NodeAction::SetMemoryLimit(7, u32::MAX),
-            NodeAction::SetComputeShare(7, 1),
-            NodeAction::SetComputeShare(7, 1000),
-            NodeAction::SetMpsThreadPct(7, 100),
-            NodeAction::Freeze(7),
-            NodeAction::Resume(7),
-            NodeAction::Evict(7),
-            NodeAction::SetHealth(0, health::DISABLED),
-        ];
-        assert!(problems(&ok).iter().all(Option::is_none));
-        let bad = [
-            NodeAction::SetComputeShare(7, 0),
-            NodeAction::SetComputeShare(7, 1001),
-            NodeAction::SetComputeShare(8, 500),
-            NodeAction::SetMpsThreadPct(7, 0),
-            NodeAction::SetMpsThreadPct(7, 101),
-            NodeAction::SetMemoryLimit(99, 10),
-            NodeAction::Freeze(8),
-            NodeAction::Resume(8),
-            NodeAction::Evict(u32::MAX),
-            NodeAction::SetHealth(1, health::HEALTHY),
-            NodeAction::SetHealth(0, 5),
-        ];
-        assert!(problems(&bad).iter().all(Option::is_some));
-    }
-
-    #[test]
-    fn an_invalid_action_rejects_the_call_or_only_itself() {
-        let index = ViewIndex::new(&view());
-        let answer = vec![NodeAction::Freeze(7), NodeAction::Evict(8)];
-        match check_actions(answer.clone(), &index, 100, InvalidActions::RejectCall) {
-            Decided::Fault { fault, refused } => {
-                assert_eq!(fault.kind(), "bad-answer");
-                assert_eq!(refused.len(), 1);
-                assert_eq!(refused[0].index, 1);
-            }
-            Decided::Actions { .. } => panic!("accepted"),
-        }
-        match check_actions(answer, &index, 100, InvalidActions::DropAction) {
-            Decided::Actions { actions, refused } => {
-                assert_eq!(actions, [NodeAction::Freeze(7)]);
-                assert_eq!(refused.len(), 1);
-            }
-            Decided::Fault { .. } => panic!("rejected"),
-        }
-        let flood = vec![NodeAction::Freeze(7); 11];
-        assert!(matches!(
-            check_actions(flood, &index, 10, InvalidActions::DropAction),
-            Decided::Fault {
-                fault: PolicyFault::TooManyDecisions {
-                    count: 11,
-                    limit: 10
-                },
-                ..
-            }
-        ));
     }
 
     #[test]

@@ -19,11 +19,11 @@
 //!   decisions that empty them; native Smallest-Count-First.
 //! - [`matcher`]: pairings of offline with online jobs, each at most once,
 //!   SM shares 1–100 %; native: no pairings.
-//!
-//! The coordinator role still has its driver on the node
-//! (`arbiter-node`'s `coordinator.rs`); moving it onto [`ask_chain`]
-//! against a node-surface trait is open work.
+//! - [`coordinator`]: node actions checked against the view they were
+//!   computed from, on a [`coordinator::NodeSurface`] (a real node or
+//!   simulated GPUs); native: hold steady (no action).
 
+pub mod coordinator;
 pub mod matcher;
 pub mod reclaim;
 pub mod scheduler;
