@@ -45,6 +45,7 @@ use crate::core::{
     self, LoopRules, Progress, ProgressRules, RunPolicy, SimCtx, SimHost, SpeedupLaw,
 };
 use crate::metrics::{mean, percentile};
+use crate::models::ModelConfigFile;
 use crate::run::parallel_map;
 use crate::scenario::gang_shape;
 use anyhow::{Context, bail};
@@ -126,15 +127,10 @@ impl Default for ArylSimConfig {
     }
 }
 
-impl ArylSimConfig {
-    pub fn from_toml(text: &str) -> anyhow::Result<Self> {
-        let cfg: ArylSimConfig =
-            toml::from_str(text).context("parsing the Aryl model's configuration")?;
-        cfg.check()?;
-        Ok(cfg)
-    }
+impl ModelConfigFile for ArylSimConfig {
+    const WHAT: &'static str = "the Aryl model's configuration";
 
-    pub fn check(&self) -> anyhow::Result<()> {
+    fn check(&self) -> anyhow::Result<()> {
         if self.gpus_per_node == 0 || self.training_nodes == 0 {
             bail!("the training pool needs servers with GPUs");
         }
@@ -151,7 +147,9 @@ impl ArylSimConfig {
         }
         Ok(())
     }
+}
 
+impl ArylSimConfig {
     /// The baseline of Table 5 row 1: no loaning, no elastic scaling.
     pub fn baseline(&self) -> Self {
         ArylSimConfig {

@@ -8,6 +8,7 @@
 use crate::core::recorder::{FragmentationMeter, fragmentation, pct};
 use crate::core::{self, LoopRules, Progress, ProgressRules, RunPolicy, SimCtx, SimHost};
 use crate::metrics::{FgdMetrics, SeriesPoint, TaskRecord};
+use crate::models::ModelConfigFile;
 use crate::run::{Protocol, RunOptions, RunOutput};
 use crate::scenario::{Scenario, SimTask};
 use anyhow::{Context, bail};
@@ -32,15 +33,10 @@ impl Default for FgdConfig {
     }
 }
 
-impl FgdConfig {
-    pub fn from_toml(text: &str) -> anyhow::Result<Self> {
-        let cfg: FgdConfig =
-            toml::from_str(text).context("parsing the FGD protocol's configuration")?;
-        cfg.check()?;
-        Ok(cfg)
-    }
+impl ModelConfigFile for FgdConfig {
+    const WHAT: &'static str = "the FGD protocol's configuration";
 
-    pub fn check(&self) -> anyhow::Result<()> {
+    fn check(&self) -> anyhow::Result<()> {
         if !(self.tune.is_finite() && self.tune > 0.0) {
             bail!("tune must be a positive number, got {}", self.tune);
         }

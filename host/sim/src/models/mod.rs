@@ -11,3 +11,60 @@
 pub mod aryl;
 pub mod fgd;
 pub mod replay;
+
+use anyhow::Context;
+use serde::de::DeserializeOwned;
+
+/// A model's configuration: a struct that also reads from a TOML table
+/// (every field optional, unknown ones refused) and checks itself.
+pub trait ModelConfigFile: DeserializeOwned {
+    /// What it configures, for error messages.
+    const WHAT: &'static str;
+
+    /// Refuses values the model cannot run with.
+    fn check(&self) -> anyhow::Result<()>;
+
+    /// Parses and checks `text`.
+    fn from_toml(text: &str) -> anyhow::Result<Self> {
+        let cfg: Self = toml::from_str(text).with_context(|| format!("parsing {}", Self::WHAT))?;
+        cfg.check()
+            .with_context(|| format!("checking {}", Self::WHAT))?;
+        Ok(cfg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ModelConfigFile;
+    use super::aryl::ArylSimConfig;
+    use super::fgd::FgdConfig;
+    use super::replay::ReplayConfig;
+    use crate::core::SpeedupLaw;
+
+    #[test]
+    fn model_configurations_read_from_toml_and_refuse_what_they_cannot_run() {
+        assert_eq!(FgdConfig::from_toml("tune = 1.0").expect("fgd").tune, 1.0);
+        assert!(FgdConfig::from_toml("tune = -1.0").is_err());
+        assert!(FgdConfig::from_toml("tuned = 1.0").is_err(), "unknown key");
+        let replay =
+            ReplayConfig::from_toml("round_interval_ms = 500\ngpu_metrics_period_ms = 100")
+                .expect("replay");
+        assert_eq!(replay.gpu_metrics_period_ms, Some(100));
+        assert!(ReplayConfig::from_toml("gpu_metrics_period_ms = 0").is_err());
+        let aryl = ArylSimConfig::from_toml(
+            "training_nodes = 4\nspeedup = { law = \"sub-linear\", loss_per_step = 0.1 }",
+        )
+        .expect("aryl");
+        assert_eq!(aryl.training_nodes, 4);
+        assert_eq!(
+            aryl.inference_nodes,
+            ArylSimConfig::default().inference_nodes
+        );
+        assert_eq!(aryl.speedup, SpeedupLaw::SubLinear { loss_per_step: 0.1 });
+        assert!(ArylSimConfig::from_toml("round_interval_ms = 0").is_err());
+        assert!(
+            ArylSimConfig::from_toml("speedup = { law = \"sub-linear\", loss_per_step = 2.0 }")
+                .is_err()
+        );
+    }
+}

@@ -8,6 +8,7 @@
 use crate::core::recorder::{FragmentationMeter, JobTimes, Series, fragmentation, pct};
 use crate::core::{self, LoopRules, Progress, ProgressRules, RunPolicy, SimCtx, SimHost};
 use crate::metrics::{ReplayMetrics, SeriesPoint, TaskRecord, mean, percentile};
+use crate::models::ModelConfigFile;
 use crate::run::{Protocol, RunOptions, RunOutput};
 use crate::scenario::{Scenario, SimTask};
 use anyhow::{Context, bail};
@@ -27,15 +28,10 @@ pub struct ReplayConfig {
     pub gpu_metrics_period_ms: Option<u64>,
 }
 
-impl ReplayConfig {
-    pub fn from_toml(text: &str) -> anyhow::Result<Self> {
-        let cfg: ReplayConfig =
-            toml::from_str(text).context("parsing the replay's configuration")?;
-        cfg.check()?;
-        Ok(cfg)
-    }
+impl ModelConfigFile for ReplayConfig {
+    const WHAT: &'static str = "the replay's configuration";
 
-    pub fn check(&self) -> anyhow::Result<()> {
+    fn check(&self) -> anyhow::Result<()> {
         if self.gpu_metrics_period_ms == Some(0) {
             bail!("gpu_metrics_period_ms must be positive");
         }
