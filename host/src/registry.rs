@@ -14,7 +14,7 @@
 //! freed on a control thread (the next load or unload), never by the round
 //! that happened to hold it last.
 
-use crate::runtime::{CompiledPolicy, PolicyEngine, PolicyFault, PolicyInstance};
+use crate::runtime::{CompiledPolicy, NativePolicy, PolicyEngine, PolicyFault, PolicyInstance};
 use crate::state::DeltaFeed;
 use arbiter_policy_sdk::model::{
     Delta, Manifest, MatchRequest, NodeView, ReclaimRequest, Snapshot, TenantView,
@@ -116,10 +116,82 @@ pub struct FaultRecord {
     pub input: FaultInput,
 }
 
+/// Where a generation's instances come from.
+pub enum PolicyCode {
+    /// A compiled Wasm component: every instance is a fresh sandbox.
+    Wasm(Box<CompiledPolicy>),
+    /// A policy compiled into the host (trusted code: a native baseline, a
+    /// test double). It is given as one instance, so it cannot be made
+    /// afresh: once dropped after a fault, the generation faults on every
+    /// call until it is quarantined.
+    Native(NativeCode),
+}
+
+/// A native policy waiting to be a generation's instance.
+pub struct NativeCode {
+    manifest: Manifest,
+    digest: String,
+    policy: Mutex<Option<Box<dyn NativePolicy>>>,
+}
+
+impl NativeCode {
+    /// Reads the policy's manifest; its digest is `native:<name>@<version>`.
+    pub fn new(policy: Box<dyn NativePolicy>) -> Self {
+        let manifest = policy.manifest();
+        NativeCode {
+            digest: format!("native:{}@{}", manifest.name, manifest.version),
+            manifest,
+            policy: Mutex::new(Some(policy)),
+        }
+    }
+}
+
+impl PolicyCode {
+    pub fn manifest(&self) -> &Manifest {
+        match self {
+            PolicyCode::Wasm(c) => &c.manifest,
+            PolicyCode::Native(n) => &n.manifest,
+        }
+    }
+
+    pub fn digest(&self) -> &str {
+        match self {
+            PolicyCode::Wasm(c) => &c.digest,
+            PolicyCode::Native(n) => &n.digest,
+        }
+    }
+
+    /// Whether the policy declares (and, for a component, exports) `role`.
+    pub fn has_role(&self, role: arbiter_policy_sdk::model::Role) -> bool {
+        match self {
+            PolicyCode::Wasm(c) => c.has_role(role),
+            PolicyCode::Native(n) => n.manifest.roles.iter().any(|r| r == role.as_str()),
+        }
+    }
+
+    fn instance(&self) -> Result<PolicyInstance, PolicyFault> {
+        match self {
+            PolicyCode::Wasm(c) => c.instantiate(),
+            PolicyCode::Native(n) => n
+                .policy
+                .lock()
+                .take()
+                .map(PolicyInstance::native)
+                .ok_or_else(|| PolicyFault::Abi("native policy instance lost".into())),
+        }
+    }
+}
+
+impl From<CompiledPolicy> for PolicyCode {
+    fn from(compiled: CompiledPolicy) -> Self {
+        PolicyCode::Wasm(Box::new(compiled))
+    }
+}
+
 /// One loaded version of a policy.
 pub struct Generation {
     pub id: u64,
-    pub compiled: CompiledPolicy,
+    pub code: PolicyCode,
     pub config: String,
     pub source: Option<PathBuf>,
     pub loaded_at: Instant,
@@ -128,6 +200,8 @@ pub struct Generation {
     consecutive_faults: AtomicU32,
     total_faults: AtomicU64,
     rounds_served: AtomicU64,
+    /// Instances made after the first (a trap is never re-entered).
+    reinstantiations: AtomicU64,
     recent: Mutex<Outcomes>,
     quarantined: AtomicBool,
     last_fault: Mutex<Option<FaultRecord>>,
@@ -136,10 +210,23 @@ pub struct Generation {
 
 impl Generation {
     pub fn manifest(&self) -> &Manifest {
-        &self.compiled.manifest
+        self.code.manifest()
     }
     pub fn digest(&self) -> &str {
-        &self.compiled.digest
+        self.code.digest()
+    }
+    /// The compiled component, unless the generation is native.
+    pub fn compiled(&self) -> Option<&CompiledPolicy> {
+        match &self.code {
+            PolicyCode::Wasm(c) => Some(c),
+            PolicyCode::Native(_) => None,
+        }
+    }
+    pub fn consecutive_faults(&self) -> u32 {
+        self.consecutive_faults.load(Ordering::Relaxed)
+    }
+    pub fn reinstantiations(&self) -> u64 {
+        self.reinstantiations.load(Ordering::Relaxed)
     }
     pub fn is_quarantined(&self) -> bool {
         self.quarantined.load(Ordering::Acquire)
@@ -156,14 +243,20 @@ impl Generation {
 
     /// A fresh instance with this generation's configuration.
     pub fn new_instance(&self) -> Result<PolicyInstance, PolicyFault> {
-        let mut instance = self.compiled.instantiate()?;
+        let mut instance = self.code.instance()?;
         let config = if self.config.is_empty() {
-            &self.compiled.manifest.default_config
+            &self.manifest().default_config
         } else {
             &self.config
         };
         instance.configure(config)?;
         Ok(instance)
+    }
+
+    /// [`Generation::new_instance`] in place of one a fault dropped.
+    pub(crate) fn reinstantiate(&self) -> Result<PolicyInstance, PolicyFault> {
+        self.reinstantiations.fetch_add(1, Ordering::Relaxed);
+        self.new_instance()
     }
 
     /// Brings this generation's idle mirror up to the feed's epoch (see
@@ -340,7 +433,7 @@ impl PolicySlot {
     /// snapshot, its mirror is synchronised here, off the round loop.
     pub fn load(
         &self,
-        compiled: CompiledPolicy,
+        code: impl Into<PolicyCode>,
         config: Option<String>,
         source: Option<PathBuf>,
         snapshot: Option<Snapshot>,
@@ -349,7 +442,7 @@ impl PolicySlot {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut generation = Generation {
             id,
-            compiled,
+            code: code.into(),
             config: config.unwrap_or_default(),
             source,
             loaded_at: Instant::now(),
@@ -357,6 +450,7 @@ impl PolicySlot {
             consecutive_faults: AtomicU32::new(0),
             total_faults: AtomicU64::new(0),
             rounds_served: AtomicU64::new(0),
+            reinstantiations: AtomicU64::new(0),
             recent: Mutex::new(Outcomes::default()),
             quarantined: AtomicBool::new(false),
             last_fault: Mutex::new(None),
@@ -387,7 +481,7 @@ impl PolicySlot {
     /// Load + activate: a hot swap.
     pub fn swap(
         &self,
-        compiled: CompiledPolicy,
+        compiled: impl Into<PolicyCode>,
         config: Option<String>,
         source: Option<PathBuf>,
         snapshot: Option<Snapshot>,

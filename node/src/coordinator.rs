@@ -21,22 +21,29 @@
 //! call is applied — the same rule the host applies to scheduling decisions. The node itself
 //! validates each action again when it applies it.
 //!
-//! A fault (trap, deadline, memory cap, reported error, invalid answer) is counted and logged,
-//! and that period applies nothing: the control blocks keep the limits they have. A trapped
+//! The policy lives in a one-generation [`PolicySlot`] and is asked through the host core's
+//! [`CoordinatorDriver`] — the same fallback chain every role uses, not a copy. A fault (trap,
+//! deadline, memory cap, reported error, invalid answer) is recorded with the view that caused
+//! it, and that period the fallback answers: by default [`HoldSteady`], which changes nothing,
+//! so every workload keeps its current memory quota, share and freeze state. A trapped
 //! instance is never re-entered; the next period gets a fresh instance of the same compiled
-//! policy. After [`CoordinatorConfig::fallback_after`] consecutive faults the coordinator falls
-//! back to a native policy — by default [`HoldSteady`], which changes nothing, so every workload
-//! keeps its current memory quota, share and freeze state — until an operator calls
-//! [`Coordinator::retry_policy`] or installs another policy with
+//! policy. After [`CoordinatorConfig::fallback_after`] consecutive faults, or a fault rate the
+//! host's [`QuarantineRule`](arbiter_host::registry::QuarantineRule) calls flapping, the policy
+//! is quarantined and the fallback answers every period until an operator calls
+//! [`Coordinator::retry_policy`] (lifting the quarantine) or installs another policy with
 //! [`Coordinator::replace_policy`]. Nothing here panics on what a policy returns.
 
 use crate::enforcer::{ActionOutcome, Node};
 use crate::supervisor::ExitReport;
+use arbiter_host::registry::{NativeCode, PolicyCode, PolicySlot, RegistryError};
+use arbiter_host::roles::Served as RoleServed;
+use arbiter_host::roles::coordinator::{ActionRules, Checked, CoordinatorDriver, NodeSurface};
 use arbiter_host::runtime::{
-    CompiledPolicy, NativePolicy, PolicyEngine, PolicyFault, PolicyInstance, RuntimeConfig,
+    CompiledPolicy, NativePolicy, PolicyEngine, PolicyFault, RuntimeConfig,
 };
+use arbiter_policy_sdk::Policy;
 use arbiter_policy_sdk::model::{Manifest, NodeAction, NodeView, PolicyError, Role};
-use arbiter_policy_sdk::{Policy, Runtime};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -46,9 +53,6 @@ pub const DEFAULT_PERIOD: Duration = Duration::from_millis(100);
 /// The built-in coordinator policy: MuxFlow's SysMonitor + xCUDA pacing.
 pub const DEFAULT_POLICY: &str = "sysmonitor";
 
-use arbiter_host::roles::coordinator::{
-    ActionRules, Checked, NodeSurface, Rejected, validate_actions,
-};
 /// The one check of an answer, and its settings, are the host core's coordinator role.
 pub use arbiter_host::roles::coordinator::{InvalidActions, Refusal};
 
@@ -201,55 +205,15 @@ pub struct LoopSummary {
     pub overruns: u64,
 }
 
-/// Where the configured policy comes from, so a trapped instance can be replaced.
-enum Source {
-    Wasm {
-        compiled: Box<CompiledPolicy>,
-        config: String,
-    },
-    /// A native policy cannot be re-created; it never traps (a panic would abort the node, so
-    /// native policies are trusted code).
-    Native,
-}
-
-struct Primary {
-    name: String,
-    source: Source,
-    /// `None` after a trap: the next step instantiates afresh.
-    instance: Option<PolicyInstance>,
-}
-
-impl Primary {
-    /// The live instance, made fresh if the last one trapped.
-    fn instance(
-        &mut self,
-        stats: &mut CoordinatorStats,
-    ) -> Result<&mut PolicyInstance, PolicyFault> {
-        if self.instance.is_none() {
-            let Source::Wasm { compiled, config } = &self.source else {
-                return Err(PolicyFault::Abi("native policy instance lost".into()));
-            };
-            let mut fresh = compiled.instantiate()?;
-            fresh.configure(config)?;
-            stats.reinstantiations += 1;
-            tracing::info!(policy = %self.name, "coordinator policy re-instantiated after a fault");
-            self.instance = Some(fresh);
-        }
-        self.instance
-            .as_mut()
-            .ok_or_else(|| PolicyFault::Abi("no instance".into()))
-    }
-}
-
-/// Runs a coordinator policy against a [`Node`].
+/// Runs a coordinator policy against a [`Node`] through the host core's coordinator driver.
 pub struct Coordinator {
     config: CoordinatorConfig,
-    /// The configured policy while it is trusted.
-    primary: Option<Primary>,
-    /// The configured policy after it was retired (kept for [`Coordinator::retry_policy`]).
-    retired: Option<Primary>,
-    fallback: PolicyInstance,
+    driver: CoordinatorDriver,
     stats: CoordinatorStats,
+    /// The configured policy's name (active or retired).
+    policy: Option<String>,
+    /// Re-instantiations of the policies replaced so far.
+    replaced_reinstantiations: u64,
 }
 
 impl std::fmt::Debug for Coordinator {
@@ -262,55 +226,63 @@ impl std::fmt::Debug for Coordinator {
     }
 }
 
-/// Checks, instantiates and configures a compiled coordinator policy.
-fn wasm_primary(
-    compiled: CompiledPolicy,
-    config: Option<&str>,
-) -> Result<Primary, CoordinatorError> {
-    let name = compiled.manifest.name.clone();
-    if !compiled.has_role(Role::Coordinator) {
-        return Err(CoordinatorError::NotACoordinator {
-            name,
-            roles: compiled.manifest.roles.clone(),
-        });
-    }
-    let config = config
-        .map(str::to_string)
-        .unwrap_or_else(|| compiled.manifest.default_config.clone());
-    let load = |fault| CoordinatorError::Load {
-        name: name.clone(),
-        fault,
-    };
-    let mut instance = compiled.instantiate().map_err(load)?;
-    instance.configure(&config).map_err(load)?;
-    tracing::info!(policy = %name, digest = %compiled.digest, "coordinator policy loaded");
-    Ok(Primary {
-        name,
-        source: Source::Wasm {
-            compiled: Box::new(compiled),
-            config,
-        },
-        instance: Some(instance),
-    })
+/// The node's policy slot: one generation at a time (a replaced policy is
+/// gone, not a fallback), retired after `fallback_after` consecutive faults
+/// or a fault rate the host's rule calls flapping.
+fn node_slot(settings: &CoordinatorConfig) -> Arc<PolicySlot> {
+    Arc::new(
+        PolicySlot::new("coordinator")
+            .with_max_generations(1)
+            .with_quarantine_after(settings.fallback_after.max(1)),
+    )
 }
 
-fn hold_steady() -> PolicyInstance {
-    PolicyInstance::native(Box::new(Runtime::<HoldSteady>::new()))
+/// Loads `code` into `slot` as its active generation, refusing a policy without the role.
+/// Returns the policy's name.
+fn install(
+    slot: &PolicySlot,
+    code: PolicyCode,
+    config: Option<&str>,
+) -> Result<String, CoordinatorError> {
+    let name = code.manifest().name.clone();
+    if !code.has_role(Role::Coordinator) {
+        return Err(CoordinatorError::NotACoordinator {
+            name,
+            roles: code.manifest().roles.clone(),
+        });
+    }
+    let generation = slot
+        .swap(code, config.map(str::to_string), None, None)
+        .map_err(|e| match e {
+            RegistryError::Load(fault) => CoordinatorError::Load {
+                name: name.clone(),
+                fault,
+            },
+            other => CoordinatorError::Load {
+                name: name.clone(),
+                fault: PolicyFault::Abi(other.to_string()),
+            },
+        })?;
+    tracing::info!(policy = %name, digest = %generation.digest(), "coordinator policy loaded");
+    Ok(name)
 }
 
 impl Coordinator {
     /// A coordinator running a compiled Wasm policy with `config` (its manifest's default
-    /// configuration when `None`). Instantiation and configuration happen here, so a policy
-    /// that cannot start is an error the operator sees, not a silent fallback.
+    /// configuration when `None` or empty). Instantiation and configuration happen here, so a
+    /// policy that cannot start is an error the operator sees, not a silent fallback.
     pub fn from_compiled(
         compiled: CompiledPolicy,
         config: Option<&str>,
         settings: CoordinatorConfig,
     ) -> Result<Coordinator, CoordinatorError> {
-        Ok(Coordinator::with_primary(
-            wasm_primary(compiled, config)?,
-            settings,
-        ))
+        let mut coordinator = Coordinator::fallback_only(settings);
+        coordinator.policy = Some(install(
+            coordinator.driver.slot(),
+            PolicyCode::from(compiled),
+            config,
+        )?);
+        Ok(coordinator)
     }
 
     /// Installs another compiled policy (a hot swap between periods). The new policy is
@@ -321,14 +293,15 @@ impl Coordinator {
         compiled: CompiledPolicy,
         config: Option<&str>,
     ) -> Result<(), CoordinatorError> {
-        let primary = wasm_primary(compiled, config)?;
-        tracing::info!(
-            from = self.policy_name().unwrap_or("-"),
-            to = %primary.name,
-            "coordinator policy replaced"
-        );
-        self.primary = Some(primary);
-        self.retired = None;
+        let replaced = self
+            .driver
+            .slot()
+            .active()
+            .map_or(0, |g| g.reinstantiations());
+        let to = install(self.driver.slot(), PolicyCode::from(compiled), config)?;
+        tracing::info!(from = self.policy_name().unwrap_or("-"), %to, "coordinator policy replaced");
+        self.policy = Some(to);
+        self.replaced_reinstantiations += replaced;
         self.stats.consecutive_faults = 0;
         Ok(())
     }
@@ -363,67 +336,42 @@ impl Coordinator {
         Coordinator::from_wasm(&engine, wasm, config, settings)
     }
 
-    /// A native policy (trusted code compiled into the node: benchmarks' baseline, tests).
+    /// A native policy (trusted code compiled into the node: benchmarks' baseline, tests),
+    /// as the slot's one generation.
     pub fn native(
         policy: Box<dyn NativePolicy>,
         config: Option<&str>,
         settings: CoordinatorConfig,
     ) -> Result<Coordinator, CoordinatorError> {
-        let mut instance = PolicyInstance::native(policy);
-        let manifest = instance
-            .describe()
-            .map_err(|fault| CoordinatorError::Load {
-                name: "<native>".into(),
-                fault,
-            })?;
-        if !manifest
-            .roles
-            .iter()
-            .any(|r| r == Role::Coordinator.as_str())
-        {
-            return Err(CoordinatorError::NotACoordinator {
-                name: manifest.name,
-                roles: manifest.roles,
-            });
-        }
-        let config = config.unwrap_or(&manifest.default_config).to_string();
-        instance
-            .configure(&config)
-            .map_err(|fault| CoordinatorError::Load {
-                name: manifest.name.clone(),
-                fault,
-            })?;
-        Ok(Coordinator::with_primary(
-            Primary {
-                name: manifest.name,
-                source: Source::Native,
-                instance: Some(instance),
-            },
-            settings,
-        ))
+        let mut coordinator = Coordinator::fallback_only(settings);
+        coordinator.policy = Some(install(
+            coordinator.driver.slot(),
+            PolicyCode::Native(NativeCode::new(policy)),
+            config,
+        )?);
+        Ok(coordinator)
     }
 
     /// Only the fallback: what a node runs when its policy cannot be loaded at all.
     pub fn fallback_only(settings: CoordinatorConfig) -> Coordinator {
+        let rules = ActionRules {
+            max_actions_per_entity: settings.max_actions_per_entity,
+            invalid_actions: settings.invalid_actions,
+        };
         Coordinator {
+            driver: CoordinatorDriver::new(node_slot(&settings), rules),
             config: settings,
-            primary: None,
-            retired: None,
-            fallback: hold_steady(),
             stats: CoordinatorStats::default(),
+            policy: None,
+            replaced_reinstantiations: 0,
         }
     }
 
-    fn with_primary(primary: Primary, settings: CoordinatorConfig) -> Coordinator {
-        Coordinator {
-            primary: Some(primary),
-            ..Coordinator::fallback_only(settings)
-        }
-    }
-
-    /// Replaces the fallback (the default is [`HoldSteady`]).
+    /// Replaces the fallback (the default is [`HoldSteady`]). It answers whenever the policy
+    /// does not: in a step where the policy faulted, and after it was retired; its answers pass
+    /// the same check.
     pub fn with_fallback(mut self, fallback: Box<dyn NativePolicy>) -> Coordinator {
-        self.fallback = PolicyInstance::native(fallback);
+        self.driver = self.driver.with_native(fallback);
         self
     }
 
@@ -435,39 +383,38 @@ impl Coordinator {
         &self.stats
     }
 
-    /// Whether the fallback is answering.
+    /// Whether the fallback is answering (no policy, or the policy was retired).
     pub fn on_fallback(&self) -> bool {
-        self.primary.is_none()
+        self.driver
+            .slot()
+            .active()
+            .is_none_or(|g| g.is_quarantined())
     }
 
     /// Name of the configured policy (active or retired).
     pub fn policy_name(&self) -> Option<&str> {
-        self.primary
-            .as_ref()
-            .or(self.retired.as_ref())
-            .map(|p| p.name.as_str())
+        self.policy.as_deref()
     }
 
-    /// Puts a retired policy back in charge with a fresh instance (an operator's decision,
-    /// like lifting a quarantine on the host).
+    /// Puts a retired policy back in charge with a fresh instance (an operator's decision:
+    /// the host's quarantine lifted).
     pub fn retry_policy(&mut self) -> Result<(), CoordinatorError> {
-        if self.primary.is_some() {
-            return Ok(());
-        }
-        let mut p = self
-            .retired
-            .take()
+        let generation = self
+            .driver
+            .slot()
+            .active()
             .ok_or(CoordinatorError::NothingToRetry)?;
-        if matches!(p.source, Source::Wasm { .. }) {
-            p.instance = None;
+        if generation.is_quarantined() {
+            generation.release_quarantine();
+            generation.discard_instance();
+            tracing::info!(policy = %generation.manifest().name, "coordinator policy back in charge");
         }
-        tracing::info!(policy = %p.name, "coordinator policy back in charge");
-        self.primary = Some(p);
         self.stats.consecutive_faults = 0;
         Ok(())
     }
 
-    /// One control period: view, decide, validate, apply, then reap.
+    /// One control period: view, decide (the host core's coordinator driver: the policy,
+    /// its check, the fallback), apply, then reap.
     pub fn step(&mut self, node: &mut Node) -> StepReport {
         let step = self.stats.steps;
         self.stats.steps += 1;
@@ -482,12 +429,16 @@ impl Coordinator {
         let view_time = start.elapsed();
 
         let t = Instant::now();
-        let (served, decided) = self.decide(view);
+        let (checked, served, faults, _) = self.driver.decide(&view);
         let policy_time = t.elapsed();
-        let (actions, refused, fault) = match decided {
-            Ok(Checked { actions, refused }) => (actions, refused, None),
-            Err(Rejected { fault, refused }) => (Vec::new(), refused, Some(fault)),
+        let fault = faults.into_iter().map(|(_, f)| f).next_back();
+        let served = match (served, &fault) {
+            (RoleServed::Native | RoleServed::Nobody, Some(_)) => Served::Faulted,
+            (RoleServed::Native | RoleServed::Nobody, None) => Served::Fallback,
+            (RoleServed::Active(_) | RoleServed::Fallback(_), _) => Served::Policy,
         };
+        self.observe_generation(fault.as_ref());
+        let Checked { actions, refused } = checked;
 
         let t = Instant::now();
         let outcomes = if actions.is_empty() {
@@ -530,79 +481,16 @@ impl Coordinator {
         }
     }
 
-    /// Asks the policy (or the fallback) and validates the answer.
-    fn decide(&mut self, view: NodeView) -> (Served, Result<Checked, Rejected>) {
-        let rules = ActionRules {
-            max_actions_per_entity: self.config.max_actions_per_entity,
-            invalid_actions: self.config.invalid_actions,
-        };
-        let Some(primary) = self.primary.as_mut() else {
-            return (Served::Fallback, self.ask_fallback(view, &rules));
-        };
-        let answer = primary
-            .instance(&mut self.stats)
-            .and_then(|instance| instance.tick(view.clone()));
-        let rejected = match answer {
-            Ok(actions) => match validate_actions(&view, actions, &rules) {
-                Ok(checked) => {
-                    self.stats.consecutive_faults = 0;
-                    return (Served::Policy, Ok(checked));
-                }
-                Err(rejected) => rejected,
-            },
-            Err(fault) => Rejected {
-                fault,
-                refused: Vec::new(),
-            },
-        };
-        self.record_fault(&rejected.fault);
-        (Served::Faulted, Err(rejected))
-    }
-
-    fn ask_fallback(&mut self, view: NodeView, rules: &ActionRules) -> Result<Checked, Rejected> {
-        let decided = match self.fallback.tick(view.clone()) {
-            Ok(actions) => validate_actions(&view, actions, rules),
-            Err(fault) => Err(Rejected {
-                fault,
-                refused: Vec::new(),
-            }),
-        };
-        if let Err(rejected) = &decided {
-            tracing::error!(fault = %rejected.fault, "native fallback coordinator failed; nothing applied");
-        }
-        decided
-    }
-
-    fn record_fault(&mut self, fault: &PolicyFault) {
+    /// Mirrors the generation's fault counters into the node's stats.
+    fn observe_generation(&mut self, fault: Option<&PolicyFault>) {
         let s = &mut self.stats;
-        s.faults += 1;
-        s.consecutive_faults += 1;
-        s.last_fault = Some(fault.clone());
-        let Some(primary) = self.primary.as_mut() else {
-            return;
-        };
-        tracing::warn!(
-            policy = %primary.name,
-            kind = fault.kind(),
-            %fault,
-            consecutive = s.consecutive_faults,
-            "coordinator policy fault; nothing applied this period"
-        );
-        let poisoned = fault.poisons_instance()
-            || primary
-                .instance
-                .as_ref()
-                .is_some_and(|i| i.poisoned().is_some());
-        if poisoned && matches!(primary.source, Source::Wasm { .. }) {
-            primary.instance = None;
+        if let Some(g) = self.driver.slot().active() {
+            s.consecutive_faults = g.consecutive_faults();
+            s.reinstantiations = self.replaced_reinstantiations + g.reinstantiations();
         }
-        if s.consecutive_faults >= self.config.fallback_after.max(1) {
-            tracing::error!(
-                policy = %primary.name,
-                faults = s.consecutive_faults,
-                "coordinator policy retired after repeated faults; native fallback keeps every limit as it is"
-            );
-            self.retired = self.primary.take();
+        if let Some(fault) = fault {
+            s.faults += 1;
+            s.last_fault = Some(fault.clone());
         }
     }
 
@@ -610,7 +498,6 @@ impl Coordinator {
     pub fn run_loop(&mut self, node: &mut Node, stop: &AtomicBool) -> LoopSummary {
         self.run_loop_with(node, stop, |_| {})
     }
-
     /// [`Self::run_loop`], handing every step's report to `observe`.
     ///
     /// Periods are scheduled against absolute times (start + k·period), so a slow step does not
@@ -668,6 +555,7 @@ impl NodeSurface for Node {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arbiter_policy_sdk::Runtime;
     use arbiter_policy_sdk::model::{GpuStatus, WorkloadStatus};
 
     fn view() -> NodeView {

@@ -384,7 +384,9 @@ fn fuel_costs(view: &NodeView) -> (u64, u64) {
     let mut i = compiled.instantiate().expect("instance");
     i.describe().expect("describe");
     let describe = i.last_call().fuel.expect("fuel on");
-    i.configure("").expect("configure");
+    // The coordinator configures an empty configuration as the manifest's default.
+    let default_config = compiled.manifest.default_config.clone();
+    i.configure(&default_config).expect("configure");
     let configure = i.last_call().fuel.expect("fuel on");
     i.tick(view.clone()).expect("tick");
     let tick = i.last_call().fuel.expect("fuel on");
@@ -394,8 +396,9 @@ fn fuel_costs(view: &NodeView) -> (u64, u64) {
 #[test]
 fn a_wasm_policy_that_traps_every_period_falls_back_to_holding_steady() {
     let env = Env::new("coord-trap");
-    // Many GPUs make a tick cost far more fuel than loading does.
-    let sim = Arc::new(SimBackend::new(32, GPU_MIB << 20));
+    // Many GPUs make a tick cost far more fuel than loading (with the manifest's default
+    // configuration) does.
+    let sim = Arc::new(SimBackend::new(192, GPU_MIB << 20));
     let mut node = env.sim_node(sim);
     let offline = node.launch(&sleeper(OFFLINE, 0)).expect("offline");
     node.apply_actions(&[NodeAction::SetComputeShare(offline, 700)]);

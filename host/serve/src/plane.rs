@@ -1226,7 +1226,7 @@ impl Plane {
                 record.candidate_slot
             ))
         })?;
-        if !generation.compiled.has_role(Role::Scheduler) {
+        if !generation.code.has_role(Role::Scheduler) {
             return Err(ApiError::InvalidArgument(format!(
                 "`{}` does not implement the scheduler role",
                 record.candidate_slot
@@ -1325,9 +1325,12 @@ impl Plane {
             .get(candidate_gen)
             .map_err(|e| ApiError::FailedPrecondition(e.to_string()))?;
         let default = self.registry.slot(DEFAULT_SLOT);
+        let compiled = generation.compiled().cloned().ok_or_else(|| {
+            ApiError::FailedPrecondition("a native generation cannot be promoted".into())
+        })?;
         let promoted = default
             .load(
-                generation.compiled.clone(),
+                compiled,
                 (!generation.config.is_empty()).then(|| generation.config.clone()),
                 None,
                 None,

@@ -17,8 +17,9 @@
 
 use super::{RoundFaults, Served, ask_chain};
 use crate::registry::{FaultInput, PolicySlot};
-use crate::runtime::PolicyFault;
+use crate::runtime::{NativePolicy, PolicyFault, PolicyInstance};
 use arbiter_policy_sdk::model::{NodeAction, NodeView, health};
+use parking_lot::Mutex;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -218,15 +219,54 @@ pub struct StepOutcome {
 pub struct CoordinatorDriver {
     slot: Arc<PolicySlot>,
     rules: ActionRules,
+    /// The last resort; `None`: hold steady (no action).
+    native: Option<Mutex<PolicyInstance>>,
 }
 
 impl CoordinatorDriver {
     pub fn new(slot: Arc<PolicySlot>, rules: ActionRules) -> Self {
-        CoordinatorDriver { slot, rules }
+        CoordinatorDriver {
+            slot,
+            rules,
+            native: None,
+        }
+    }
+
+    /// Another native last resort than holding steady. Its answers pass the
+    /// same check; if it fails, the node holds steady.
+    pub fn with_native(mut self, native: Box<dyn NativePolicy>) -> Self {
+        self.native = Some(Mutex::new(PolicyInstance::native(native)));
+        self
     }
 
     pub fn slot(&self) -> &Arc<PolicySlot> {
         &self.slot
+    }
+
+    pub fn rules(&self) -> &ActionRules {
+        &self.rules
+    }
+
+    /// The native last resort's answer on `view`, checked.
+    fn ask_native(&self, view: &NodeView) -> Checked {
+        let Some(native) = &self.native else {
+            return Checked::default();
+        };
+        let answer = native
+            .lock()
+            .tick(view.clone())
+            .map_err(|fault| Rejected {
+                fault,
+                refused: Vec::new(),
+            })
+            .and_then(|actions| validate_actions(view, actions, &self.rules));
+        answer.unwrap_or_else(|rejected| {
+            tracing::error!(fault = %rejected.fault, "native coordinator failed; holding steady");
+            Checked {
+                actions: Vec::new(),
+                refused: rejected.refused,
+            }
+        })
     }
 
     /// Asks the slot's generations for this period's actions on `view`;
@@ -253,7 +293,7 @@ impl CoordinatorDriver {
                 })
             },
         );
-        let (answer, faults) = outcome.or_native(Checked::default);
+        let (answer, faults) = outcome.or_native(|| self.ask_native(view));
         let mut checked = answer.value;
         if checked.refused.is_empty() {
             checked.refused = refused_by_faults;

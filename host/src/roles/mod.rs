@@ -166,7 +166,7 @@ fn ask_generation<T>(
     let mut guard = generation.instance.lock();
     if guard.as_ref().is_none_or(|i| i.poisoned().is_some()) {
         // A trapped instance is never re-entered: start afresh (µs).
-        *guard = Some(generation.new_instance()?);
+        *guard = Some(generation.reinstantiate()?);
     }
     let Some(instance) = guard.as_mut() else {
         return Err(PolicyFault::Abi("instance vanished".into()));
