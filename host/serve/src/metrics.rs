@@ -1,7 +1,12 @@
-//! Prometheus text exposition: counters, gauges and latency histograms.
+//! Metrics: the plane's latency histograms (with the quantiles `top` shows)
+//! and their exposition, encoded by `prometheus-client`.
 
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
 use std::collections::BTreeMap;
-use std::fmt::Write;
 
 /// Upper bounds of the latency buckets, in seconds.
 const BUCKETS: [f64; 12] = [
@@ -43,6 +48,22 @@ impl Histogram {
         self.sum += other.sum;
     }
 
+    /// (upper bound, observations in that bucket alone), `+Inf` last.
+    fn buckets(&self) -> Vec<(f64, u64)> {
+        let mut below = 0;
+        let mut out: Vec<(f64, u64)> = BUCKETS
+            .iter()
+            .zip(self.counts)
+            .map(|(&bound, cumulative)| {
+                let here = cumulative - below;
+                below = cumulative;
+                (bound, here)
+            })
+            .collect();
+        out.push((f64::INFINITY, self.count - below));
+        out
+    }
+
     /// The `q` quantile, by linear interpolation inside its bucket.
     pub fn quantile(&self, q: f64) -> f64 {
         if self.count == 0 {
@@ -62,69 +83,153 @@ impl Histogram {
     }
 }
 
-/// A metric family being written.
-pub struct Exposition {
-    out: String,
-}
+/// Label pairs of one sample.
+type Labels = Vec<(String, String)>;
 
-fn labels(pairs: &[(&str, &str)]) -> String {
-    if pairs.is_empty() {
-        return String::new();
-    }
-    let inner: Vec<String> = pairs
+fn owned(pairs: &[(&str, &str)]) -> Labels {
+    pairs
         .iter()
-        .map(|(k, v)| {
-            let v = v
-                .replace('\\', "\\\\")
-                .replace('"', "\\\"")
-                .replace('\n', "\\n");
-            format!("{k}=\"{v}\"")
-        })
-        .collect();
-    format!("{{{}}}", inner.join(","))
+        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+        .collect()
 }
 
-impl Default for Exposition {
-    fn default() -> Self {
-        Self::new()
-    }
+/// A gauge's value: integral ones print as integers.
+#[derive(Clone, Copy, Debug)]
+pub enum GaugeValue {
+    Int(i64),
+    Float(f64),
+}
+
+#[derive(Debug)]
+enum Samples {
+    Counter(Vec<(Labels, u64)>),
+    Gauge(Vec<(Labels, GaugeValue)>),
+    Histogram(Vec<(Labels, Histogram)>),
+}
+
+#[derive(Debug)]
+struct Family {
+    name: String,
+    help: String,
+    samples: Samples,
+}
+
+/// One scrape: metric families read from the plane's own counters, encoded
+/// in the OpenMetrics text format by `prometheus-client` (names, label
+/// escaping, `_total` and histogram series, `# EOF`).
+#[derive(Debug, Default)]
+pub struct Exposition {
+    families: Vec<Family>,
 }
 
 impl Exposition {
     pub fn new() -> Self {
-        Exposition { out: String::new() }
+        Exposition::default()
     }
 
-    pub fn family(&mut self, name: &str, kind: &str, help: &str) {
-        let _ = writeln!(self.out, "# HELP {name} {help}");
-        let _ = writeln!(self.out, "# TYPE {name} {kind}");
+    /// A counter family; `name` without `_total` (the encoder adds it).
+    pub fn counter<'a>(
+        &mut self,
+        name: &str,
+        help: &str,
+        samples: impl IntoIterator<Item = (Vec<(&'a str, &'a str)>, u64)>,
+    ) {
+        let samples = samples.into_iter().map(|(l, v)| (owned(&l), v)).collect();
+        self.push(name, help, Samples::Counter(samples));
     }
 
-    pub fn sample(&mut self, name: &str, pairs: &[(&str, &str)], value: f64) {
-        let _ = writeln!(self.out, "{name}{} {value}", labels(pairs));
+    pub fn gauge<'a>(
+        &mut self,
+        name: &str,
+        help: &str,
+        samples: impl IntoIterator<Item = (Vec<(&'a str, &'a str)>, GaugeValue)>,
+    ) {
+        let samples = samples.into_iter().map(|(l, v)| (owned(&l), v)).collect();
+        self.push(name, help, Samples::Gauge(samples));
     }
 
-    pub fn histogram(&mut self, name: &str, pairs: &[(&str, &str)], h: &Histogram) {
-        for (i, bound) in BUCKETS.iter().enumerate() {
-            let le = bound.to_string();
-            let mut with_le = pairs.to_vec();
-            with_le.push(("le", &le));
-            let _ = writeln!(
-                self.out,
-                "{name}_bucket{} {}",
-                labels(&with_le),
-                h.counts[i]
-            );
-        }
-        let mut inf = pairs.to_vec();
-        inf.push(("le", "+Inf"));
-        let _ = writeln!(self.out, "{name}_bucket{} {}", labels(&inf), h.count);
-        let _ = writeln!(self.out, "{name}_sum{} {}", labels(pairs), h.sum);
-        let _ = writeln!(self.out, "{name}_count{} {}", labels(pairs), h.count);
+    pub fn histogram<'a>(
+        &mut self,
+        name: &str,
+        help: &str,
+        samples: impl IntoIterator<Item = (Vec<(&'a str, &'a str)>, &'a Histogram)>,
+    ) {
+        let samples = samples
+            .into_iter()
+            .map(|(l, h)| (owned(&l), h.clone()))
+            .collect();
+        self.push(name, help, Samples::Histogram(samples));
     }
 
+    fn push(&mut self, name: &str, help: &str, samples: Samples) {
+        self.families.push(Family {
+            name: name.to_string(),
+            help: help.to_string(),
+            samples,
+        });
+    }
+
+    /// The OpenMetrics text.
     pub fn finish(self) -> String {
-        self.out
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(self));
+        let mut out = String::new();
+        if let Err(e) = encode(&mut out, &registry) {
+            // Writing to a String cannot fail; a collector bug must not take the endpoint down.
+            tracing::error!(error = %e, "encoding metrics");
+        }
+        out
+    }
+}
+
+/// Encodes one sample, under its labels if it has any (no `{}` otherwise).
+fn with_labels(
+    metric: &mut MetricEncoder<'_>,
+    labels: &Labels,
+    encode: impl FnOnce(&mut MetricEncoder<'_>) -> Result<(), std::fmt::Error>,
+) -> Result<(), std::fmt::Error> {
+    if labels.is_empty() {
+        encode(metric)
+    } else {
+        encode(&mut metric.encode_family(labels)?)
+    }
+}
+
+impl Collector for Exposition {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        for family in &self.families {
+            let kind = match family.samples {
+                Samples::Counter(_) => MetricType::Counter,
+                Samples::Gauge(_) => MetricType::Gauge,
+                Samples::Histogram(_) => MetricType::Histogram,
+            };
+            let mut metric = encoder.encode_descriptor(&family.name, &family.help, None, kind)?;
+            match &family.samples {
+                Samples::Counter(samples) => {
+                    for (labels, value) in samples {
+                        with_labels(&mut metric, labels, |m| {
+                            m.encode_counter::<NoLabelSet, _, u64>(value, None)
+                        })?;
+                    }
+                }
+                Samples::Gauge(samples) => {
+                    for (labels, value) in samples {
+                        with_labels(&mut metric, labels, |m| match *value {
+                            GaugeValue::Int(v) => m.encode_gauge(&v),
+                            GaugeValue::Float(v) => m.encode_gauge(&v),
+                        })?;
+                    }
+                }
+                Samples::Histogram(samples) => {
+                    for (labels, h) in samples {
+                        with_labels(&mut metric, labels, |m| {
+                            m.encode_histogram::<NoLabelSet>(h.sum, h.count, &h.buckets(), None)
+                        })?;
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -156,12 +261,20 @@ mod tests {
             h.observe(ms / 1e3);
         }
         let mut e = Exposition::new();
-        e.family("x_seconds", "histogram", "test");
-        e.histogram("x_seconds", &[("policy", "a\"b")], &h);
+        e.histogram("x_seconds", "test", [(vec![("policy", "a\"b")], &h)]);
+        e.counter("x_rounds", "test", [(vec![("cell", "c")], 3)]);
+        e.gauge("x_up", "test", [(vec![], GaugeValue::Int(1))]);
         let text = e.finish();
-        assert!(text.contains("x_seconds_bucket{policy=\"a\\\"b\",le=\"0.0001\"} 1"));
-        assert!(text.contains("x_seconds_bucket{policy=\"a\\\"b\",le=\"+Inf\"} 5"));
+        assert!(
+            text.contains("x_seconds_bucket{le=\"0.0001\",policy=\"a\\\"b\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("x_seconds_bucket{le=\"+Inf\",policy=\"a\\\"b\"} 5"));
         assert!(text.contains("x_seconds_count{policy=\"a\\\"b\"} 5"));
+        assert!(text.contains("# TYPE x_rounds counter"));
+        assert!(text.contains("x_rounds_total{cell=\"c\"} 3"));
+        assert!(text.contains("x_up 1\n"));
+        assert!(text.ends_with("# EOF\n"));
         assert!(h.quantile(0.5) <= h.quantile(0.99));
         assert!(h.quantile(0.99) <= 0.05);
     }

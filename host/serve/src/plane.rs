@@ -19,17 +19,18 @@
 
 use crate::journal::{JournalWriter, Record, RoundRecord};
 use crate::launch;
-use crate::metrics::{Exposition, Histogram, PolicyMetrics};
+use crate::metrics::{Exposition, GaugeValue, Histogram, PolicyMetrics};
 use crate::records::*;
 use crate::shadow::{Shadow, ShadowInput};
 use crate::stats::{Sample, fragmentation_pct, p_worse, pending_demand};
 use crate::store::{Ack, Contents, Store, StoreWriter, Write};
 use anyhow::Context;
 use arbiter_host::registry::{Generation, PolicySlot, Registry};
+use arbiter_host::roles::reclaim::ReclaimDriver;
 use arbiter_host::roles::scheduler::{RoundDriver, Served};
 use arbiter_host::roles::tenant::{self, AdmissionRequest};
 use arbiter_host::runtime::{CompiledPolicy, PolicyEngine, RuntimeConfig};
-use arbiter_host::state::{ClusterState, JobId, JobRequest, NodeRequest};
+use arbiter_host::state::{Applied, ClusterState, JobId, JobRequest, NodeRequest};
 use arbiter_policy_sdk::model::{
     self, Decision, Role, RoundInfo, TenantJob, TenantView, WorkerPlacement,
 };
@@ -1654,142 +1655,146 @@ impl Plane {
         (self.metrics.journal.sum(), rounds)
     }
 
-    /// The Prometheus text exposition.
+    /// The metrics exposition (OpenMetrics text).
     pub fn metrics_text(&self) -> String {
         let mut e = Exposition::new();
         let view = self.view();
-        e.family(
-            "arbiter_rounds_total",
-            "counter",
+        e.counter(
+            "arbiter_rounds",
             "Scheduling rounds run, by cell.",
+            self.metrics
+                .rounds
+                .iter()
+                .map(|(cell, n)| (vec![("cell", cell.as_str())], *n)),
         );
-        for (cell, n) in &self.metrics.rounds {
-            e.sample("arbiter_rounds_total", &[("cell", cell)], *n as f64);
-        }
-        e.family(
+        e.histogram(
             "arbiter_round_seconds",
-            "histogram",
             "Whole-round latency (delta, policy, validation, apply), by cell.",
+            self.metrics
+                .round_latency
+                .iter()
+                .map(|(cell, h)| (vec![("cell", cell.as_str())], h)),
         );
-        for (cell, h) in &self.metrics.round_latency {
-            e.histogram("arbiter_round_seconds", &[("cell", cell)], h);
-        }
-        e.family(
+        e.histogram(
             "arbiter_policy_seconds",
-            "histogram",
             "Time inside the answering policy per round, by slot and generation.",
+            self.metrics.latency.iter().map(|((slot, generation), h)| {
+                (
+                    vec![("slot", slot.as_str()), ("generation", generation.as_str())],
+                    h,
+                )
+            }),
         );
-        for ((slot, generation), h) in &self.metrics.latency {
-            e.histogram(
-                "arbiter_policy_seconds",
-                &[("slot", slot), ("generation", generation)],
-                h,
-            );
-        }
-        e.family(
-            "arbiter_policy_faults_total",
-            "counter",
+        e.counter(
+            "arbiter_policy_faults",
             "Policy faults, by slot, generation and kind.",
+            self.metrics
+                .faults
+                .iter()
+                .map(|((slot, generation, kind), n)| {
+                    (
+                        vec![
+                            ("slot", slot.as_str()),
+                            ("generation", generation.as_str()),
+                            ("kind", kind.as_str()),
+                        ],
+                        *n,
+                    )
+                }),
         );
-        for ((slot, generation, kind), n) in &self.metrics.faults {
-            e.sample(
-                "arbiter_policy_faults_total",
-                &[("slot", slot), ("generation", generation), ("kind", kind)],
-                *n as f64,
-            );
-        }
-        e.family(
+        let slots = self.registry.slots();
+        let quarantined: Vec<(String, String, bool)> = slots
+            .iter()
+            .flat_map(|slot| {
+                slot.generations().into_iter().map(|g| {
+                    (
+                        slot.name().to_string(),
+                        g.id.to_string(),
+                        g.is_quarantined(),
+                    )
+                })
+            })
+            .collect();
+        e.gauge(
             "arbiter_policy_quarantined",
-            "gauge",
             "1 for a loaded generation that is quarantined (never served, never rolled back to), by slot and generation.",
+            quarantined.iter().map(|(slot, generation, q)| {
+                (
+                    vec![("slot", slot.as_str()), ("generation", generation.as_str())],
+                    GaugeValue::Int(i64::from(*q)),
+                )
+            }),
         );
-        for slot in self.registry.slots() {
-            for g in slot.generations() {
-                e.sample(
-                    "arbiter_policy_quarantined",
-                    &[("slot", slot.name()), ("generation", &g.id.to_string())],
-                    if g.is_quarantined() { 1.0 } else { 0.0 },
-                );
-            }
-        }
-        e.family(
-            "arbiter_fallback_rounds_total",
-            "counter",
+        e.counter(
+            "arbiter_fallback_rounds",
             "Rounds served by an older generation or the native policy, by cell.",
+            self.metrics
+                .fallbacks
+                .iter()
+                .map(|(cell, n)| (vec![("cell", cell.as_str())], *n)),
         );
-        for (cell, n) in &self.metrics.fallbacks {
-            e.sample(
-                "arbiter_fallback_rounds_total",
-                &[("cell", cell)],
-                *n as f64,
-            );
-        }
-        e.family(
+        e.histogram(
             "arbiter_journal_append_seconds",
-            "histogram",
             "Encoding and appending one decision-journal record.",
+            [(vec![], &self.metrics.journal)],
         );
-        e.histogram("arbiter_journal_append_seconds", &[], &self.metrics.journal);
-        e.family(
-            "arbiter_tenant_policy_faults_total",
-            "counter",
+        e.counter(
+            "arbiter_tenant_policy_faults",
             "Tenant policy faults.",
+            [(vec![], self.tenant_faults)],
         );
-        e.sample(
-            "arbiter_tenant_policy_faults_total",
-            &[],
-            self.tenant_faults as f64,
+        e.gauge(
+            "arbiter_jobs",
+            "Jobs by state.",
+            [
+                ("queued", view.jobs_queued),
+                ("pending", view.jobs_pending),
+                ("running", view.jobs_running),
+                ("finished", view.jobs_finished),
+            ]
+            .map(|(state, n)| (vec![("state", state)], GaugeValue::Int(n as i64))),
         );
-        e.family("arbiter_jobs", "gauge", "Jobs by state.");
-        for (state, n) in [
-            ("queued", view.jobs_queued),
-            ("pending", view.jobs_pending),
-            ("running", view.jobs_running),
-            ("finished", view.jobs_finished),
-        ] {
-            e.sample("arbiter_jobs", &[("state", state)], n as f64);
-        }
-        e.family(
+        e.gauge(
             "arbiter_gpu_allocation_percent",
-            "gauge",
             "Allocated share of GPU capacity.",
-        );
-        e.sample(
-            "arbiter_gpu_allocation_percent",
-            &[],
-            view.gpu_allocation_pct,
+            [(vec![], GaugeValue::Float(view.gpu_allocation_pct))],
         );
         if let Some(exp) = &self.experiment {
             let status = self.status_of(exp);
-            e.family(
-                "arbiter_experiment_arm",
-                "gauge",
-                "Per-arm outcome metrics of the running experiment (means).",
-            );
+            let mut samples = Vec::new();
             for arm in &status.arms {
-                let est = |x: &Option<v1::Estimate>| x.as_ref().map_or(0.0, |e| e.mean);
+                let est = |x: &Option<v1::Estimate>| {
+                    GaugeValue::Float(x.as_ref().map_or(0.0, |e| e.mean))
+                };
+                let count = |n: u64| GaugeValue::Int(i64::try_from(n).unwrap_or(i64::MAX));
                 for (metric, value) in [
                     ("queue_delay_ms", est(&arm.queue_delay_ms)),
                     ("jct_ms", est(&arm.jct_ms)),
                     ("gpu_allocation_pct", est(&arm.gpu_allocation_pct)),
                     ("fragmentation_pct", est(&arm.fragmentation_pct)),
                     ("policy_latency_ms", est(&arm.policy_latency_ms)),
-                    ("preemptions", arm.preemptions as f64),
-                    ("slo_violations", arm.slo_violations as f64),
-                    ("policy_faults", arm.policy_faults as f64),
-                    ("jobs_finished", arm.jobs_finished as f64),
+                    ("preemptions", count(arm.preemptions)),
+                    ("slo_violations", count(arm.slo_violations)),
+                    ("policy_faults", count(arm.policy_faults)),
+                    ("jobs_finished", count(arm.jobs_finished)),
                 ] {
-                    e.sample(
-                        "arbiter_experiment_arm",
-                        &[
-                            ("experiment", &exp.record.name),
-                            ("arm", &arm.arm),
-                            ("metric", metric),
-                        ],
-                        value,
-                    );
+                    samples.push((arm.arm.clone(), metric, value));
                 }
             }
+            e.gauge(
+                "arbiter_experiment_arm",
+                "Per-arm outcome metrics of the running experiment (means).",
+                samples.iter().map(|(arm, metric, value)| {
+                    (
+                        vec![
+                            ("experiment", exp.record.name.as_str()),
+                            ("arm", arm.as_str()),
+                            ("metric", *metric),
+                        ],
+                        *value,
+                    )
+                }),
+            );
         }
         e.finish()
     }

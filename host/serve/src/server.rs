@@ -192,7 +192,7 @@ async fn serve_metrics(addr: SocketAddr, plane: Arc<Mutex<Plane>>) -> anyhow::Re
                 (
                     [(
                         axum::http::header::CONTENT_TYPE,
-                        "text/plain; version=0.0.4; charset=utf-8",
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
                     )],
                     plane.lock().metrics_text(),
                 )

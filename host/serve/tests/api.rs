@@ -989,7 +989,14 @@ async fn watch_swap_rollback_stats_drain_abort_hash_split_metrics_and_reflection
     .unwrap();
     assert!(body.starts_with("HTTP/1.1 200"), "{body}");
     assert!(body.contains("# TYPE arbiter_round_seconds histogram"));
-    assert!(body.contains("arbiter_policy_seconds_bucket{slot=\"default\""));
+    assert!(
+        body.lines()
+            .any(|l| l.starts_with("arbiter_policy_seconds_bucket{")
+                && l.contains("slot=\"default\"")),
+        "{body}"
+    );
+    assert!(body.contains("application/openmetrics-text"), "{body}");
+    assert!(body.trim_end().ends_with("# EOF"), "{body}");
 
     // Reflection lists the services for generic clients.
     use tonic_reflection::pb::v1::{
