@@ -950,6 +950,22 @@ pub enum NodesCommand {
     Ls(ConnOnly),
     /// Stop placing new work on a node.
     Drain(DrainArgs),
+    /// Lend a node to training (its pool owns it; a reclaim takes it back).
+    Lend(DrainArgs),
+    /// Take on-loan nodes of a pool back through the policy's reclaim role.
+    Reclaim(ReclaimArgs),
+}
+
+#[derive(Args)]
+pub struct ReclaimArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+    /// The pool whose on-loan nodes are the candidates.
+    #[arg(long)]
+    pub pool: String,
+    /// How many to take back.
+    #[arg(long, default_value_t = 1)]
+    pub count: u32,
 }
 
 #[derive(Args)]
@@ -968,22 +984,52 @@ pub struct DrainArgs {
 pub async fn nodes(cmd: &NodesCommand) -> anyhow::Result<()> {
     match cmd {
         NodesCommand::Ls(a) => top(&a.conn).await,
-        NodesCommand::Drain(a) => {
+        NodesCommand::Drain(a) | NodesCommand::Lend(a) => {
             let mut c = connect(&a.conn).await?;
-            let n = c
+            let name = a.name.clone();
+            let n = match cmd {
+                NodesCommand::Lend(_) => c.nodes.lend(v1::LendNodeRequest { name }).await,
+                _ => c.nodes.drain(v1::DrainNodeRequest { name }).await,
+            }
+            .map_err(status_error)?
+            .into_inner();
+            if a.conn.json {
+                return print_json(&serde_json::json!({
+                    "name": n.name, "state": n.state, "gpus": n.gpus, "gpus_free": n.gpus_free,
+                    "on_loan": n.on_loan,
+                }));
+            }
+            let loan = if n.on_loan { " (on loan)" } else { "" };
+            println!("node {} {}{loan}", n.name, n.state);
+            Ok(())
+        }
+        NodesCommand::Reclaim(a) => {
+            let mut c = connect(&a.conn).await?;
+            let r = c
                 .nodes
-                .drain(v1::DrainNodeRequest {
-                    name: a.name.clone(),
+                .reclaim(v1::ReclaimNodesRequest {
+                    pool: a.pool.clone(),
+                    count: a.count,
                 })
                 .await
                 .map_err(status_error)?
                 .into_inner();
             if a.conn.json {
                 return print_json(&serde_json::json!({
-                    "name": n.name, "state": n.state, "gpus": n.gpus, "gpus_free": n.gpus_free,
+                    "returned": r.returned, "preempted": r.preempted,
+                    "scaled_in": r.scaled_in, "served": r.served, "faults": r.faults,
                 }));
             }
-            println!("node {} {}", n.name, n.state);
+            println!(
+                "returned {} (chosen by {}); preempted {:?}, scaled in {:?}",
+                r.returned.join(", "),
+                r.served,
+                r.preempted,
+                r.scaled_in
+            );
+            for f in &r.faults {
+                println!("  fault: {f}");
+            }
             Ok(())
         }
     }

@@ -331,6 +331,24 @@ impl v1::nodes_server::Nodes for Api {
         durable(ack).await?;
         Ok(Response::new(info))
     }
+
+    async fn lend(&self, request: Request<v1::LendNodeRequest>) -> Reply<v1::NodeInfo> {
+        let caller = self.caller(&request)?;
+        let (info, ack) = self.plane.lock().lend(&caller, &request.get_ref().name)?;
+        durable(ack).await?;
+        Ok(Response::new(info))
+    }
+
+    async fn reclaim(
+        &self,
+        request: Request<v1::ReclaimNodesRequest>,
+    ) -> Reply<v1::ReclaimNodesResponse> {
+        let caller = self.caller(&request)?;
+        let r = request.get_ref();
+        let (response, ack) = self.plane.lock().reclaim(&caller, &r.pool, r.count)?;
+        durable(ack).await?;
+        Ok(Response::new(response))
+    }
 }
 
 #[tonic::async_trait]

@@ -183,6 +183,9 @@ pub enum NodeStatus {
     Ready,
     Draining,
     Lost,
+    /// Taken back from a loan by its owning pool: cordoned for training
+    /// until lent again.
+    Reclaimed,
 }
 
 /// How a node's work is carried out.
@@ -252,6 +255,49 @@ struct Cell {
     global: HashMap<JobId, u64>,
     /// Epoch of the cell's last journal record.
     last_epoch: u64,
+    /// Epoch of the cell's last round (or rebuild). A round's delta is taken
+    /// since then: work between rounds (a reclaim plan) may seal epochs of its own.
+    round_epoch: u64,
+}
+
+/// What a cell applied, in the plane's job ids: where started, resized and
+/// migrated jobs run now, who was preempted, whose QoS changed.
+struct Changes {
+    started: Vec<(u64, Vec<WorkerAt>)>,
+    preempted: Vec<u64>,
+    moved: Vec<(u64, Vec<WorkerAt>)>,
+    qos_changed: Vec<(u64, u8)>,
+}
+
+impl Changes {
+    fn read(cell: &Cell, applied: &Applied) -> Changes {
+        let placed_now = |local: &JobId| {
+            let placement = cell
+                .state
+                .job_index(*local)
+                .map(|i| workers_at(&cell.state, cell.state.cluster().job(i).placement()))
+                .unwrap_or_default();
+            cell.global.get(local).map(|&id| (id, placement))
+        };
+        Changes {
+            started: applied.started.iter().filter_map(placed_now).collect(),
+            moved: applied.moved().filter_map(|l| placed_now(&l)).collect(),
+            preempted: applied
+                .preempted
+                .iter()
+                .filter_map(|l| cell.global.get(l).copied())
+                .collect(),
+            qos_changed: applied
+                .qos_changed
+                .iter()
+                .filter_map(|l| {
+                    let id = *cell.global.get(l)?;
+                    let i = cell.state.job_index(*l)?;
+                    Some((id, cell.state.cluster().job(i).qos()))
+                })
+                .collect(),
+        }
+    }
 }
 
 struct Experiment {
@@ -427,6 +473,13 @@ impl Plane {
                 serde_json::from_slice(bytes).with_context(|| format!("stored node `{name}`"))?;
             if let Some(n) = self.nodes.iter_mut().find(|n| n.request.name == name) {
                 n.status = status;
+            }
+        }
+        for (name, bytes) in contents.with_prefix("loan/") {
+            let on_loan: bool = serde_json::from_slice(bytes)
+                .with_context(|| format!("stored loan of `{name}`"))?;
+            if let Some(n) = self.nodes.iter_mut().find(|n| n.request.name == name) {
+                n.request.on_loan = on_loan;
             }
         }
         // Policy slots: recompile every persisted generation (the engine's
@@ -1537,8 +1590,10 @@ impl Plane {
                         NodeStatus::Ready => "ready",
                         NodeStatus::Draining => "draining",
                         NodeStatus::Lost => "lost",
+                        NodeStatus::Reclaimed => "reclaimed",
                     }
                     .into(),
+                    on_loan: n.request.on_loan,
                     arm: if self.experiment.is_some() {
                         arm
                     } else {
@@ -1579,6 +1634,173 @@ impl Plane {
             .find(|n| n.name == name)
             .ok_or_else(|| internal("drained node vanished"))?;
         Ok((info, ack))
+    }
+
+    /// The node `name`'s info as listed.
+    fn node_info(&self, name: &str) -> Result<v1::NodeInfo, ApiError> {
+        self.list_nodes()
+            .into_iter()
+            .find(|n| n.name == name)
+            .ok_or_else(|| ApiError::NotFound(format!("no node `{name}`")))
+    }
+
+    /// Persists a node's status and loan (restored at start-up).
+    fn node_write(node: &PoolNode) -> Result<Vec<Write>, ApiError> {
+        let name = &node.request.name;
+        Ok(vec![
+            Write::Put(
+                format!("node/{name}"),
+                serde_json::to_vec(&node.status).map_err(internal)?,
+            ),
+            Write::Put(
+                format!("loan/{name}"),
+                serde_json::to_vec(&node.request.on_loan).map_err(internal)?,
+            ),
+        ])
+    }
+
+    /// Lends a node to training: schedulable again, and a reclaim candidate.
+    pub fn lend(&mut self, caller: &Caller, name: &str) -> Result<(v1::NodeInfo, Ack), ApiError> {
+        Self::require_admin(caller)?;
+        let node = self
+            .nodes
+            .iter_mut()
+            .find(|n| n.request.name == name)
+            .ok_or_else(|| ApiError::NotFound(format!("no node `{name}`")))?;
+        if matches!(node.status, NodeStatus::Lost | NodeStatus::Draining) {
+            return Err(ApiError::FailedPrecondition(format!(
+                "node `{name}` is {:?}; only a ready or reclaimed node can be lent",
+                node.status
+            )));
+        }
+        node.request.on_loan = true;
+        node.status = NodeStatus::Ready;
+        let cordoned = node.health_cordoned;
+        let writes = Self::node_write(node)?;
+        for cell in &mut self.cells {
+            if cell.state.node_index(name).is_some() {
+                cell.state.set_node_loan(name, true).map_err(internal)?;
+                if !cordoned {
+                    cell.state
+                        .set_node_state(name, model::node_state::READY)
+                        .map_err(internal)?;
+                }
+            }
+        }
+        let ack = self.writer.send_durable(writes);
+        tracing::info!(node = name, "node lent to training");
+        Ok((self.node_info(name)?, ack))
+    }
+
+    /// Takes `count` on-loan nodes of `pool` back through the host core's
+    /// reclaim driver: each cell's scheduling slot answers (its `reclaim`
+    /// role), or the native Smallest-Count-First plan. The plan's preemptions
+    /// and scale-ins are reconciled like a round's; the returned nodes are
+    /// cordoned and no longer on loan.
+    pub fn reclaim(
+        &mut self,
+        caller: &Caller,
+        pool: &str,
+        count: u32,
+    ) -> Result<(v1::ReclaimNodesResponse, Ack), ApiError> {
+        Self::require_admin(caller)?;
+        if count == 0 {
+            return Err(ApiError::InvalidArgument("count must be at least 1".into()));
+        }
+        let on_loan: Vec<String> = self
+            .nodes
+            .iter()
+            .filter(|n| {
+                n.request.pool == pool && n.request.on_loan && n.status == NodeStatus::Ready
+            })
+            .map(|n| n.request.name.clone())
+            .collect();
+        if on_loan.len() < count as usize {
+            return Err(ApiError::FailedPrecondition(format!(
+                "pool `{pool}` has {} node(s) on loan, {count} asked back",
+                on_loan.len()
+            )));
+        }
+        let now = now_ms();
+        let mut response = v1::ReclaimNodesResponse::default();
+        let mut remaining = count;
+        let mut writes = Vec::new();
+        for index in 0..self.cells.len() {
+            if remaining == 0 {
+                break;
+            }
+            let cell = &mut self.cells[index];
+            let candidates: Vec<u32> = on_loan
+                .iter()
+                .filter_map(|name| cell.state.node_index(name))
+                .collect();
+            if candidates.is_empty() {
+                continue;
+            }
+            let take = remaining.min(candidates.len() as u32);
+            cell.state.set_now(now);
+            let driver = ReclaimDriver::new(Arc::clone(&cell.slot));
+            let outcome =
+                driver.reclaim(&mut cell.state, &candidates, take, self.cfg.max_decisions);
+            let returned: Vec<String> = outcome
+                .plan
+                .nodes
+                .iter()
+                .map(|&i| cell.state.cluster().node(i).name().to_string())
+                .collect();
+            let applied = if outcome.plan.decisions.is_empty() {
+                Applied::default()
+            } else {
+                cell.state
+                    .apply(outcome.plan.decisions.clone())
+                    .map_err(internal)?
+            };
+            for name in &returned {
+                cell.state.set_node_loan(name, false).map_err(internal)?;
+                cell.state
+                    .set_node_state(name, model::node_state::CORDONED)
+                    .map_err(internal)?;
+            }
+            let changes = Changes::read(cell, &applied);
+            let slot = cell.slot.name().to_string();
+            response.preempted.extend(changes.preempted.iter().copied());
+            response.scaled_in.extend(
+                applied
+                    .resized
+                    .iter()
+                    .filter_map(|l| cell.global.get(l).copied()),
+            );
+            if response.served.is_empty() || outcome.served != Served::Native {
+                response.served = outcome.served.label().to_string();
+            }
+            for (generation, fault) in &outcome.faults {
+                let g = generation.map_or_else(|| "native".to_string(), |g| g.to_string());
+                response.faults.push(format!("{g}: {fault}"));
+                *self
+                    .metrics
+                    .faults
+                    .entry((slot.clone(), g, fault.kind().to_string()))
+                    .or_default() += 1;
+            }
+            self.reconcile(changes, now);
+            for name in &returned {
+                if let Some(node) = self.nodes.iter_mut().find(|n| &n.request.name == name) {
+                    node.request.on_loan = false;
+                    node.status = NodeStatus::Reclaimed;
+                    writes.extend(Self::node_write(node)?);
+                }
+            }
+            tracing::info!(
+                cell = %self.cells[index].arm,
+                returned = ?returned,
+                served = outcome.served.label(),
+                "nodes reclaimed"
+            );
+            remaining -= take;
+            response.returned.extend(returned);
+        }
+        let ack = self.writer.send_durable(writes);
+        Ok((response, ack))
     }
 
     pub fn view(&self) -> v1::ClusterView {
@@ -1842,8 +2064,14 @@ impl Plane {
         };
         match self.nodes.iter_mut().find(|n| n.request.name == name) {
             Some(n) => {
+                // A reconnect keeps what the operator decided about the
+                // node's loan (a reclaimed node stays reclaimed).
+                let on_loan = n.request.on_loan;
                 n.request = request.clone();
-                n.status = NodeStatus::Ready;
+                n.request.on_loan = on_loan;
+                if n.status != NodeStatus::Reclaimed {
+                    n.status = NodeStatus::Ready;
+                }
                 n.link = Some(link);
                 n.last_seen = now;
             }
@@ -1868,7 +2096,13 @@ impl Plane {
         if let Ok(bytes) = serde_json::to_vec(&record) {
             self.writer.send(Write::Put(format!("agent/{name}"), bytes));
         }
-        self.writer.send(Write::Delete(format!("node/{name}")));
+        if self
+            .nodes
+            .iter()
+            .any(|n| n.request.name == name && n.status == NodeStatus::Ready)
+        {
+            self.writer.send(Write::Delete(format!("node/{name}")));
+        }
         // Reconcile what the node still runs with what the host believes.
         let reported: HashMap<u64, &v1::WorkloadReport> =
             hello.workloads.iter().map(|w| (w.job_id, w)).collect();
@@ -2247,7 +2481,10 @@ impl Plane {
                         continue;
                     }
                     match state.add_node(n.request.clone()) {
-                        Ok(_) if n.status == NodeStatus::Draining || n.health_cordoned => {
+                        Ok(_)
+                            if matches!(n.status, NodeStatus::Draining | NodeStatus::Reclaimed)
+                                || n.health_cordoned =>
+                        {
                             let _ =
                                 state.set_node_state(&n.request.name, model::node_state::CORDONED);
                         }
@@ -2267,6 +2504,7 @@ impl Plane {
                     local: HashMap::new(),
                     global: HashMap::new(),
                     last_epoch: 0,
+                    round_epoch: 0,
                 }
             })
             .collect();
@@ -2348,6 +2586,7 @@ impl Plane {
         for cell in &mut cells {
             let snapshot = cell.state.snapshot();
             cell.last_epoch = cell.state.epoch();
+            cell.round_epoch = cell.last_epoch;
             if let Some(j) = self.journal.as_mut()
                 && let Err(e) = j.append(&Record::Snapshot {
                     cell: cell.arm.clone(),
@@ -2535,8 +2774,15 @@ impl Plane {
         let report = cell.driver.run_round(&mut cell.state);
         let arm = cell.arm.clone();
         let slot = cell.slot.name().to_string();
-        // This round's own delta (a round closes exactly one epoch).
-        let delta = cell.state.delta_since(report.epoch.saturating_sub(1));
+        // Everything since the cell's last round: this round's epoch, and any
+        // a reclaim between rounds sealed.
+        // (After a string compaction the history starts at the resync epoch:
+        // the round's own delta, as before.)
+        let delta = cell
+            .state
+            .delta_since(cell.round_epoch)
+            .or_else(|| cell.state.delta_since(report.epoch.saturating_sub(1)));
+        cell.round_epoch = report.epoch;
         // Idle rounds (nothing changed, nothing decided, nothing failed) are
         // not journaled: they carry no input. The next journaled delta then
         // starts at the last journaled epoch, which is exact because the
@@ -2554,43 +2800,8 @@ impl Plane {
             now_ms: cell.state.now_ms(),
             max_decisions: self.cfg.max_decisions,
         };
-        // Outcomes in the plane's job table: where started, resized and
-        // migrated jobs run now, who was preempted, whose QoS changed.
-        let placed_now = |local: &JobId| {
-            let placement = cell
-                .state
-                .job_index(*local)
-                .map(|i| workers_at(&cell.state, cell.state.cluster().job(i).placement()))
-                .unwrap_or_default();
-            cell.global.get(local).map(|&id| (id, placement))
-        };
-        let started: Vec<(u64, Vec<WorkerAt>)> = report
-            .applied
-            .started
-            .iter()
-            .filter_map(placed_now)
-            .collect();
-        let moved: Vec<(u64, Vec<WorkerAt>)> = report
-            .applied
-            .moved()
-            .filter_map(|l| placed_now(&l))
-            .collect();
-        let preempted: Vec<u64> = report
-            .applied
-            .preempted
-            .iter()
-            .filter_map(|l| cell.global.get(l).copied())
-            .collect();
-        let qos_changed: Vec<(u64, u8)> = report
-            .applied
-            .qos_changed
-            .iter()
-            .filter_map(|l| {
-                let id = *cell.global.get(l)?;
-                let i = cell.state.job_index(*l)?;
-                Some((id, cell.state.cluster().job(i).qos()))
-            })
-            .collect();
+        // What the round changed, read before anything else moves the cell.
+        let changes = Changes::read(cell, &report.applied);
         let alloc = cell.state.gpu_allocation_pct();
         let frag = {
             let plan = Plan::new(cell.state.cluster());
@@ -2676,6 +2887,19 @@ impl Plane {
                 .journal
                 .observe(journal_started.elapsed().as_secs_f64());
         }
+        self.reconcile(changes, now);
+    }
+
+    /// Every change a cell applied — starts, preemptions, resizes and
+    /// migrations, QoS changes — into the job table, the store and the
+    /// agents, in one place (a round's, and a reclaim plan's).
+    fn reconcile(&mut self, changes: Changes, now: u64) {
+        let Changes {
+            started,
+            preempted,
+            moved,
+            qos_changed,
+        } = changes;
         for (id, placement) in started {
             if let Some(j) = self.jobs.get_mut(&id) {
                 j.placement = placement;
