@@ -209,16 +209,30 @@ impl MpsDaemon {
     /// Run one control command and return its stdout.
     pub fn command(&self, cmd: &str) -> Result<String, MpsError> {
         let _span = tracing::debug_span!("mps", gpu = self.gpu, cmd).entered();
-        let mut child = self
-            .base_command()
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|source| MpsError::Spawn {
-                binary: self.config.binary.clone(),
-                source,
-            })?;
+        let spawn = || {
+            self.base_command()
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+        };
+        // A binary being written (an upgrade in place), or whose write
+        // descriptor a concurrent fork still holds, is briefly "text file
+        // busy": a few short retries, then the error.
+        let mut attempt = spawn();
+        for _ in 0..5 {
+            match &attempt {
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    attempt = spawn();
+                }
+                _ => break,
+            }
+        }
+        let mut child = attempt.map_err(|source| MpsError::Spawn {
+            binary: self.config.binary.clone(),
+            source,
+        })?;
         if let Some(mut stdin) = child.stdin.take() {
             // A daemon that exits early closes the pipe; its exit status tells us why.
             let _ = stdin.write_all(format!("{cmd}\n").as_bytes());
