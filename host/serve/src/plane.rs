@@ -1611,11 +1611,7 @@ impl Plane {
 
     pub fn drain(&mut self, caller: &Caller, name: &str) -> Result<(v1::NodeInfo, Ack), ApiError> {
         Self::require_admin(caller)?;
-        let node = self
-            .nodes
-            .iter_mut()
-            .find(|n| n.request.name == name)
-            .ok_or_else(|| ApiError::NotFound(format!("no node `{name}`")))?;
+        let node = self.node_mut(name)?;
         node.status = NodeStatus::Draining;
         for cell in &mut self.cells {
             if cell.state.node_index(name).is_some() {
@@ -1634,6 +1630,13 @@ impl Plane {
             .find(|n| n.name == name)
             .ok_or_else(|| internal("drained node vanished"))?;
         Ok((info, ack))
+    }
+
+    fn node_mut(&mut self, name: &str) -> Result<&mut PoolNode, ApiError> {
+        self.nodes
+            .iter_mut()
+            .find(|n| n.request.name == name)
+            .ok_or_else(|| ApiError::NotFound(format!("no node `{name}`")))
     }
 
     /// The node `name`'s info as listed.
@@ -1662,11 +1665,7 @@ impl Plane {
     /// Lends a node to training: schedulable again, and a reclaim candidate.
     pub fn lend(&mut self, caller: &Caller, name: &str) -> Result<(v1::NodeInfo, Ack), ApiError> {
         Self::require_admin(caller)?;
-        let node = self
-            .nodes
-            .iter_mut()
-            .find(|n| n.request.name == name)
-            .ok_or_else(|| ApiError::NotFound(format!("no node `{name}`")))?;
+        let node = self.node_mut(name)?;
         if matches!(node.status, NodeStatus::Lost | NodeStatus::Draining) {
             return Err(ApiError::FailedPrecondition(format!(
                 "node `{name}` is {:?}; only a ready or reclaimed node can be lent",

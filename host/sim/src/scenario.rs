@@ -7,7 +7,7 @@
 //! waiting forever.
 
 use anyhow::{Context, bail};
-use arbiter_host::state::{JobRequest, NodeRequest};
+use arbiter_host::state::{ClusterState, JobRequest, NodeRequest};
 use arbiter_policy_sdk::model::{self, FULL_GPU_MILLI};
 use arbiter_traces::openb::{OpenbNode, OpenbPod};
 use arbiter_traces::pai::PaiMachine;
@@ -96,6 +96,17 @@ pub struct Scenario {
 impl Scenario {
     pub fn gpu_count(&self) -> u64 {
         self.nodes.iter().map(|n| u64::from(n.gpu_count)).sum()
+    }
+
+    /// A host state holding the scenario's nodes (and no jobs yet).
+    pub fn cluster_state(&self) -> anyhow::Result<ClusterState> {
+        let mut state = ClusterState::new();
+        for node in &self.nodes {
+            state
+                .add_node(node.clone())
+                .with_context(|| format!("adding node `{}`", node.name))?;
+        }
+        Ok(state)
     }
 
     pub fn gpu_capacity_milli(&self) -> u64 {

@@ -198,13 +198,11 @@ pub fn run_fgd(
     cfg.check()?;
     let started = Instant::now();
     let tasks = tuned_tasks(scenario, opts.seed, cfg.tune);
-    let mut state = ClusterState::new();
-    for node in &scenario.nodes {
-        state
-            .add_node(node.clone())
-            .with_context(|| format!("adding node `{}`", node.name))?;
-    }
-    let host = SimHost::new(state, policy, opts.native_fallback.as_ref())?;
+    let host = SimHost::new(
+        scenario.cluster_state()?,
+        policy,
+        opts.native_fallback.as_ref(),
+    )?;
     let progress = Progress::new(
         tasks.iter().map(|_| (f64::INFINITY, false)),
         ProgressRules::default(),

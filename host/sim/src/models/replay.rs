@@ -161,13 +161,11 @@ pub fn run_replay(
     let _guard = span.enter();
     cfg.check()?;
     let started = Instant::now();
-    let mut state = ClusterState::new();
-    for node in &scenario.nodes {
-        state
-            .add_node(node.clone())
-            .with_context(|| format!("adding node `{}`", node.name))?;
-    }
-    let host = SimHost::new(state, policy, opts.native_fallback.as_ref())?;
+    let host = SimHost::new(
+        scenario.cluster_state()?,
+        policy,
+        opts.native_fallback.as_ref(),
+    )?;
     let tasks = &scenario.tasks;
     let progress = Progress::new(
         tasks.iter().map(|t| {
