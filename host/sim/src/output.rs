@@ -81,17 +81,23 @@ pub fn fgd_summary(runs: &[RunOutput]) -> Vec<FgdSummary> {
         .collect()
 }
 
+/// A duration to read at a glance: two units (`12.3s`-like below a minute).
 fn human_duration(secs: f64) -> String {
-    if !secs.is_finite() {
+    if !(secs.is_finite() && secs >= 0.0) {
         return "-".into();
     }
-    let s = secs.round() as u64;
-    match s {
-        0..60 => format!("{secs:.1}s"),
-        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
-        3600..86_400 => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
-        _ => format!("{}d{:02}h", s / 86_400, (s % 86_400) / 3600),
-    }
+    // Round to the smaller of the two units shown.
+    let unit = match secs {
+        s if s < 60.0 => 0.1,
+        s if s < 3_600.0 => 1.0,
+        s if s < 86_400.0 => 60.0,
+        _ => 3_600.0,
+    };
+    let rounded = (secs / unit).round() * unit;
+    humantime::format_duration(std::time::Duration::from_millis(
+        (rounded * 1000.0).round() as u64
+    ))
+    .to_string()
 }
 
 impl SimOutput {
@@ -264,5 +270,18 @@ impl SimOutput {
             self.print_human();
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::human_duration;
+
+    #[test]
+    fn durations_read_in_two_units() {
+        assert_eq!(human_duration(12.34), "12s 300ms");
+        assert_eq!(human_duration(3_725.4), "1h 2m");
+        assert_eq!(human_duration(90_061.0), "1day 1h");
+        assert_eq!(human_duration(f64::NAN), "-");
     }
 }

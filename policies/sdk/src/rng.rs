@@ -12,10 +12,14 @@ pub struct SplitMix64 {
 }
 
 impl SplitMix64 {
+    #[inline]
     pub fn new(seed: u64) -> Self {
         SplitMix64 { state: seed }
     }
 
+    // Inlined across crates: policies draw in their hottest loops, and the
+    // component build has no LTO.
+    #[inline]
     pub fn next_u64(&mut self) -> u64 {
         self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.state;
@@ -25,6 +29,7 @@ impl SplitMix64 {
     }
 
     /// Uniform in `0..n` (`n > 0`), without modulo bias (Lemire's method).
+    #[inline]
     pub fn below(&mut self, n: u64) -> u64 {
         if n <= 1 {
             return 0;

@@ -9,8 +9,9 @@
 //!    job completion at today's rates, the next round on the grid when a
 //!    round is due, and the next telemetry tick (ticks alone never keep a
 //!    run going);
-//! 2. the model observes the interval (time-weighted metrics), the
-//!    integrator moves every job's progress to the new time;
+//! 2. the model observes the interval (time-weighted metrics); the clock
+//!    moves (the integrator brings a job's work up to date lazily, when
+//!    its rate, start or stop changes);
 //! 3. finished jobs leave the host (in job order), then the model's events
 //!    at that time run (arrivals, loans, reclaims);
 //! 4. on a telemetry tick the host hears the GPUs' metrics
@@ -146,7 +147,6 @@ pub fn run<M: WorkloadModel>(
         }
         let t_next = t_next.max(now);
         model.observe(ctx, now, t_next);
-        ctx.progress.advance(now, t_next);
         now = t_next;
         ctx.host.state.set_now(now);
         let mut finished = ctx.progress.take_finished(now);
@@ -161,6 +161,10 @@ pub fn run<M: WorkloadModel>(
             }
             model.on_finished(ctx, job, now);
             changed = true;
+        }
+        if changed && model.interference() {
+            // A job that left frees its co-located neighbours.
+            apply(model, ctx, &Applied::default(), now)?;
         }
         if model.on_events(ctx, now)? {
             changed = true;
@@ -197,7 +201,7 @@ pub fn apply<M: WorkloadModel + ?Sized>(
     now: u64,
 ) -> anyhow::Result<()> {
     for &id in &applied.preempted {
-        if let Some(job) = ctx.progress.preempted(id) {
+        if let Some(job) = ctx.progress.preempted(id, now) {
             model.on_preempted(ctx, job)?;
         }
     }

@@ -10,8 +10,8 @@
 //!   follows a preemption;
 //! * a preempted job keeps its progress only with a checkpoint, otherwise
 //!   it starts over;
-//! * a job is finished when what is left is below a millionth of its work
-//!   (float guard), never before it could have been.
+//! * a job finishes at `begin + ⌈remaining / rate⌉` ms, predicted whenever
+//!   its rate, start or stop changes (work is integrated lazily then).
 //!
 //! Nothing here reads a policy's estimate: the host hears of a job's
 //! progress only through [`ClusterState::report_progress`], and only when a
@@ -20,7 +20,8 @@
 use anyhow::Context;
 use arbiter_host::state::{ClusterState, JobId};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeSet, HashMap};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 
 /// How a job's throughput grows with its workers (the simulator's ground
 /// truth; a policy may be told the same law, but never supplies it).
@@ -70,6 +71,7 @@ pub struct JobTrack {
     pub id: Option<JobId>,
     /// Total work, in one-reference-worker milliseconds (infinite: never ends).
     pub work: f64,
+    /// Work left as of `since` (see [`Progress::remaining`] for "now").
     pub remaining: f64,
     /// Work per millisecond now (0 when not running).
     pub rate: f64,
@@ -85,24 +87,55 @@ pub struct JobTrack {
     pub checkpointed: bool,
     /// Times preempted.
     pub preemptions: u32,
+    /// When `remaining` was last brought up to date.
+    since: u64,
+    /// Bumped on every change of rate, start or stop: older completion
+    /// predictions are stale.
+    stamp: u32,
 }
 
 impl JobTrack {
-    fn finished_by(&self, now: u64) -> bool {
-        self.running
-            && self.rate > 0.0
-            && self.work.is_finite()
-            && now >= self.resume_at
-            && self.remaining <= 1e-6 * self.work
+    /// Work left at `now` at today's rate (`now` not before `since`).
+    fn remaining_at(&self, now: u64) -> f64 {
+        if !(self.running && self.rate > 0.0) {
+            return self.remaining;
+        }
+        let begin = self.since.max(self.resume_at);
+        if now > begin {
+            self.remaining - self.rate * (now - begin) as f64
+        } else {
+            self.remaining
+        }
+    }
+
+    /// Brings `remaining` up to `now`.
+    fn settle(&mut self, now: u64) {
+        self.remaining = self.remaining_at(now);
+        self.since = self.since.max(now);
+    }
+
+    /// When it finishes at today's rate, seen from `now`.
+    fn completion(&self, now: u64) -> Option<u64> {
+        (self.running && self.rate > 0.0 && self.work.is_finite()).then(|| {
+            let begin = now.max(self.resume_at);
+            let done = begin as f64 + (self.remaining_at(now).max(0.0) / self.rate).ceil();
+            done.min(u64::MAX as f64) as u64
+        })
     }
 }
 
 /// Every job's progress, by the model's job index.
+///
+/// Integration is lazy: a job's work is brought up to date only when its
+/// rate, start or stop changes, and its completion is predicted then (one
+/// heap entry per prediction; a newer change makes an older entry stale).
+/// An event costs O(log jobs), whatever the number of running jobs.
 pub struct Progress {
     tracks: Vec<JobTrack>,
-    /// Jobs with a positive rate, in job order (so simultaneous completions
-    /// are handled in one order whatever happened before).
-    active: BTreeSet<usize>,
+    /// Jobs with a positive rate, sorted by job.
+    active: Vec<usize>,
+    /// Predicted completions: (time, job, stamp).
+    completions: BinaryHeap<Reverse<(u64, usize, u32)>>,
     by_id: HashMap<JobId, usize>,
     rules: ProgressRules,
     finished: usize,
@@ -122,7 +155,8 @@ impl Progress {
             .collect();
         Progress {
             tracks,
-            active: BTreeSet::new(),
+            active: Vec::new(),
+            completions: BinaryHeap::new(),
             by_id: HashMap::new(),
             rules,
             finished: 0,
@@ -145,6 +179,11 @@ impl Progress {
         &self.tracks
     }
 
+    /// Work left of `job` at `now`.
+    pub fn remaining(&self, job: usize, now: u64) -> f64 {
+        self.tracks[job].remaining_at(now)
+    }
+
     /// Jobs finished so far.
     pub fn finished(&self) -> usize {
         self.finished
@@ -165,6 +204,18 @@ impl Progress {
         self.by_id.insert(id, job);
     }
 
+    fn activate(&mut self, job: usize) {
+        if let Err(at) = self.active.binary_search(&job) {
+            self.active.insert(at, job);
+        }
+    }
+
+    fn deactivate(&mut self, job: usize) {
+        if let Ok(at) = self.active.binary_search(&job) {
+            self.active.remove(at);
+        }
+    }
+
     /// Job `job` left the host without finishing (dropped, cancelled).
     pub fn withdrawn(&mut self, job: usize) {
         let t = &mut self.tracks[job];
@@ -173,52 +224,53 @@ impl Progress {
         }
         t.running = false;
         t.rate = 0.0;
-        self.active.remove(&job);
+        t.stamp = t.stamp.wrapping_add(1);
+        self.deactivate(job);
     }
 
-    /// Moves every progressing job's work from `from` to `now`.
-    pub fn advance(&mut self, from: u64, now: u64) {
-        for &k in &self.active {
-            let t = &mut self.tracks[k];
-            if !(t.running && t.rate > 0.0) {
-                continue;
+    /// Drops stale predictions from the top of the heap.
+    fn prune(&mut self) {
+        while let Some(&Reverse((_, k, stamp))) = self.completions.peek() {
+            let t = &self.tracks[k];
+            if t.stamp == stamp && t.running && t.rate > 0.0 {
+                break;
             }
-            let begin = from.max(t.resume_at);
-            if now > begin {
-                t.remaining -= t.rate * (now - begin) as f64;
-            }
+            self.completions.pop();
         }
     }
 
     /// The earliest time a progressing job finishes at today's rates.
-    pub fn next_completion(&self, now: u64) -> Option<u64> {
-        self.active
-            .iter()
-            .map(|&k| &self.tracks[k])
-            .filter(|t| t.running && t.rate > 0.0 && t.work.is_finite())
-            .map(|t| {
-                let begin = now.max(t.resume_at);
-                let done = begin as f64 + (t.remaining.max(0.0) / t.rate).ceil();
-                done.min(u64::MAX as f64) as u64
-            })
-            .min()
+    pub fn next_completion(&mut self, now: u64) -> Option<u64> {
+        self.prune();
+        self.completions
+            .peek()
+            .map(|&Reverse((done, _, _))| done.max(now))
     }
 
     /// Marks the jobs finished by `now` and returns them in job order with
     /// the host ids they had (the caller removes them from the host).
     pub fn take_finished(&mut self, now: u64) -> Vec<(usize, Option<JobId>)> {
-        let done: Vec<usize> = self
-            .active
-            .iter()
-            .copied()
-            .filter(|&k| self.tracks[k].finished_by(now))
-            .collect();
+        let mut done = Vec::new();
+        loop {
+            self.prune();
+            match self.completions.peek() {
+                Some(&Reverse((at, k, _))) if at <= now => {
+                    self.completions.pop();
+                    done.push(k);
+                }
+                _ => break,
+            }
+        }
+        done.sort_unstable();
         let mut out = Vec::with_capacity(done.len());
         for k in done {
-            self.active.remove(&k);
+            self.deactivate(k);
             let t = &mut self.tracks[k];
+            t.remaining = 0.0;
+            t.since = now;
             t.running = false;
             t.rate = 0.0;
+            t.stamp = t.stamp.wrapping_add(1);
             t.end = Some(now);
             let id = t.id.take();
             if let Some(id) = id {
@@ -236,6 +288,8 @@ impl Progress {
         let overhead = self.rules.restart_overhead_ms;
         let t = &mut self.tracks[k];
         t.running = true;
+        t.since = now;
+        t.stamp = t.stamp.wrapping_add(1);
         t.first_start.get_or_insert(now);
         if t.restart_pending {
             t.resume_at = now + overhead;
@@ -246,48 +300,55 @@ impl Progress {
         Some(k)
     }
 
-    /// The host preempted `id`: it waits with what it has left, or starts
-    /// over without a checkpoint. `None` when it was not running.
-    pub fn preempted(&mut self, id: JobId) -> Option<usize> {
+    /// The host preempted `id` at `now`: it waits with what it has left, or
+    /// starts over without a checkpoint. `None` when it was not running.
+    pub fn preempted(&mut self, id: JobId, now: u64) -> Option<usize> {
         let k = self.job_of(id)?;
         let t = &mut self.tracks[k];
         if !t.running {
             return None;
         }
+        t.settle(now);
         t.running = false;
         t.rate = 0.0;
         t.reported_rate = 0.0;
         t.restart_pending = true;
-        self.active.remove(&k);
         t.preemptions += 1;
+        t.stamp = t.stamp.wrapping_add(1);
         if !t.checkpointed {
             t.remaining = t.work;
         }
+        self.deactivate(k);
         Some(k)
     }
 
-    /// Sets the rate of a running job (its placement changed). With
-    /// `report_progress`, tells the host what the job has left when its rate
-    /// changed (as a training framework would).
+    /// Sets the rate of a running job at the state's time (its placement
+    /// changed). With `report_progress`, tells the host what the job has
+    /// left when its rate changed (as a training framework would).
     pub fn set_rate(
         &mut self,
         state: &mut ClusterState,
         job: usize,
         rate: f64,
     ) -> anyhow::Result<()> {
-        let t = &mut self.tracks[job];
-        if !t.running {
+        if !self.tracks[job].running {
             return Ok(());
         }
-        t.rate = rate;
+        let now = state.now_ms();
         if rate > 0.0 {
-            self.active.insert(job);
+            self.activate(job);
         } else {
-            self.active.remove(&job);
+            self.deactivate(job);
+        }
+        let t = &mut self.tracks[job];
+        t.settle(now);
+        t.rate = rate;
+        t.stamp = t.stamp.wrapping_add(1);
+        if let Some(done) = t.completion(now) {
+            self.completions.push(Reverse((done, job, t.stamp)));
         }
         if self.rules.report_progress && rate > 0.0 && rate != t.reported_rate {
             t.reported_rate = rate;
-            let now = state.now_ms();
             let left =
                 t.resume_at.saturating_sub(now) + (t.remaining.max(0.0) / rate).ceil() as u64;
             if let Some(id) = t.id {
@@ -357,15 +418,15 @@ mod tests {
         p.started(id, 0);
         p.set_rate(&mut state, 0, 2.0).expect("rate");
         assert_eq!(p.next_completion(0), Some(500));
-        p.advance(0, 300);
         assert!(p.take_finished(300).is_empty());
         // Preempted without a checkpoint: starts over, and pays the overhead.
-        assert_eq!(p.preempted(id), Some(0));
+        assert_eq!(p.preempted(id, 300), Some(0));
         assert_eq!(p.track(0).remaining, 1000.0);
         p.started(id, 400);
+        state.set_now(400);
         p.set_rate(&mut state, 0, 1.0).expect("rate");
         assert_eq!(p.next_completion(400), Some(1500));
-        p.advance(400, 1500);
+        assert!(p.take_finished(1499).is_empty());
         assert_eq!(p.take_finished(1500), vec![(0, Some(id))]);
         assert_eq!(p.track(0).end, Some(1500));
         assert!(p.all_finished());
@@ -381,8 +442,8 @@ mod tests {
         p.submitted(0, id);
         p.started(id, 0);
         p.set_rate(&mut state, 0, 1.0).expect("rate");
-        p.advance(0, 600);
-        p.preempted(id);
+        assert_eq!(p.remaining(0, 600), 400.0);
+        p.preempted(id, 600);
         assert_eq!(p.track(0).remaining, 400.0);
         assert_eq!(p.track(0).preemptions, 1);
     }
@@ -398,7 +459,6 @@ mod tests {
         p.started(id, 0);
         p.set_rate(&mut state, 0, 1.0).expect("rate");
         assert_eq!(p.next_completion(0), None);
-        p.advance(0, u64::MAX / 2);
         assert!(p.take_finished(u64::MAX / 2).is_empty());
     }
 }
