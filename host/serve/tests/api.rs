@@ -1212,5 +1212,42 @@ async fn a_reclaim_takes_lent_nodes_back_through_the_reclaim_driver() {
     assert!(exact.rounds_compared > 0);
     assert!(exact.mismatches.is_empty(), "{:?}", exact.mismatches);
     assert_eq!(exact.rounds_identical, exact.rounds_compared);
+
+    // Loans are durable: take sim-01 back again, restart on the same data
+    // directory, and it is still reclaimed, not on loan, and not used.
+    let r = admin
+        .nodes
+        .reclaim(v1::ReclaimNodesRequest {
+            pool: "sim".into(),
+            count: 1,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.returned, ["sim-01"]);
+    drop(admin);
+    running.shutdown().await.unwrap();
+    let running = server(dir.path(), 2, Duration::from_secs(3600)).await;
+    let mut admin = client(&running, Some(&admin_token)).await;
+    let nodes = admin
+        .nodes
+        .list(v1::ListNodesRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .nodes;
+    let sim1 = nodes.iter().find(|n| n.name == "sim-01").unwrap();
+    assert_eq!((sim1.state.as_str(), sim1.on_loan), ("reclaimed", false));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let j = admin
+        .jobs
+        .get(v1::JobRef { id: victim })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_ne!(
+        j.node, "sim-01",
+        "a reclaimed node runs nothing after a restart"
+    );
     running.shutdown().await.unwrap();
 }
