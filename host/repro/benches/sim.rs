@@ -12,7 +12,9 @@
 
 use arbiter_host::runtime::NativePolicy;
 use arbiter_policy_sdk::Runtime;
-use arbiter_repro::fgd::{policy_config, protocol_grid, scenario_run, target_workload};
+use arbiter_repro::fgd::{
+    FGD_PAPER_POLICIES, policy_config, protocol_grid, scenario_run, target_workload,
+};
 use arbiter_sim::core::{NativeFactory, RunPolicy};
 use arbiter_sim::models::fgd::{FgdConfig, run_fgd, tuned_tasks};
 use arbiter_sim::models::replay::{ReplayConfig, run_replay};
@@ -104,22 +106,15 @@ fn bench_grid(engine: &arbiter_host::runtime::PolicyEngine) {
         return eprintln!("grid: traces missing, skipped");
     };
     let started = Instant::now();
-    let policies: Vec<_> = [
-        "random",
-        "dot-product",
-        "gpu-clustering",
-        "gpu-packing",
-        "fgd-best-fit",
-        "fgd",
-    ]
-    .into_iter()
-    .map(|name| {
-        let compiled = engine
-            .compile(arbiter_policies::get(name).expect("built-in"))
-            .expect("compile");
-        (name.to_string(), compiled)
-    })
-    .collect();
+    let policies: Vec<_> = FGD_PAPER_POLICIES
+        .into_iter()
+        .map(|name| {
+            let compiled = engine
+                .compile(arbiter_policies::get(name).expect("built-in"))
+                .expect("compile");
+            (name.to_string(), compiled)
+        })
+        .collect();
     let seeds: Vec<u64> = (42..52).collect();
     let jobs = protocol_grid(&s, &policies, &seeds, false);
     let threads = std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get);

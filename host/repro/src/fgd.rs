@@ -13,9 +13,10 @@ use arbiter_sim::models::fgd::tuned_tasks;
 use arbiter_sim::{ModelConfig, RunOptions, Scenario, ScenarioRun, SimTask};
 use std::sync::Arc;
 
-/// The built-in policies that take `seed` (placement-core's COMMON_KEYS);
+/// The FGD paper's six placement policies, as built-ins: the protocol's
+/// grid. They are the ones that take `seed` (placement-core's COMMON_KEYS);
 /// the others (fifo, best-fit, sjf, aryl*) get their default configuration.
-const SEEDED: [&str; 6] = [
+pub const FGD_PAPER_POLICIES: [&str; 6] = [
     "random",
     "dot-product",
     "gpu-clustering",
@@ -33,7 +34,7 @@ pub fn policy_config(
 ) -> Option<String> {
     match manifest_name {
         "fgd" => Some(fgd_config(&workload(), seed)),
-        name if SEEDED.contains(&name) => Some(format!("seed = {}\n", seed as i64)),
+        name if FGD_PAPER_POLICIES.contains(&name) => Some(format!("seed = {}\n", seed as i64)),
         _ => None,
     }
 }

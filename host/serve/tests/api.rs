@@ -1116,6 +1116,38 @@ async fn reported_progress_survives_a_restart() {
     running.shutdown().await.unwrap();
 }
 
+/// Asks one node of the `sim` pool back.
+async fn reclaim_one(
+    c: &mut Client,
+) -> Result<tonic::Response<v1::ReclaimNodesResponse>, tonic::Status> {
+    c.nodes
+        .reclaim(v1::ReclaimNodesRequest {
+            pool: "sim".into(),
+            count: 1,
+        })
+        .await
+}
+
+async fn lend(c: &mut Client, name: &str) -> v1::NodeInfo {
+    c.nodes
+        .lend(v1::LendNodeRequest { name: name.into() })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+async fn node(c: &mut Client, name: &str) -> v1::NodeInfo {
+    c.nodes
+        .list(v1::ListNodesRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .nodes
+        .into_iter()
+        .find(|n| n.name == name)
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reclaim_takes_lent_nodes_back_through_the_reclaim_driver() {
     let dir = tempfile::tempdir().unwrap();
@@ -1123,23 +1155,9 @@ async fn a_reclaim_takes_lent_nodes_back_through_the_reclaim_driver() {
     let admin_token = running.new_admin_token.clone().unwrap();
     let mut admin = client(&running, Some(&admin_token)).await;
     // Nothing is on loan yet: a reclaim is refused, not guessed.
-    let err = admin
-        .nodes
-        .reclaim(v1::ReclaimNodesRequest {
-            pool: "sim".into(),
-            count: 1,
-        })
-        .await
-        .unwrap_err();
+    let err = reclaim_one(&mut admin).await.unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
-    let lent = admin
-        .nodes
-        .lend(v1::LendNodeRequest {
-            name: "sim-01".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let lent = lend(&mut admin, "sim-01").await;
     assert!(lent.on_loan);
     // Two whole-node jobs: one on each node.
     let a = submit(&mut admin, spec("a", 8, 3_600_000)).await;
@@ -1166,15 +1184,7 @@ async fn a_reclaim_takes_lent_nodes_back_through_the_reclaim_driver() {
     let kept = if victim == a { b } else { a };
 
     // best-fit has no reclaim role: the host's Smallest-Count-First plan.
-    let r = admin
-        .nodes
-        .reclaim(v1::ReclaimNodesRequest {
-            pool: "sim".into(),
-            count: 1,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let r = reclaim_one(&mut admin).await.unwrap().into_inner();
     assert_eq!(r.returned, ["sim-01"]);
     assert_eq!(r.preempted, [victim]);
     assert_eq!(r.served, "native");
@@ -1184,23 +1194,10 @@ async fn a_reclaim_takes_lent_nodes_back_through_the_reclaim_driver() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(job_state(&mut admin, victim).await, v1::JobState::Pending);
     assert_eq!(job_state(&mut admin, kept).await, v1::JobState::Running);
-    let nodes = admin
-        .nodes
-        .list(v1::ListNodesRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .nodes;
-    let sim1 = nodes.iter().find(|n| n.name == "sim-01").unwrap();
+    let sim1 = node(&mut admin, "sim-01").await;
     assert_eq!((sim1.state.as_str(), sim1.on_loan), ("reclaimed", false));
     // Lent again, the node takes the job back.
-    admin
-        .nodes
-        .lend(v1::LendNodeRequest {
-            name: "sim-01".into(),
-        })
-        .await
-        .unwrap();
+    lend(&mut admin, "sim-01").await;
     wait_state(&admin, victim, v1::JobState::Running).await;
 
     // The decision journal still replays exactly across the reclaim: the
@@ -1215,28 +1212,13 @@ async fn a_reclaim_takes_lent_nodes_back_through_the_reclaim_driver() {
 
     // Loans are durable: take sim-01 back again, restart on the same data
     // directory, and it is still reclaimed, not on loan, and not used.
-    let r = admin
-        .nodes
-        .reclaim(v1::ReclaimNodesRequest {
-            pool: "sim".into(),
-            count: 1,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let r = reclaim_one(&mut admin).await.unwrap().into_inner();
     assert_eq!(r.returned, ["sim-01"]);
     drop(admin);
     running.shutdown().await.unwrap();
     let running = server(dir.path(), 2, Duration::from_secs(3600)).await;
     let mut admin = client(&running, Some(&admin_token)).await;
-    let nodes = admin
-        .nodes
-        .list(v1::ListNodesRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .nodes;
-    let sim1 = nodes.iter().find(|n| n.name == "sim-01").unwrap();
+    let sim1 = node(&mut admin, "sim-01").await;
     assert_eq!((sim1.state.as_str(), sim1.on_loan), ("reclaimed", false));
     tokio::time::sleep(Duration::from_millis(200)).await;
     let j = admin
