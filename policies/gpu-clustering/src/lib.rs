@@ -54,12 +54,26 @@ pub fn clustering_score(task_tag: u64, node_tags: u64, gpu_free_total: u32) -> i
 pub struct GpuClusteringRule {
     /// Per node: tags of the tasks running there (committed + this round).
     node_tags: Vec<u64>,
+    /// Per node: the committed node version `node_tags` was computed at; 0
+    /// (a version never handed out) once this round's decisions were folded
+    /// in, so that the next round recomputes the node from the mirror
+    /// whether or not the host applied them.
+    tag_version: Vec<u64>,
     /// Decisions of the current round already folded into `node_tags`.
     seen_decisions: usize,
 }
 
 fn job_tag(job: Job<'_>) -> u64 {
     tag(job.gpus_per_worker(), job.is_fractional())
+}
+
+impl GpuClusteringRule {
+    fn fold(&mut self, node: u32, t: u64) {
+        if let Some(tags) = self.node_tags.get_mut(node as usize) {
+            *tags |= t;
+            self.tag_version[node as usize] = 0;
+        }
+    }
 }
 
 impl PlacementRule for GpuClusteringRule {
@@ -76,17 +90,23 @@ impl PlacementRule for GpuClusteringRule {
         GpuClusteringRule::default()
     }
 
+    /// Recomputes the tags of the nodes whose state moved since the last
+    /// round (a node's tags are a function of the jobs on it, and any
+    /// placement or release there moves its version): one placement per
+    /// round touches one node, not every running job.
     fn begin_round(&mut self, plan: &Plan<'_>) {
         let cluster = plan.cluster();
-        self.node_tags.clear();
-        self.node_tags.resize(cluster.node_count(), 0);
+        let nodes = cluster.node_count();
+        self.node_tags.resize(nodes, 0);
+        self.tag_version.resize(nodes, 0);
         self.seen_decisions = 0;
-        for job in cluster.running_jobs() {
-            let t = job_tag(job);
-            for worker in job.placement() {
-                if let Some(tags) = self.node_tags.get_mut(worker.node as usize) {
-                    *tags |= t;
-                }
+        for node in 0..nodes {
+            let version = cluster.node_version(node as u32);
+            if self.tag_version[node] != version {
+                self.node_tags[node] = cluster
+                    .jobs_on(node as u32)
+                    .fold(0, |tags, job| tags | job_tag(job));
+                self.tag_version[node] = version;
             }
         }
     }
@@ -98,9 +118,7 @@ impl PlacementRule for GpuClusteringRule {
             if let Decision::Place(job, workers) = decision {
                 let t = job_tag(plan.cluster().job(*job));
                 for worker in workers {
-                    if let Some(tags) = self.node_tags.get_mut(worker.node as usize) {
-                        *tags |= t;
-                    }
+                    self.fold(worker.node, t);
                 }
             }
         }
@@ -169,6 +187,15 @@ mod tests {
     fn the_memo_changes_no_decision() {
         arbiter_placement_core::testing::assert_memo_is_transparent::<GpuClusteringRule>(
             "seed = 3",
+        );
+    }
+
+    #[test]
+    fn tags_kept_across_rounds_change_no_decision() {
+        // Completions and evictions must clear a node's tags; placements
+        // the host did not apply must not stay in them.
+        arbiter_placement_core::testing::assert_kept_state_is_transparent::<GpuClusteringRule>(
+            "tie_break = \"first\"",
         );
     }
 }

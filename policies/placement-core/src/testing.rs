@@ -99,20 +99,56 @@ impl<R: PlacementRule> PlacementRule for NoMemo<R> {
 }
 
 /// Drives `Greedy<R>` and `Greedy<NoMemo<R>>` through the same 300 rounds of
-/// churn on one evolving mirror — arrivals from a small set of shapes (so
-/// they recur), two-worker gangs, completions, evictions, cordons and
-/// reservations — and asserts that every round's decisions are identical and
-/// that the memo was actually used. Returns the memo hits.
+/// [`churn`] and asserts that every round's decisions are identical and that
+/// the memo was actually used. Returns the memo hits.
 pub fn assert_memo_is_transparent<R: PlacementRule>(config: &str) -> u64 {
+    let mut memo = Greedy::<R>::create();
+    let mut plain = Greedy::<NoMemo<R>>::create();
+    memo.configure(config).unwrap();
+    plain.configure(config).unwrap();
+    churn(|round, cluster, info| {
+        let with_memo = memo.schedule(cluster, info).unwrap();
+        let without = plain.schedule(cluster, info).unwrap();
+        assert_eq!(with_memo, without, "round {round}");
+        with_memo
+    });
+    let hits = memo.memo_hits();
+    assert!(hits > 0, "the memo was never used");
+    assert_eq!(plain.memo_hits(), 0);
+    hits
+}
+
+/// Asserts that whatever `R` carries from round to round (caches kept in
+/// step incrementally) changes no decision: one instance kept for 300 rounds
+/// of [`churn`] decides every round as a fresh instance does. For rules
+/// that keep no random state across rounds (configure `tie_break = "first"`
+/// or `"node-order"`).
+pub fn assert_kept_state_is_transparent<R: PlacementRule>(config: &str) {
+    let mut kept = Greedy::<R>::create();
+    kept.configure(config).unwrap();
+    churn(|round, cluster, info| {
+        let mut fresh = Greedy::<R>::create();
+        fresh.configure(config).unwrap();
+        let decided = kept.schedule(cluster, info).unwrap();
+        assert_eq!(
+            decided,
+            fresh.schedule(cluster, info).unwrap(),
+            "round {round}"
+        );
+        decided
+    });
+}
+
+/// 300 rounds on one evolving mirror of twelve nodes of three models:
+/// arrivals from a small set of shapes (so they recur), two-worker gangs,
+/// completions, evictions, cordons and reservations. `decide(round, cluster,
+/// info)` answers each round; its placements are applied.
+fn churn(mut decide: impl FnMut(usize, &Cluster, &RoundInfo) -> Vec<Decision>) {
     let mut c = TestCluster::new();
     for i in 0..12 {
         let (model, gpus, cpu) = [("T4", 2, 32_000), ("V100", 4, 48_000), ("G2", 8, 96_000)][i % 3];
         c.node(&format!("n{i}"), "p", cpu, 512_000, model, 16_000, gpus);
     }
-    let mut memo = Greedy::<R>::create();
-    let mut plain = Greedy::<NoMemo<R>>::create();
-    memo.configure(config).unwrap();
-    plain.configure(config).unwrap();
     let shapes = [
         (4_000, 1, 500, 1),
         (2_000, 1, 250, 1),
@@ -147,10 +183,7 @@ pub fn assert_memo_is_transparent<R: PlacementRule>(config: &str) -> u64 {
             _ => {}
         }
         let info = c.round(1_000);
-        let with_memo = memo.schedule(c.cluster(), &info).unwrap();
-        let without = plain.schedule(c.cluster(), &info).unwrap();
-        assert_eq!(with_memo, without, "round {round}");
-        for d in with_memo {
+        for d in decide(round, c.cluster(), &info) {
             if let Decision::Place(job, workers) = d {
                 c.run(job, workers);
             }
@@ -165,10 +198,6 @@ pub fn assert_memo_is_transparent<R: PlacementRule>(config: &str) -> u64 {
             }
         }
     }
-    let hits = memo.memo_hits();
-    assert!(hits > 0, "the memo was never used");
-    assert_eq!(plain.memo_hits(), 0);
-    hits
 }
 
 /// Asserts that `P` (a policy whose scores tie on identical idle nodes, as

@@ -78,6 +78,10 @@ pub struct Cluster {
     pub(crate) jobs: JobColumns,
     /// Per job: its running workers.
     pub(crate) job_workers: Vec<Vec<WorkerPlacement>>,
+    /// Per node: the jobs with at least one running worker there, each once,
+    /// in the order they were placed. The inverse of `job_workers`, kept in
+    /// step with it by `place_job`, `release_job` and `swap_remove_job`.
+    node_jobs: Vec<Vec<u32>>,
     /// Per job: the nodes it holds a reservation on.
     pub(crate) job_reserved: Vec<Vec<u32>>,
     /// Per node: the job that reserved it, as `job index + 1` (0 = none).
@@ -291,6 +295,15 @@ impl Cluster {
                 gpus,
             });
         }
+        let mut node_jobs: Vec<Vec<u32>> = vec![Vec::new(); n];
+        for (job, workers) in job_workers.iter().enumerate() {
+            for w in workers {
+                let on_node = &mut node_jobs[w.node as usize];
+                if !on_node.contains(&(job as u32)) {
+                    on_node.push(job as u32);
+                }
+            }
+        }
         let mut cluster = Cluster {
             epoch: s.epoch,
             now_ms: s.now_ms,
@@ -304,6 +317,7 @@ impl Cluster {
             gpu_sm_activity: vec![0; g],
             jobs: s.jobs,
             job_workers,
+            node_jobs,
             job_reserved: vec![Vec::new(); j],
             node_reserved_by: vec![0; n],
             node_room: vec![NodeRoom::default(); n],
@@ -424,10 +438,7 @@ impl Cluster {
                 self.check_workers(workers)?;
                 self.release_job(j);
                 self.clear_reservation(j);
-                for w in workers {
-                    self.charge_worker(j, w, true);
-                }
-                self.job_workers[j] = workers.clone();
+                self.place_job(j, workers);
                 self.jobs.phase[j] = job_phase::RUNNING;
                 self.jobs.workers[j] = workers.len() as u32;
             }
@@ -505,6 +516,7 @@ impl Cluster {
             self.gpu_sm_activity.push(0);
         }
         self.node_reserved_by.push(0);
+        self.node_jobs.push(Vec::new());
         let room = self.room_of(node as usize);
         self.node_room.push(room);
         self.node_version.push(fresh_version());
@@ -576,6 +588,14 @@ impl Cluster {
             for &node in &self.job_reserved[j] {
                 self.node_reserved_by[node as usize] = j as u32 + 1;
             }
+            // The last job is now job `j`: renumber it in the node index.
+            for w in &self.job_workers[j] {
+                for entry in self.node_jobs[w.node as usize].iter_mut() {
+                    if *entry == last as u32 {
+                        *entry = j as u32;
+                    }
+                }
+            }
         }
     }
 
@@ -643,10 +663,23 @@ impl Cluster {
         )
     }
 
+    /// Charges `workers` to job `j` (which holds none) and indexes them.
+    fn place_job(&mut self, j: usize, workers: &[WorkerPlacement]) {
+        for w in workers {
+            self.charge_worker(j, w, true);
+            let on_node = &mut self.node_jobs[w.node as usize];
+            if !on_node.contains(&(j as u32)) {
+                on_node.push(j as u32);
+            }
+        }
+        self.job_workers[j] = workers.to_vec();
+    }
+
     fn release_job(&mut self, j: usize) {
         let workers = std::mem::take(&mut self.job_workers[j]);
         for w in &workers {
             self.charge_worker(j, w, false);
+            self.node_jobs[w.node as usize].retain(|&other| other != j as u32);
         }
     }
 
@@ -758,6 +791,16 @@ impl Cluster {
     pub fn node_version(&self, node: u32) -> u64 {
         self.node_version.get(node as usize).copied().unwrap_or(0)
     }
+    /// The running jobs with at least one worker on `node`, each once, in
+    /// the order they were placed there (an index the mirror keeps, so a
+    /// per-node question costs the node's jobs, not every job).
+    pub fn jobs_on(&self, node: u32) -> impl Iterator<Item = Job<'_>> + '_ {
+        self.node_jobs
+            .get(node as usize)
+            .into_iter()
+            .flatten()
+            .map(move |&j| self.job(j))
+    }
     /// The job that holds a reservation on `node`, if any.
     pub fn reserved_by(&self, node: u32) -> Option<u32> {
         match self.node_reserved_by.get(node as usize) {
@@ -829,6 +872,10 @@ impl<'a> Node<'a> {
     /// Unallocated milli-GPU summed over the node's GPUs.
     pub fn gpu_free_milli(&self) -> u32 {
         self.gpus().map(|g| g.free_milli()).sum()
+    }
+    /// The running jobs with a worker here ([`Cluster::jobs_on`]).
+    pub fn jobs(&self) -> impl Iterator<Item = Job<'a>> + 'a {
+        self.cluster.jobs_on(self.index)
     }
 }
 

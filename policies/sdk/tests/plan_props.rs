@@ -24,6 +24,26 @@ fn check_aggregates(plan: &Plan<'_>) {
     }
 }
 
+/// The mirror's node index (`jobs_on`) equals the inverse of the jobs'
+/// placements, each job once per node.
+fn check_node_index(cluster: &Cluster) {
+    for node in cluster.nodes() {
+        let n = node.index();
+        let mut indexed: Vec<u32> = cluster.jobs_on(n).map(|j| j.index()).collect();
+        let mut expected: Vec<u32> = cluster
+            .jobs()
+            .filter(|j| j.placement().iter().any(|w| w.node == n))
+            .map(|j| j.index())
+            .collect();
+        let listed = indexed.len();
+        indexed.sort_unstable();
+        indexed.dedup();
+        assert_eq!(listed, indexed.len(), "a job listed twice on node {n}");
+        expected.sort_unstable();
+        assert_eq!(indexed, expected, "jobs on node {n}");
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
     #[test]
@@ -59,8 +79,10 @@ proptest! {
         // The mirror keeps the same aggregates incrementally as a fresh
         // mirror computes from a snapshot.
         check_aggregates(&Plan::new(c.cluster()));
+        check_node_index(c.cluster());
         let rebuilt = Cluster::from_snapshot(c.snapshot()).unwrap();
         check_aggregates(&Plan::new(&rebuilt));
+        check_node_index(&rebuilt);
         // Evicting in the mirror (not the plan) releases through the same books.
         let evict: Vec<u32> = c.cluster().running_jobs()
             .filter(|j| preempt_mask >> (j.index() % 64) & 2 == 2)
@@ -74,6 +96,17 @@ proptest! {
                 let changed = c.cluster().node_version(n as u32) != v;
                 prop_assert_eq!(changed, touched.contains(&(n as u32)), "node {} version", n);
             }
+            check_aggregates(&Plan::new(c.cluster()));
+            check_node_index(c.cluster());
+        }
+        // Removing a job renumbers the last one into its row; the index follows.
+        let remove: Vec<u32> = (0..c.cluster().job_count() as u32)
+            .rev()
+            .filter(|j| preempt_mask >> (j % 64) & 4 == 4)
+            .collect();
+        for job in remove {
+            c.apply(Event::JobRemoved(job));
+            check_node_index(c.cluster());
             check_aggregates(&Plan::new(c.cluster()));
         }
         let cluster = c.cluster();
