@@ -294,7 +294,10 @@ pub fn best_candidate<R: PlacementRule>(
         .map(|epoch| memo.table(epoch, cluster.job(task.job), nodes));
     let mut scratch = Vec::new();
     let mut node_best: Vec<u32> = Vec::new();
-    let mut best: Option<(f64, WorkerPlacement)> = None;
+    // The best so far: score, node and GPUs. The GPUs are copied only when a
+    // node takes the lead, not for every node visited.
+    let mut best: Option<(f64, u32)> = None;
+    let mut best_gpus: Vec<u32> = Vec::new();
     let mut tied: u64 = 0;
     for node in 0..nodes as u32 {
         let range = cluster.node(node).gpu_range();
@@ -304,16 +307,12 @@ pub fn best_candidate<R: PlacementRule>(
             .filter(|_| range.len() <= 64 && cluster.reserved_by(node).is_none())
             .map(|table| &mut table[node as usize]);
         let version = plan.node_version(node);
-        let node_score = match entry {
+        // The node's best score, and its GPUs as bits over the node's range
+        // when they came from the memo (else they are in `node_best`).
+        let (node_score, memo_gpus) = match entry {
             Some(e) if e.version == version => {
                 hits += 1;
-                node_best.clear();
-                node_best.extend(
-                    range
-                        .clone()
-                        .filter(|g| e.gpus >> (g - range.start) & 1 == 1),
-                );
-                Some(e.score).filter(|s| !s.is_nan())
+                (Some(e.score).filter(|s| !s.is_nan()), Some(e.gpus))
             }
             entry => {
                 let mut node_score: Option<f64> = None;
@@ -338,15 +337,15 @@ pub fn best_candidate<R: PlacementRule>(
                             .fold(0, |bits, g| bits | 1 << (g - range.start)),
                     };
                 }
-                node_score
+                (node_score, None)
             }
         };
         let Some(score) = node_score else { continue };
-        let take = match &best {
-            Some((b, _)) if score < *b => false,
-            Some((b, kept)) if score == *b => {
+        let take = match best {
+            Some((b, _)) if score < b => false,
+            Some((b, kept)) if score == b => {
                 tied += 1;
-                ties.replace(tied, node, kept.node, nodes)
+                ties.replace(tied, node, kept, nodes)
             }
             // First candidate, or a strictly better one: a new tie group.
             _ => {
@@ -355,17 +354,21 @@ pub fn best_candidate<R: PlacementRule>(
             }
         };
         if take {
-            best = Some((
-                score,
-                WorkerPlacement {
-                    node,
-                    gpus: node_best.clone(),
-                },
-            ));
+            best = Some((score, node));
+            best_gpus.clear();
+            match memo_gpus {
+                Some(bits) => {
+                    best_gpus.extend(range.clone().filter(|g| bits >> (g - range.start) & 1 == 1))
+                }
+                None => best_gpus.extend_from_slice(&node_best),
+            }
         }
     }
     search.memo.hits += hits;
-    best.map(|(_, w)| w)
+    best.map(|(_, node)| WorkerPlacement {
+        node,
+        gpus: best_gpus,
+    })
 }
 
 /// A [`PlacementRule`] as a scheduler policy: jobs in arrival order, each
