@@ -6,9 +6,7 @@
 //!
 //! Configuration: `seed = 42` (see `arbiter-placement-core`).
 
-use arbiter_placement_core::{
-    GpuSelection, Greedy, PlacementRule, Search, SplitMix64, Task, fitting_gpus, node_candidates,
-};
+use arbiter_placement_core::{Greedy, PlacementRule, Search, SplitMix64, Task, fitting_gpus};
 use arbiter_policy_sdk::prelude::*;
 
 pub struct RandomRule {
@@ -47,34 +45,25 @@ impl PlacementRule for RandomRule {
     }
 
     fn choose(&mut self, plan: &Plan<'_>, task: &Task, _: &mut Search) -> Option<WorkerPlacement> {
-        let mut scratch = Vec::new();
+        // The nodes where one worker fits, as the validator judges it (the
+        // SDK's packed node scan; a property test in the SDK holds the two
+        // equal), in index order.
         let mut feasible = Vec::new();
-        for node in 0..plan.cluster().node_count() as u32 {
-            let mut fits = false;
-            node_candidates(
-                plan,
-                task,
-                node,
-                GpuSelection::BestFit,
-                &mut scratch,
-                |_| fits = true,
-            );
-            if fits {
-                feasible.push(node);
-            }
-        }
+        plan.each_fitting_node(&plan.job_fit(task.job), |node| feasible.push(node));
         if feasible.is_empty() {
             return None;
         }
         let node = feasible[self.rng.below(feasible.len() as u64) as usize];
-        fitting_gpus(plan, task, node, &mut scratch);
-        let gpus = if task.num_gpu == 0 {
-            Vec::new()
-        } else if task.is_sharing() {
-            vec![scratch[self.rng.below(scratch.len() as u64) as usize]]
+        let mut gpus = Vec::new();
+        fitting_gpus(plan, task, node, &mut gpus);
+        if task.is_sharing() {
+            let pick = self.rng.below(gpus.len().max(1) as u64) as usize;
+            gpus = vec![*gpus.get(pick)?];
+        } else if gpus.len() >= task.num_gpu as usize {
+            gpus.truncate(task.num_gpu as usize);
         } else {
-            scratch[..task.num_gpu as usize].to_vec()
-        };
+            return None;
+        }
         Some(WorkerPlacement { node, gpus })
     }
 }
