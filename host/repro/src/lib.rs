@@ -23,8 +23,8 @@ use anyhow::{Context, bail};
 use arbiter_host::runtime::{CompiledPolicy, PolicyEngine};
 use arbiter_sim::models::{fgd::FgdConfig, replay::ReplayConfig};
 use arbiter_sim::{
-    ModelConfig, Protocol, ScenarioSummary, SimOutput, TraceFormat, engine, fgd_summary, report,
-    run_many, scenario,
+    ModelConfig, Protocol, ScenarioSummary, SimOutput, TraceFormat, engine, fgd_summary,
+    parallel_map, report, run_many, scenario,
 };
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -157,23 +157,36 @@ pub fn resolve_policy(spec: &str) -> anyhow::Result<PolicySource> {
     )
 }
 
-/// Compiles each comma-separated policy once.
+/// Compiles each comma-separated policy once, on up to `threads` threads
+/// (compiling is a large share of a short run: about half a second per policy).
 pub fn compile_policies(
     engine: &PolicyEngine,
     list: &str,
+    threads: usize,
 ) -> anyhow::Result<Vec<(String, CompiledPolicy)>> {
-    let mut out = Vec::new();
-    for spec in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let source = resolve_policy(spec)?;
-        let compiled = engine
-            .compile(&source.bytes)
-            .with_context(|| format!("compiling policy `{spec}`"))?;
-        out.push((source.label, compiled));
-    }
-    if out.is_empty() {
+    let specs: Vec<&str> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    if specs.is_empty() {
         bail!("--policy names no policy");
     }
-    Ok(out)
+    let sources = specs
+        .iter()
+        .map(|spec| resolve_policy(spec))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let indices: Vec<usize> = (0..sources.len()).collect();
+    let compiled = parallel_map(&indices, threads, |&i| {
+        engine
+            .compile(&sources[i].bytes)
+            .with_context(|| format!("compiling policy `{}`", specs[i]))
+    })?;
+    Ok(sources
+        .into_iter()
+        .map(|source| source.label)
+        .zip(compiled)
+        .collect())
 }
 
 /// `arbiter sim`: loads the scenario, runs each policy (and seed), and
@@ -213,7 +226,10 @@ pub fn run(args: &SimArgs) -> anyhow::Result<SimOutput> {
         );
     }
     let engine = engine(Duration::from_millis(args.deadline_ms.max(1)))?;
-    let policies = compile_policies(&engine, &args.policy)?;
+    let threads = args.threads.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
+    let policies = compile_policies(&engine, &args.policy, threads)?;
     let model = match protocol {
         Protocol::Fgd => ModelConfig::Fgd(FgdConfig { tune: args.tune }),
         _ => ModelConfig::Replay(ReplayConfig {
@@ -236,9 +252,6 @@ pub fn run(args: &SimArgs) -> anyhow::Result<SimOutput> {
             ));
         }
     }
-    let threads = args.threads.unwrap_or_else(|| {
-        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
-    });
     let runs = run_many(&scenario, &jobs, threads)?;
     let mut output = SimOutput {
         scenario: ScenarioSummary {
