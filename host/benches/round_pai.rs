@@ -112,7 +112,7 @@ fn typical_delta(s: &Setup) -> (Snapshot, Delta) {
     state.apply(d).expect("apply");
     s.scenario.churn(&mut state);
     let (delta, _) = state.begin_round(MAX_DECISIONS);
-    (base, delta)
+    (base, Delta::clone(&delta))
 }
 
 /// A 64-node cluster with `jobs` pending one-GPU jobs that all fit: a round

@@ -633,7 +633,9 @@ impl ClusterState {
     /// epoch of its own ([`ClusterState::compact_strings`]), so the round's
     /// epoch is two past the last one and its delta starts at the resync
     /// epoch (a mirror from before it resyncs).
-    pub fn begin_round(&mut self, max_decisions: u32) -> (Delta, RoundInfo) {
+    /// The delta is the one the history keeps (shared, not copied: at ten
+    /// times PAI's scale a round's delta holds tens of thousands of events).
+    pub fn begin_round(&mut self, max_decisions: u32) -> (Arc<Delta>, RoundInfo) {
         if self.compaction_due()
             && let Err(e) = self.compact_strings()
         {
@@ -643,14 +645,14 @@ impl ClusterState {
         }
         let base_epoch = self.cluster.epoch();
         let epoch = base_epoch + 1;
-        let delta = Delta {
+        let delta = Arc::new(Delta {
             base_epoch,
             epoch,
             now_ms: self.now_ms,
             events: std::mem::take(&mut self.events),
-        };
+        });
         self.cluster.set_epoch(epoch, self.now_ms);
-        self.history.write().push(Arc::new(delta.clone()));
+        self.history.write().push(delta.clone());
         (
             delta,
             RoundInfo {

@@ -16,7 +16,7 @@ use crate::runtime::NativePolicy;
 use crate::runtime::{PolicyFault, PolicyInstance};
 use crate::state::{Applied, ClusterState};
 use arbiter_policy_sdk::Runtime;
-use arbiter_policy_sdk::model::{Decision, RoundInfo};
+use arbiter_policy_sdk::model::{Decision, Delta, RoundInfo};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -75,7 +75,7 @@ impl RoundDriver {
             &self.slot,
             "scheduler",
             round.epoch,
-            || FaultInput::Delta(delta.clone()),
+            || FaultInput::Delta(Delta::clone(&delta)),
             |instance| ask(instance, state, round),
         );
         let mut faults = outcome.faults;
