@@ -106,6 +106,10 @@ pub struct ReplayArgs {
     /// digest served most rounds, if any).
     #[arg(long)]
     pub baseline: Option<String>,
+    /// Configuration file for `--baseline` (default: the configuration the
+    /// journal recorded for it, else its manifest's default).
+    #[arg(long)]
+    pub baseline_config: Option<PathBuf>,
     /// Cell of the journal (`control` or `candidate`).
     #[arg(long, default_value = "control")]
     pub cell: String,
@@ -128,12 +132,13 @@ pub fn replay(a: &ReplayArgs) -> anyhow::Result<()> {
     let journal = replay::read(&a.journal)?;
     let (label, wasm) = load(&a.policy)?;
     let policy = replay::compile(&wasm)?;
-    let config = match &a.config {
-        Some(p) => {
-            Some(std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?)
-        }
-        None => None,
+    let read = |path: &Option<PathBuf>| -> anyhow::Result<Option<String>> {
+        path.as_ref()
+            .map(|p| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display())))
+            .transpose()
     };
+    let config = read(&a.config)?;
+    let baseline_config = read(&a.baseline_config)?;
     let exact = replay::exact(&journal, &a.cell, &policy, config.as_deref())?;
     let counterfactual = if a.no_counterfactual {
         None
@@ -153,8 +158,16 @@ pub fn replay(a: &ReplayArgs) -> anyhow::Result<()> {
                 Some(replay::counterfactual(
                     &journal,
                     &a.cell,
-                    (&blabel, &recorded),
-                    (&label, &policy),
+                    replay::Contender {
+                        label: &blabel,
+                        policy: &recorded,
+                        config: baseline_config.as_deref(),
+                    },
+                    replay::Contender {
+                        label: &label,
+                        policy: &policy,
+                        config: config.as_deref(),
+                    },
                 )?)
             }
             None => {

@@ -49,6 +49,11 @@ pub struct RoundRecord {
     pub fuel: Option<u64>,
     pub latency_us: u64,
     pub policy_us: u64,
+    /// The serving generation's configuration, on the first round it serves
+    /// after a rebuild or another generation (absent otherwise, and in
+    /// journals written before this field existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<String>,
 }
 
 /// Appends records.
@@ -168,6 +173,7 @@ mod tests {
             generation: Some(1),
             digest: "ab".into(),
             decisions: vec![Decision::Preempt(3)],
+            config: Some("seed = 7\n".into()),
             faults: Vec::new(),
             fuel: None,
             latency_us: 10,
@@ -223,6 +229,7 @@ mod tests {
             fuel: None,
             latency_us: 0,
             policy_us: 0,
+            config: None,
         })))?;
         let events = old_round["delta"]["events"]
             .as_array_mut()

@@ -258,6 +258,10 @@ struct Cell {
     /// Epoch of the cell's last round (or rebuild). A round's delta is taken
     /// since then: work between rounds (a reclaim plan) may seal epochs of its own.
     round_epoch: u64,
+    /// The generation that served the cell's last journaled round (`None`
+    /// after a rebuild): a round served by another one journals that
+    /// generation's configuration, so a replay runs it as it ran.
+    journaled_generation: Option<Option<u64>>,
 }
 
 /// What a cell applied, in the plane's job ids: where started, resized and
@@ -2504,6 +2508,7 @@ impl Plane {
                     global: HashMap::new(),
                     last_epoch: 0,
                     round_epoch: 0,
+                    journaled_generation: None,
                 }
             })
             .collect();
@@ -2586,6 +2591,7 @@ impl Plane {
             let snapshot = cell.state.snapshot();
             cell.last_epoch = cell.state.epoch();
             cell.round_epoch = cell.last_epoch;
+            cell.journaled_generation = None;
             if let Some(j) = self.journal.as_mut()
                 && let Err(e) = j.append(&Record::Snapshot {
                     cell: cell.arm.clone(),
@@ -2807,10 +2813,15 @@ impl Plane {
             fragmentation_pct(&plan, pending_demand(cell.state.cluster()))
         };
         let generation = report.served.generation();
-        let digest = generation
-            .and_then(|g| cell.slot.get(g).ok())
+        let served_by = generation.and_then(|g| cell.slot.get(g).ok());
+        let digest = served_by
+            .as_ref()
             .map(|g| g.digest().to_string())
             .unwrap_or_default();
+        // The configuration, journaled when the serving generation changes.
+        let config = served_by
+            .filter(|_| cell.journaled_generation != Some(generation))
+            .map(|g| g.config.clone());
         let served = report.served.label();
         // Metrics.
         *self.metrics.rounds.entry(arm.clone()).or_default() += 1;
@@ -2877,7 +2888,9 @@ impl Plane {
                 fuel: None,
                 latency_us: report.latency.as_micros() as u64,
                 policy_us: report.policy_time.as_micros() as u64,
+                config,
             }));
+            self.cells[index].journaled_generation = Some(generation);
             if let Err(e) = journal.append(&record) {
                 tracing::error!(error = %e, "journal write failed; journaling stops");
                 self.journal = None;

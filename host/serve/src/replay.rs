@@ -106,9 +106,11 @@ pub fn exact(
         served_by: Vec::new(),
         torn_lines: journal.skipped.len(),
     };
-    let config = config
-        .unwrap_or(&policy.manifest.default_config)
-        .to_string();
+    let config = match config {
+        Some(config) => config.to_string(),
+        None => journaled_config(journal, cell, &policy.digest)
+            .unwrap_or_else(|| policy.manifest.default_config.clone()),
+    };
     let mut instance = None;
     for record in &journal.records {
         match record {
@@ -299,12 +301,53 @@ fn push_task(cluster: &Cluster, index: u32, tasks: &mut Vec<SimTask>, seen: &mut
     });
 }
 
+/// One side of a counterfactual: a policy and the configuration it runs with.
+pub struct Contender<'a> {
+    pub label: &'a str,
+    pub policy: &'a CompiledPolicy,
+    /// `None`: the configuration the journal recorded for this policy's
+    /// digest in this cell, else the manifest's default.
+    pub config: Option<&'a str>,
+}
+
+/// The configuration that served the most of `cell`'s rounds answered by a
+/// component of `digest`, as the journal recorded it (a round carries its
+/// generation's configuration when the serving generation changes).
+pub fn journaled_config(journal: &Journal, cell: &str, digest: &str) -> Option<String> {
+    let mut current: Option<&str> = None;
+    let mut counts: Vec<(&str, u64)> = Vec::new();
+    for record in &journal.records {
+        match record {
+            Record::Snapshot { cell: c, .. } if c == cell => current = None,
+            Record::Round(r) if r.cell == cell => {
+                if let Some(config) = &r.config {
+                    current = Some(config);
+                }
+                if r.digest != digest {
+                    continue;
+                }
+                if let Some(config) = current {
+                    match counts.iter_mut().find(|(c, _)| *c == config) {
+                        Some((_, n)) => *n += 1,
+                        None => counts.push((config, 1)),
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    counts
+        .into_iter()
+        .max_by_key(|&(_, n)| n)
+        .map(|(c, _)| c.to_string())
+}
+
 /// Runs the journal's workload under `recorded` and `candidate`.
 pub fn counterfactual(
     journal: &Journal,
     cell: &str,
-    recorded: (&str, &CompiledPolicy),
-    candidate: (&str, &CompiledPolicy),
+    recorded: Contender<'_>,
+    candidate: Contender<'_>,
 ) -> anyhow::Result<Counterfactual> {
     let scenario = scenario(journal, cell)?;
     let opts = RunOptions {
@@ -315,24 +358,27 @@ pub fn counterfactual(
         round_interval_ms: 100,
         ..ReplayConfig::default()
     };
-    let run = |label: &str, compiled: &CompiledPolicy| -> anyhow::Result<ReplayMetrics> {
-        // Each policy with its manifest's default configuration.
-        let policy = RunPolicy {
-            compiled: compiled.clone(),
-            config: None,
+    let run = |side: &Contender<'_>| -> anyhow::Result<ReplayMetrics> {
+        let config = match side.config {
+            Some(config) => Some(config.to_string()),
+            None => journaled_config(journal, cell, &side.policy.digest),
         };
-        let out = run_replay(&scenario, &policy, label, &rules, &opts)
-            .with_context(|| format!("simulating `{label}`"))?;
+        let policy = RunPolicy {
+            compiled: side.policy.clone(),
+            config,
+        };
+        let out = run_replay(&scenario, &policy, side.label, &rules, &opts)
+            .with_context(|| format!("simulating `{}`", side.label))?;
         out.replay
             .ok_or_else(|| anyhow::anyhow!("the simulator returned no replay metrics"))
     };
     Ok(Counterfactual {
         jobs: scenario.tasks.len(),
         nodes: scenario.nodes.len(),
-        recorded_policy: recorded.0.to_string(),
-        recorded: run(recorded.0, recorded.1)?,
-        candidate_policy: candidate.0.to_string(),
-        candidate: run(candidate.0, candidate.1)?,
+        recorded_policy: recorded.label.to_string(),
+        recorded: run(&recorded)?,
+        candidate_policy: candidate.label.to_string(),
+        candidate: run(&candidate)?,
     })
 }
 
