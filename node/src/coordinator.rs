@@ -86,9 +86,8 @@ impl Default for CoordinatorConfig {
 /// before it is cut off. The epoch tick (the deadline's resolution) is half the deadline: a
 /// call is then interrupted after between one and two ticks, i.e. never before half the
 /// deadline, which is still ~100x what `sysmonitor` needs. A finer tick buys nothing here and
-/// costs CPU: the engine's ticker thread wakes on every tick whether or not a call is running,
-/// and at the host's 1 ms tick that thread alone would take a good part of the node agent's
-/// 1 % CPU budget.
+/// costs CPU: the engine's ticker thread wakes on every tick while a call is in flight (it
+/// parks between calls), and a runaway call at the host's 1 ms tick would wake it 25 times.
 pub fn node_runtime_config(period: Duration) -> RuntimeConfig {
     let deadline = (period / 4).max(Duration::from_millis(4));
     RuntimeConfig {

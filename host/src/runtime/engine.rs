@@ -5,13 +5,13 @@ use super::contract::ContractIndices;
 use super::fault::PolicyFault;
 use super::inspect::{ImportClass, Inspection, inspect_component};
 use super::instance::PolicyInstance;
+use super::ticker::Ticker;
 use arbiter_policy_sdk::model::{Manifest, Role};
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use wasmtime::component::{Component, InstancePre, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, StoreLimits};
@@ -174,12 +174,12 @@ struct EngineInner {
     engine: Engine,
     config: RuntimeConfig,
     compiled: Mutex<HashMap<String, Component>>,
-    stop_ticker: Arc<AtomicBool>,
+    ticker: Arc<Ticker>,
 }
 
 impl Drop for EngineInner {
     fn drop(&mut self) {
-        self.stop_ticker.store(true, Ordering::Relaxed);
+        self.ticker.stop();
     }
 }
 
@@ -214,47 +214,24 @@ impl PolicyEngine {
             cfg.cache(Some(wasmtime::Cache::new(cache_config)?));
         }
         let engine = Engine::new(&cfg)?;
-        let stop_ticker = Arc::new(AtomicBool::new(false));
-        let ticker_engine = engine.weak();
-        let stop = stop_ticker.clone();
-        let tick = config.epoch_tick;
-        std::thread::Builder::new()
-            .name("arbiter-epoch".into())
-            .spawn(move || {
-                // Tick against absolute times: sleeping `tick` in a loop lets each
-                // oversleep add up, stretching deadlines by ~1.5x on a busy host.
-                let start = std::time::Instant::now();
-                let mut ticks: u32 = 0;
-                while !stop.load(Ordering::Relaxed) {
-                    ticks = ticks.wrapping_add(1);
-                    let next = start + tick.saturating_mul(ticks);
-                    if let Some(wait) = next.checked_duration_since(std::time::Instant::now()) {
-                        std::thread::sleep(wait);
-                    }
-                    let Some(engine) = ticker_engine.upgrade() else {
-                        break;
-                    };
-                    // Catch up on ticks missed while descheduled.
-                    let now = std::time::Instant::now();
-                    engine.increment_epoch();
-                    while ticks < u32::MAX && start + tick.saturating_mul(ticks + 1) <= now {
-                        ticks += 1;
-                        engine.increment_epoch();
-                    }
-                }
-            })?;
+        let ticker = Ticker::start(&engine, config.epoch_tick)?;
         Ok(PolicyEngine {
             inner: Arc::new(EngineInner {
                 engine,
                 config,
                 compiled: Mutex::new(HashMap::new()),
-                stop_ticker,
+                ticker,
             }),
         })
     }
 
     pub fn config(&self) -> &RuntimeConfig {
         &self.inner.config
+    }
+
+    /// The epoch ticker, for instances to mark their calls.
+    pub(crate) fn ticker(&self) -> &Arc<Ticker> {
+        &self.inner.ticker
     }
 
     /// Epoch ticks that make up the call deadline.

@@ -4,6 +4,7 @@
 use super::contract::{Call, ContractExports};
 use super::engine::{CompiledPolicy, HostState};
 use super::fault::PolicyFault;
+use super::ticker::Ticker;
 use crate::state::{ClusterState, DeltaFeed};
 use arbiter_policy_sdk::model::*;
 use arbiter_policy_sdk::{Policy, Runtime};
@@ -71,6 +72,8 @@ struct WasmInstance {
     memory_limit: usize,
     fuel: Option<u64>,
     max_log_lines: u32,
+    /// Runs the deadline's clock while a call of this instance is in flight.
+    ticker: Arc<Ticker>,
 }
 
 enum Backend {
@@ -107,6 +110,8 @@ impl PolicyInstance {
                 .set_fuel(fuel)
                 .map_err(|e| PolicyFault::Abi(e.to_string()))?;
         }
+        let ticker = engine.ticker().clone();
+        let running = ticker.call();
         let instance = compiled
             .pre
             .instantiate(&mut store)
@@ -115,6 +120,7 @@ impl PolicyInstance {
             .roles
             .load(&mut store, &instance)
             .map_err(|e| PolicyFault::Abi(format!("loading exports: {e:#}")))?;
+        drop(running);
         Ok(PolicyInstance {
             backend: Backend::Wasm(Box::new(WasmInstance {
                 store,
@@ -124,6 +130,7 @@ impl PolicyInstance {
                 memory_limit: config.memory_limit,
                 fuel: config.fuel,
                 max_log_lines: config.max_log_lines,
+                ticker,
             })),
             mirror_epoch: None,
             poisoned: None,
@@ -185,7 +192,9 @@ impl PolicyInstance {
             data.log_budget = w.max_log_lines;
         }
         let start = Instant::now();
+        let running = w.ticker.call();
         let result = call(&mut w.store, &w.exports);
+        drop(running);
         let fuel = w
             .fuel
             .and_then(|f| w.store.get_fuel().ok().map(|left| f.saturating_sub(left)));

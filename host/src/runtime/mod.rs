@@ -14,6 +14,7 @@ mod engine;
 mod fault;
 mod inspect;
 mod instance;
+mod ticker;
 
 pub use contract::SERVED_VERSIONS;
 pub use engine::{CompiledPolicy, PolicyEngine, RuntimeConfig};
