@@ -218,7 +218,7 @@ mod tests {
         }
         let mut old_round = serde_json::to_value(Record::Round(Box::new(RoundRecord {
             cell: "control".into(),
-            delta,
+            delta: (*delta).clone(),
             round: RoundInfo::default(),
             served: "active".into(),
             slot: "default".into(),
