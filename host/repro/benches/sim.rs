@@ -14,10 +14,10 @@ use arbiter_host::runtime::NativePolicy;
 use arbiter_policy_sdk::Runtime;
 use arbiter_repro::compile_policies;
 use arbiter_repro::fgd::{
-    FGD_PAPER_POLICIES, policy_config, protocol_grid, scenario_run, target_workload,
+    FGD_PAPER_POLICIES, policy_config, protocol_grid, scenario_run, trace_workload,
 };
 use arbiter_sim::core::{NativeFactory, RunPolicy};
-use arbiter_sim::models::fgd::{FgdConfig, run_fgd, tuned_tasks};
+use arbiter_sim::models::fgd::{FgdConfig, run_fgd};
 use arbiter_sim::models::replay::{ReplayConfig, run_replay};
 use arbiter_sim::{ModelConfig, fgd_summary, run_many, scenario};
 use std::sync::Arc;
@@ -74,10 +74,9 @@ fn bench_fgd(engine: &arbiter_host::runtime::PolicyEngine) {
     let refuse = engine
         .compile(arbiter_policies::fixture("misbehave").expect("fixture"))
         .expect("compile");
-    // Configured exactly as the Wasm run is: seed 42 and the tuned tasks' workload.
-    let tasks = tuned_tasks(&s, opts.seed, fgd.tune);
-    let config = policy_config("fgd", opts.seed, || target_workload(tasks))
-        .expect("fgd takes a configuration");
+    // Configured exactly as the Wasm run is: seed 42 and the trace's target workload.
+    let config =
+        policy_config("fgd", opts.seed, || trace_workload(&s)).expect("fgd takes a configuration");
     let native: NativeFactory = Arc::new(move || {
         let mut fgd = Runtime::<policy_fgd::Fgd>::new();
         fgd.configure(&config).expect("configure native fgd");

@@ -9,7 +9,7 @@ use arbiter_placement_core::{
 };
 use arbiter_policy_sdk::Cluster;
 use arbiter_sim::core::{FragmentationMeter, MeterFactory, RunPolicy};
-use arbiter_sim::models::fgd::tuned_tasks;
+use arbiter_sim::models::fgd::trace_tasks;
 use arbiter_sim::{ModelConfig, RunOptions, Scenario, ScenarioRun, SimTask};
 use std::sync::Arc;
 
@@ -55,6 +55,14 @@ pub fn target_workload<'a>(tasks: impl IntoIterator<Item = &'a SimTask>) -> Targ
     TargetWorkload::from_tasks(tasks.into_iter().map(task_shape), DEFAULT_POPULARITY)
 }
 
+/// The FGD protocol's target workload M: the classes of the trace as given
+/// (every task, placeable or not, before tuning) that cover 95 % of its
+/// tasks, as the reference builds its "typical pods" once from the original
+/// pod list (`SetTypicalPods` before `TunePodsByNodeTotalResource`).
+pub fn trace_workload(scenario: &Scenario) -> TargetWorkload {
+    target_workload(trace_tasks(scenario).into_iter().map(|t| t.task))
+}
+
 /// FGD's F(M): the expected milli-GPU a task of the target workload could
 /// not use, summed over the cluster.
 struct FragMeter(FragIndex);
@@ -66,18 +74,17 @@ impl FragmentationMeter for FragMeter {
     }
 }
 
-/// Measures fragmentation against the workload of each run's tasks.
-pub fn meter() -> MeterFactory {
-    Arc::new(|tasks: &[&SimTask]| {
-        Box::new(FragMeter(FragIndex::new(target_workload(
-            tasks.iter().copied(),
-        )))) as Box<dyn FragmentationMeter>
+/// Measures fragmentation against `workload` (the run's tasks are not
+/// consulted: M is the trace's, whatever the tuning made of it).
+pub fn meter(workload: TargetWorkload) -> MeterFactory {
+    Arc::new(move |_: &[&SimTask]| {
+        Box::new(FragMeter(FragIndex::new(workload.clone()))) as Box<dyn FragmentationMeter>
     })
 }
 
 /// One run of `compiled` on `scenario` as the comparison makes it: the
-/// configuration given, or else the derived one (the FGD protocol's tuned
-/// tasks for the FGD policy's workload), with the fragmentation meter.
+/// configuration given, or else the derived one (for the FGD policy, the
+/// target workload M of the trace), with the fragmentation meter against M.
 pub fn scenario_run(
     scenario: &Scenario,
     label: &str,
@@ -86,12 +93,12 @@ pub fn scenario_run(
     config: Option<String>,
     model: ModelConfig,
 ) -> ScenarioRun {
-    let config = config.or_else(|| {
-        policy_config(&compiled.manifest.name, seed, || match &model {
-            ModelConfig::Fgd(cfg) => target_workload(tuned_tasks(scenario, seed, cfg.tune)),
-            ModelConfig::Replay(_) => target_workload(&scenario.tasks),
-        })
-    });
+    let workload = match &model {
+        ModelConfig::Fgd(_) => trace_workload(scenario),
+        ModelConfig::Replay(_) => target_workload(&scenario.tasks),
+    };
+    let config =
+        config.or_else(|| policy_config(&compiled.manifest.name, seed, || workload.clone()));
     ScenarioRun {
         label: label.to_string(),
         policy: RunPolicy {
@@ -100,7 +107,7 @@ pub fn scenario_run(
         },
         options: RunOptions {
             seed,
-            fragmentation: Some(meter()),
+            fragmentation: Some(meter(workload)),
             ..RunOptions::default()
         },
         model,

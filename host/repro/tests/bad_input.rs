@@ -247,6 +247,11 @@ fn a_policy_that_never_places_ends_with_every_task_unplaced() {
     .expect("fgd ends");
     let m = out.fgd.as_ref().expect("fgd");
     assert_eq!(m.tasks_failed, m.tasks_offered);
-    assert_eq!(m.gpu_alloc_pct_at_130, 0.0);
+    assert!(out.series.iter().all(|p| p.gpu_alloc_pct == 0.0));
+    // The example is small: tuning stops at the first draw that would pass
+    // 130 % (at 126 % here), so no task arrives near 130 % and the bucket
+    // metric has no value there, as in the reference's analysis.
+    assert!(m.arrived_pct < 129.5, "{}", m.arrived_pct);
+    assert!(m.gpu_alloc_pct_at_130.is_nan());
     assert_eq!(out.protocol, Protocol::Fgd);
 }

@@ -2,7 +2,7 @@
 //! policies as Wasm through the simulator, the FGD protocol, our mean GPU
 //! allocation at 130 % arrived load over seeds 42..46 against the mean of
 //! the FGD authors' own simulator (`openb/reference_alloc.csv`, seeds 42–51)
-//! within ±0.7 pp — 11 variants and the default trace, 66 pairs.
+//! within ±0.7 pp — 11 variants and the default trace, 72 pairs.
 //!
 //! Only means compare: our seeds shuffle the tasks differently from the
 //! reference's. `ARBITER_FGD_VARIANT_SEEDS=<n>` runs seeds 42..42+n (at

@@ -237,6 +237,7 @@ pub fn scenario(journal: &Journal, cell: &str) -> anyhow::Result<Scenario> {
         nodes,
         tasks,
         rejected: Vec::new(),
+        unplaceable: Vec::new(),
     }
     .finish()
 }

@@ -45,15 +45,21 @@ pub struct SimTask {
 }
 
 impl SimTask {
+    /// Milli-GPU taken from each of the task's GPUs (0 for a CPU-only task).
+    pub fn gpu_milli_per_gpu(&self) -> u64 {
+        let r = &self.request;
+        let per_gpu = match r.gpus_per_worker {
+            0 => 0,
+            1 => r.gpu_milli.min(FULL_GPU_MILLI),
+            _ => FULL_GPU_MILLI,
+        };
+        u64::from(per_gpu)
+    }
+
     /// Total GPU request in milli-GPU.
     pub fn gpu_milli_total(&self) -> u64 {
         let r = &self.request;
-        let per_gpu = if r.gpus_per_worker == 1 {
-            r.gpu_milli.min(FULL_GPU_MILLI)
-        } else {
-            FULL_GPU_MILLI
-        };
-        u64::from(r.workers) * u64::from(r.gpus_per_worker) * u64::from(per_gpu)
+        u64::from(r.workers) * u64::from(r.gpus_per_worker) * self.gpu_milli_per_gpu()
     }
 
     /// Whole GPUs' worth of request, for reports.
@@ -91,6 +97,10 @@ pub struct Scenario {
     /// Sorted by arrival (stable: file order among equal times).
     pub tasks: Vec<SimTask>,
     pub rejected: Vec<Rejected>,
+    /// The tasks of `rejected` that no node could ever hold, as the trace
+    /// gave them (model constraints intact): a protocol that counts them,
+    /// like the FGD paper's, offers them and records their failure.
+    pub unplaceable: Vec<SimTask>,
 }
 
 impl Scenario {
@@ -142,6 +152,7 @@ impl Scenario {
             .collect();
         let mut kept = Vec::with_capacity(self.tasks.len());
         for mut task in std::mem::take(&mut self.tasks) {
+            let as_given = task.clone();
             // A model listed in a constraint that no node has cannot matter for
             // placement; dropping it keeps the host's model table to the real ones.
             let listed = task.request.gpu_models.len();
@@ -153,13 +164,17 @@ impl Scenario {
                     task: task.request.name.clone(),
                     reason: "no node has any of the GPU models the task allows".into(),
                 });
+                self.unplaceable.push(as_given);
                 continue;
             }
             match infeasible(&task.request, &self.nodes) {
-                Some(reason) => self.rejected.push(Rejected {
-                    task: task.request.name.clone(),
-                    reason,
-                }),
+                Some(reason) => {
+                    self.rejected.push(Rejected {
+                        task: task.request.name.clone(),
+                        reason,
+                    });
+                    self.unplaceable.push(as_given);
+                }
                 None => kept.push(task),
             }
         }
@@ -500,6 +515,7 @@ pub fn from_files(
                 nodes,
                 tasks,
                 rejected: Vec::new(),
+                unplaceable: Vec::new(),
             }
             .finish()
         }
@@ -520,6 +536,7 @@ pub fn from_files(
                 nodes,
                 tasks,
                 rejected: Vec::new(),
+                unplaceable: Vec::new(),
             }
             .finish()
         }
@@ -607,6 +624,7 @@ pub fn builtin_example(seed: u64) -> Scenario {
         nodes,
         tasks,
         rejected: Vec::new(),
+        unplaceable: Vec::new(),
     };
     // Generated names and shapes are valid by construction; `finish` only sorts.
     match scenario.clone().finish() {

@@ -213,7 +213,8 @@ fn openb_default_one_seed_per_policy() {
         .ok()
         .and_then(|p| p.parse().ok())
         .unwrap_or(DEFAULT_POPULARITY);
-    let workload = TargetWorkload::from_tasks(tasks.iter().map(shape), popularity);
+    // M from the trace as given, before tuning (the reference's `SetTypicalPods`).
+    let workload = TargetWorkload::from_tasks(pods.iter().map(shape), popularity);
     let fgd = fgd_config(&workload, seed);
     let fgd_exact = format!("exact = true\n{fgd}");
     let common = format!("seed = {seed}\n");

@@ -1,9 +1,17 @@
-//! The FGD paper's static-placement protocol (Weng et al., ATC '23, §6.1):
-//! tasks shuffled with the seed and cycled until their GPU request is
-//! `tune` × capacity, one task per round at virtual time = its position, no
-//! departures; a task the policy does not place is dropped. Metrics: GPU
-//! allocation at 100 % and `tune` arrived load, unallocated GPUs,
-//! fragmentation (amount and ratio) against arrived load.
+//! The FGD paper's static-placement protocol (Weng et al., ATC '23, §6.1),
+//! as the authors' simulator runs it (`hkust-adsl/kubernetes-scheduler-simulator`;
+//! `docs/reproductions/fgd.md` names the source lines of each rule):
+//!
+//! * the task list is every task of the trace, placeable or not, in name
+//!   order, shuffled with the seed, then tuned to `tune` × capacity
+//!   ([`tuned_tasks`]);
+//! * one task per round at virtual time = its position, no departures; a
+//!   task the policy does not place is dropped, and one no node could ever
+//!   hold fails without a round;
+//! * the allocation "at X %" is the mean allocation over the tasks whose
+//!   arrived GPU request rounds to X % of capacity ([`AllocBuckets`]), as the
+//!   reference's `merge_alloc_discrete.py` computes it; unallocated GPUs and
+//!   fragmentation (amount and ratio) are reported beside it.
 
 use crate::core::recorder::{FragmentationMeter, fragmentation, pct};
 use crate::core::{self, LoopRules, Progress, ProgressRules, RunPolicy, SimCtx, SimHost};
@@ -44,33 +52,127 @@ impl ModelConfigFile for FgdConfig {
     }
 }
 
-/// The protocol's task list: file order shuffled with `seed`, cycled until
-/// the GPU request reaches `tune` × capacity (the reference simulator's
-/// workload tuning).
-pub fn tuned_tasks(scenario: &Scenario, seed: u64, tune: f64) -> Vec<&SimTask> {
-    let mut base: Vec<&SimTask> = scenario.tasks.iter().collect();
-    base.sort_by_key(|t| t.file_index);
-    let mut order: Vec<usize> = (0..base.len()).collect();
-    SplitMix64::new(seed).shuffle(&mut order);
-    let target = (scenario.gpu_capacity_milli() as f64 * tune) as u64;
-    let mut out = Vec::new();
-    let mut total = 0u64;
-    // A workload without GPU requests never reaches the target: one pass only.
-    if base.iter().all(|t| t.gpu_milli_total() == 0) {
-        return order.iter().map(|&i| base[i]).collect();
-    }
-    for &i in order.iter().cycle() {
-        if total >= target {
-            break;
+/// One entry of the protocol's task list.
+#[derive(Clone, Copy, Debug)]
+pub struct ProtocolTask<'a> {
+    pub task: &'a SimTask,
+    /// `false` for a task no node could ever hold (`Scenario::unplaceable`):
+    /// it arrives and fails.
+    pub placeable: bool,
+}
+
+/// Every task of the trace, placeable or not, in name order (the
+/// reference's `SetWorkloadPods`).
+pub fn trace_tasks(scenario: &Scenario) -> Vec<ProtocolTask<'_>> {
+    let mut tasks: Vec<ProtocolTask<'_>> = scenario
+        .tasks
+        .iter()
+        .map(|task| ProtocolTask {
+            task,
+            placeable: true,
+        })
+        .chain(scenario.unplaceable.iter().map(|task| ProtocolTask {
+            task,
+            placeable: false,
+        }))
+        .collect();
+    tasks.sort_by(|a, b| a.task.request.name.cmp(&b.task.request.name));
+    tasks
+}
+
+/// The protocol's task list, built as the reference simulator builds it
+/// (`SortClusterPods`, then `TunePodsByNodeTotalResource`):
+///
+/// * every task of the trace in name order, shuffled with `seed`;
+/// * tune up, while the list's GPU request is under `tune` × capacity:
+///   tasks drawn uniformly *with replacement* from the name-ordered trace
+///   are appended, until a draw whose per-GPU milli-GPU would take the
+///   request past the target (that draw is discarded; the check is per GPU,
+///   so the last multi-GPU task may overshoot);
+/// * tune down, while it is over: tasks removed at uniformly drawn
+///   positions until the request is at or under the target.
+///
+/// The random numbers are SplitMix64's, not Go's `math/rand`: the lists
+/// follow the same rules with other draws, so only means over seeds compare.
+pub fn tuned_tasks(scenario: &Scenario, seed: u64, tune: f64) -> Vec<ProtocolTask<'_>> {
+    let base = trace_tasks(scenario);
+    let mut rng = SplitMix64::new(seed);
+    let mut list = base.clone();
+    rng.shuffle(&mut list);
+    let target = scenario.gpu_capacity_milli() as f64 * tune;
+    let mut total: u64 = list.iter().map(|t| t.task.gpu_milli_total()).sum();
+    if (total as f64) < target {
+        // Without a GPU task no draw could ever stop the loop.
+        if base.iter().any(|t| t.task.gpu_milli_per_gpu() > 0) {
+            loop {
+                let drawn = base[rng.below(base.len() as u64) as usize];
+                if (total + drawn.task.gpu_milli_per_gpu()) as f64 > target {
+                    break;
+                }
+                total += drawn.task.gpu_milli_total();
+                list.push(drawn);
+            }
         }
-        total += base[i].gpu_milli_total();
-        out.push(base[i]);
+    } else {
+        while total as f64 > target && !list.is_empty() {
+            let removed = list.remove(rng.below(list.len() as u64) as usize);
+            total -= removed.task.gpu_milli_total();
+        }
     }
-    out
+    list
+}
+
+/// The allocation against arrived load, binned as the reference's analysis
+/// (`experiments/analysis/merge_alloc_discrete.py`) bins it: after every
+/// task (placed or failed) one row of (arrived request in % of capacity,
+/// rounded to a whole percent half-to-even; allocation in %, rounded to two
+/// decimals); the value at X % is the mean of the rows in bucket X, or of
+/// buckets X − 1 to X + 1 when X is empty, rounded to two decimals.
+#[derive(Debug, Default)]
+pub struct AllocBuckets {
+    /// Per whole percent of arrived load: (sum of allocations, rows).
+    rows: std::collections::BTreeMap<i64, (f64, u32)>,
+}
+
+/// Python's `round(x, digits)` for the values here (half to even).
+fn round_to(x: f64, digits: i32) -> f64 {
+    let scale = 10f64.powi(digits);
+    (x * scale).round_ties_even() / scale
+}
+
+impl AllocBuckets {
+    /// One row: `arrived` and `used` milli-GPU of `capacity` (whole GPUs).
+    /// The percentages are computed as the reference's script does,
+    /// `milli / gpus / 10`, so that a half lands where it lands there.
+    pub fn record(&mut self, arrived: u64, used: u64, capacity: u64) {
+        let gpus = (capacity / u64::from(FULL_GPU_MILLI)) as f64;
+        if gpus == 0.0 {
+            return;
+        }
+        let percent = |milli: u64| milli as f64 / gpus / 10.0;
+        let bucket = round_to(percent(arrived), 0) as i64;
+        let row = self.rows.entry(bucket).or_default();
+        row.0 += round_to(percent(used), 2);
+        row.1 += 1;
+    }
+
+    /// The allocation at `percent` % of arrived load; NaN if no row is near.
+    pub fn at(&self, percent: i64) -> f64 {
+        let mean = |range: std::ops::RangeInclusive<i64>| {
+            let (sum, n) = self
+                .rows
+                .range(range)
+                .fold((0.0, 0u32), |(s, n), (_, &(rs, rn))| (s + rs, n + rn));
+            (n > 0).then(|| round_to(sum / f64::from(n), 2))
+        };
+        mean(percent..=percent)
+            .or_else(|| mean(percent - 1..=percent + 1))
+            .unwrap_or(f64::NAN)
+    }
 }
 
 struct FgdModel<'a> {
-    tasks: Vec<&'a SimTask>,
+    tasks: Vec<ProtocolTask<'a>>,
     capacity: u64,
     meter: Option<Box<dyn FragmentationMeter>>,
     keep_records: bool,
@@ -78,7 +180,7 @@ struct FgdModel<'a> {
     used: u64,
     placed: usize,
     failed: usize,
-    at_100: Option<f64>,
+    buckets: AllocBuckets,
     at_80: Option<(f64, f64)>,
     next_sample: u64,
     series: Vec<SeriesPoint>,
@@ -86,6 +188,31 @@ struct FgdModel<'a> {
 }
 
 impl FgdModel<'_> {
+    /// After task `i` was decided: its arrival counts, one allocation row,
+    /// and a series point per whole percent of arrived load crossed.
+    fn task_done(&mut self, state: &ClusterState, i: usize, placed: bool) {
+        let task = self.tasks[i].task;
+        if placed {
+            self.placed += 1;
+            self.used += task.gpu_milli_total();
+        } else {
+            self.failed += 1;
+        }
+        if self.keep_records {
+            self.records.push(TaskRecord {
+                task: format!("{}#{i}", task.request.name),
+                arrival_s: i as f64,
+                start_s: placed.then_some(i as f64),
+                end_s: None,
+                gpus: task.gpus(),
+                outcome: if placed { "placed" } else { "failed" },
+            });
+        }
+        self.arrived += task.gpu_milli_total();
+        self.buckets.record(self.arrived, self.used, self.capacity);
+        self.sample(state);
+    }
+
     fn sample(&mut self, state: &ClusterState) {
         let (capacity, used) = (self.capacity, self.used);
         // One sample per whole percent of arrived load.
@@ -110,9 +237,6 @@ impl FgdModel<'_> {
             }
             self.next_sample += 1;
         }
-        if self.at_100.is_none() && self.arrived >= capacity {
-            self.at_100 = Some(pct(used, capacity));
-        }
     }
 }
 
@@ -125,7 +249,12 @@ impl core::WorkloadModel for FgdModel<'_> {
 
     fn on_events(&mut self, ctx: &mut SimCtx, now: u64) -> anyhow::Result<bool> {
         let i = now as usize;
-        let task = self.tasks[i];
+        let ProtocolTask { task, placeable } = self.tasks[i];
+        if !placeable {
+            // No node could ever hold it: it arrives and fails, no round.
+            self.task_done(&ctx.host.state, i, false);
+            return Ok(false);
+        }
         let mut request = task.request.clone();
         // Tuning repeats tasks; every copy needs its own name.
         request.name = format!("{}#{i}", request.name);
@@ -150,36 +279,21 @@ impl core::WorkloadModel for FgdModel<'_> {
         now: u64,
     ) -> anyhow::Result<()> {
         let i = now as usize;
-        let task = self.tasks[i];
+        let task = self.tasks[i].task;
         let id = ctx
             .progress
             .track(i)
             .id
             .context("the round's task was never submitted")?;
-        let ok = report.applied.started.contains(&id);
-        if ok {
-            self.placed += 1;
-            self.used += task.gpu_milli_total();
-        } else {
-            self.failed += 1;
+        let placed = report.applied.started.contains(&id);
+        if !placed {
             ctx.host
                 .state
                 .remove(id)
                 .with_context(|| format!("dropping unplaced `{}`", task.request.name))?;
             ctx.progress.withdrawn(i);
         }
-        if self.keep_records {
-            self.records.push(TaskRecord {
-                task: format!("{}#{i}", task.request.name),
-                arrival_s: i as f64,
-                start_s: ok.then_some(i as f64),
-                end_s: None,
-                gpus: task.gpus(),
-                outcome: if ok { "placed" } else { "failed" },
-            });
-        }
-        self.arrived += task.gpu_milli_total();
-        self.sample(&ctx.host.state);
+        self.task_done(&ctx.host.state, i, placed);
         Ok(())
     }
 }
@@ -209,14 +323,17 @@ pub fn run_fgd(
     );
     let mut ctx = SimCtx { host, progress };
     let mut model = FgdModel {
-        meter: opts.fragmentation.as_ref().map(|make| make(&tasks)),
+        meter: opts
+            .fragmentation
+            .as_ref()
+            .map(|make| make(&tasks.iter().map(|t| t.task).collect::<Vec<_>>())),
         capacity: scenario.gpu_capacity_milli(),
         keep_records: opts.keep_records,
         arrived: 0,
         used: 0,
         placed: 0,
         failed: 0,
-        at_100: None,
+        buckets: AllocBuckets::default(),
         at_80: None,
         next_sample: 0,
         series: Vec::new(),
@@ -234,11 +351,12 @@ pub fn run_fgd(
         model.tasks.len(),
         model.placed,
     );
+    let at_end = model.buckets.at((cfg.tune * 100.0).round() as i64);
     out.fgd = Some(FgdMetrics {
-        gpu_alloc_pct_at_100: model.at_100.unwrap_or(f64::NAN),
-        gpu_alloc_pct_at_130: pct(model.used, capacity),
-        unallocated_gpus_at_130: capacity.saturating_sub(model.used) as f64
-            / f64::from(FULL_GPU_MILLI),
+        gpu_alloc_pct_at_100: model.buckets.at(100),
+        gpu_alloc_pct_at_130: at_end,
+        unallocated_gpus_at_130: capacity as f64 / f64::from(FULL_GPU_MILLI)
+            * (1.0 - at_end / 100.0),
         frag_gpus_at_80: frag80,
         frag_ratio_pct_at_80: ratio80,
         tasks_offered: model.tasks.len(),
