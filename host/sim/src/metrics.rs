@@ -33,11 +33,13 @@ pub fn std_dev(values: &[f64]) -> f64 {
 /// Metrics of the FGD static-placement protocol.
 #[derive(Clone, Debug, Serialize)]
 pub struct FgdMetrics {
-    /// Allocated / total milli-GPU when the arrived GPU request first reaches 100% of capacity.
+    /// Mean allocation (allocated / total milli-GPU, percent) over the
+    /// tasks whose arrived GPU request rounds to 100 % of capacity
+    /// (`models::fgd::AllocBuckets`); NaN if none arrived near it.
     pub gpu_alloc_pct_at_100: f64,
-    /// The same after all tasks arrived (the `tune` ratio, 130% by default).
+    /// The same at the `tune` ratio (130 % by default).
     pub gpu_alloc_pct_at_130: f64,
-    /// Whole GPUs' worth of unallocated milli-GPU at the end.
+    /// GPUs left unallocated at that allocation: GPUs × (1 − alloc@130).
     pub unallocated_gpus_at_130: f64,
     /// Fragmentation (FGD's F(M), in GPUs) when the arrived request reaches 80%.
     pub frag_gpus_at_80: f64,
