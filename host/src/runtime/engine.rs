@@ -1,27 +1,31 @@
 //! The engine: configuration, compilation (cached), and what each store holds.
 
 use super::bindings::{v0_1, v0_2};
+use super::budget::{MemoryAccount, SandboxLimiter};
 use super::contract::ContractIndices;
 use super::fault::PolicyFault;
-use super::inspect::{ImportClass, Inspection, inspect_component};
+use super::guest_text::{MAX_ERROR_TEXT, MAX_NAME_TEXT, guest_text, is_plain};
+use super::inspect::{CompileLimits, ImportClass, Inspection, inspect_component};
 use super::instance::PolicyInstance;
 use super::ticker::Ticker;
 use arbiter_policy_sdk::model::{Manifest, Role};
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use wasmtime::component::types::ComponentItem;
 use wasmtime::component::{Component, InstancePre, Linker};
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, StoreLimits};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 /// Sandbox and engine settings.
 #[derive(Clone, Debug)]
 pub struct RuntimeConfig {
     /// Wall-clock bound of one guest call.
     pub deadline: Duration,
-    /// Linear-memory cap of one instance, in bytes.
+    /// Memory budget of one instance, in bytes: all its linear memories and
+    /// tables together (see `budget.rs`).
     pub memory_limit: usize,
     /// Fuel per call, for deterministic accounting; `None` disables fuel.
     pub fuel: Option<u64>,
@@ -37,6 +41,16 @@ pub struct RuntimeConfig {
     pub allowed_capabilities: Vec<String>,
     /// Log lines a policy may write per call (more are dropped and counted).
     pub max_log_lines: u32,
+    /// What one component may cost to compile, checked before compiling.
+    pub compile_limits: CompileLimits,
+    /// Compilations running at once; more wait. With the compile limits this
+    /// bounds the memory compilation can take.
+    pub max_parallel_compiles: usize,
+    /// Bytes of compiled code kept in memory for reuse (least recently used
+    /// evicted); only components that passed every check are kept.
+    pub compiled_cache_bytes: usize,
+    /// Soft limit of the on-disk cache (`cache_dir`), in bytes.
+    pub disk_cache_bytes: u64,
 }
 
 impl Default for RuntimeConfig {
@@ -50,6 +64,10 @@ impl Default for RuntimeConfig {
             max_instances: 128,
             allowed_capabilities: Vec::new(),
             max_log_lines: 64,
+            compile_limits: CompileLimits::default(),
+            max_parallel_compiles: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            compiled_cache_bytes: 256 << 20,
+            disk_cache_bytes: 512 << 20,
         }
     }
 }
@@ -60,10 +78,27 @@ const HASH_SEED: (u64, u64) = (0x6172_6269_7465_7221, 0x0070_6f6c_6963_7921);
 
 /// Longest log line kept from a policy.
 const MAX_LOG_LINE: usize = 1024;
+/// Longest description kept from a manifest (longer is cut).
+const MAX_DESCRIPTION: usize = 4 << 10;
+/// Longest default configuration a manifest may carry (longer is refused:
+/// cutting configuration would change its meaning).
+const MAX_DEFAULT_CONFIG: usize = 64 << 10;
+/// Most roles a manifest may declare (the contract has five).
+const MAX_ROLES: usize = 16;
+
+/// The functions the host implements in each interface it links: a
+/// component that imports anything more from these interfaces is refused
+/// (linking it would need a stub, and a policy must never be told a
+/// function exists that the host does not provide).
+const HOST_FUNCTIONS: [(&str, &[&str]); 3] = [
+    ("arbiter:policy/host", &["log", "now-ms"]),
+    ("arbiter:policy/types", &[]),
+    ("wasi:random/insecure-seed", &["insecure-seed"]),
+];
 
 /// What each store carries: the sandbox limits and the host imports' state.
 pub struct HostState {
-    pub(crate) limits: StoreLimits,
+    pub(crate) limits: SandboxLimiter,
     pub(crate) policy: Arc<str>,
     pub(crate) now_ms: u64,
     pub(crate) log_budget: u32,
@@ -87,14 +122,7 @@ impl HostState {
             return;
         }
         self.log_budget -= 1;
-        let mut message = message;
-        if message.len() > MAX_LOG_LINE {
-            let mut cut = MAX_LOG_LINE;
-            while !message.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            message.truncate(cut);
-        }
+        let message = guest_text(&message, MAX_LOG_LINE, false);
         let policy = &*self.policy;
         match level {
             LogLevel::Trace => tracing::trace!(policy, "{message}"),
@@ -142,6 +170,8 @@ pub struct CompiledPolicy {
     pub(crate) pre: InstancePre<HostState>,
     pub(crate) roles: ContractIndices,
     pub(crate) engine: PolicyEngine,
+    /// The shared budget its instances are charged to, besides their own.
+    pub(crate) account: Option<Arc<MemoryAccount>>,
 }
 
 impl CompiledPolicy {
@@ -168,13 +198,99 @@ impl CompiledPolicy {
     pub fn instantiate(&self) -> Result<PolicyInstance, PolicyFault> {
         PolicyInstance::wasm(self)
     }
+
+    /// The same policy with every future instance also charged to `account`
+    /// (e.g. its tenant's), so one owner's instances share one budget.
+    pub fn charged_to(&self, account: Arc<MemoryAccount>) -> CompiledPolicy {
+        CompiledPolicy {
+            account: Some(account),
+            ..self.clone()
+        }
+    }
+
+    pub fn account(&self) -> Option<&Arc<MemoryAccount>> {
+        self.account.as_ref()
+    }
 }
 
 struct EngineInner {
     engine: Engine,
     config: RuntimeConfig,
-    compiled: Mutex<HashMap<String, Component>>,
+    compiled: Mutex<CompiledCache>,
+    compiles: CompileGate,
     ticker: Arc<Ticker>,
+}
+
+/// Compiled components by digest, bounded in bytes of code, least recently
+/// used evicted. Only components that passed every check get in, so a
+/// refused upload leaves nothing behind.
+#[derive(Default)]
+struct CompiledCache {
+    entries: HashMap<String, (Component, usize, u64)>,
+    bytes: usize,
+    clock: u64,
+}
+
+impl CompiledCache {
+    fn get(&mut self, digest: &str) -> Option<Component> {
+        self.clock += 1;
+        let clock = self.clock;
+        self.entries.get_mut(digest).map(|(c, _, used)| {
+            *used = clock;
+            c.clone()
+        })
+    }
+
+    fn insert(&mut self, digest: String, component: Component, limit: usize) {
+        let range = component.image_range();
+        let size = (range.end as usize).saturating_sub(range.start as usize);
+        if size > limit || self.entries.contains_key(&digest) {
+            return;
+        }
+        while self.bytes + size > limit {
+            let Some(oldest) = self
+                .entries
+                .iter()
+                .min_by_key(|(_, (_, _, used))| *used)
+                .map(|(d, _)| d.clone())
+            else {
+                break;
+            };
+            if let Some((_, freed, _)) = self.entries.remove(&oldest) {
+                self.bytes -= freed;
+            }
+        }
+        self.clock += 1;
+        self.bytes += size;
+        self.entries.insert(digest, (component, size, self.clock));
+    }
+}
+
+/// A counting semaphore over compilations.
+struct CompileGate {
+    running: Mutex<usize>,
+    freed: Condvar,
+    max: usize,
+}
+
+impl CompileGate {
+    fn enter(&self) -> CompileTurn<'_> {
+        let mut running = self.running.lock();
+        while *running >= self.max {
+            self.freed.wait(&mut running);
+        }
+        *running += 1;
+        CompileTurn(self)
+    }
+}
+
+struct CompileTurn<'a>(&'a CompileGate);
+
+impl Drop for CompileTurn<'_> {
+    fn drop(&mut self) {
+        *self.0.running.lock() -= 1;
+        self.0.freed.notify_one();
+    }
 }
 
 impl Drop for EngineInner {
@@ -210,7 +326,9 @@ impl PolicyEngine {
             std::fs::create_dir_all(dir)
                 .map_err(|e| anyhow::anyhow!("creating cache directory {}: {e}", dir.display()))?;
             let mut cache_config = wasmtime::CacheConfig::new();
-            cache_config.with_directory(dir);
+            cache_config
+                .with_directory(dir)
+                .with_files_total_size_soft_limit(config.disk_cache_bytes);
             cfg.cache(Some(wasmtime::Cache::new(cache_config)?));
         }
         let engine = Engine::new(&cfg)?;
@@ -218,8 +336,13 @@ impl PolicyEngine {
         Ok(PolicyEngine {
             inner: Arc::new(EngineInner {
                 engine,
+                compiled: Mutex::new(CompiledCache::default()),
+                compiles: CompileGate {
+                    running: Mutex::new(0),
+                    freed: Condvar::new(),
+                    max: config.max_parallel_compiles.max(1),
+                },
                 config,
-                compiled: Mutex::new(HashMap::new()),
                 ticker,
             }),
         })
@@ -240,17 +363,20 @@ impl PolicyEngine {
         (self.inner.config.deadline.as_nanos().div_ceil(tick)).max(1) as u64
     }
 
+    /// Compiled components held in memory, and their bytes of code.
+    pub fn cached_components(&self) -> (usize, usize) {
+        let cache = self.inner.compiled.lock();
+        (cache.entries.len(), cache.bytes)
+    }
+
     /// A store with this engine's sandbox limits.
-    pub(crate) fn new_store(&self, policy: Arc<str>) -> wasmtime::Store<HostState> {
-        let limits = wasmtime::StoreLimitsBuilder::new()
-            .memory_size(self.inner.config.memory_limit)
-            .trap_on_grow_failure(true)
-            .instances(64)
-            .tables(64)
-            .memories(16)
-            .build();
+    pub(crate) fn new_store(
+        &self,
+        policy: Arc<str>,
+        account: Option<Arc<MemoryAccount>>,
+    ) -> wasmtime::Store<HostState> {
         let state = HostState {
-            limits,
+            limits: SandboxLimiter::new(self.inner.config.memory_limit, account),
             policy,
             now_ms: 0,
             log_budget: self.inner.config.max_log_lines,
@@ -264,6 +390,11 @@ impl PolicyEngine {
     /// Checks, compiles, links and describes a policy component.
     pub fn compile(&self, wasm: &[u8]) -> Result<CompiledPolicy, PolicyFault> {
         let inspection = inspect_component(wasm).map_err(|e| PolicyFault::Abi(e.to_string()))?;
+        self.inner
+            .config
+            .compile_limits
+            .check(inspection.size_bytes, &inspection.code)
+            .map_err(|e| PolicyFault::Abi(format!("refused before compiling: {e}")))?;
         for (name, class) in &inspection.imports {
             let allowed = match class {
                 ImportClass::Host | ImportClass::InertWasi | ImportClass::FixedSeed => true,
@@ -282,18 +413,22 @@ impl PolicyEngine {
             }
         }
         let digest = hex::encode(Sha256::digest(wasm));
-        let component = {
-            let cached = self.inner.compiled.lock().get(&digest).cloned();
-            match cached {
-                Some(c) => c,
-                None => {
-                    let c = Component::new(&self.inner.engine, wasm)
-                        .map_err(|e| PolicyFault::Abi(format!("compiling component: {e:#}")))?;
-                    self.inner.compiled.lock().insert(digest.clone(), c.clone());
-                    c
-                }
+        let cached = self.inner.compiled.lock().get(&digest);
+        let fresh = cached.is_none();
+        let component = match cached {
+            Some(c) => c,
+            None => {
+                let _turn = self.inner.compiles.enter();
+                Component::new(&self.inner.engine, wasm).map_err(|e| {
+                    PolicyFault::Abi(guest_text(
+                        &format!("compiling component: {e:#}"),
+                        MAX_ERROR_TEXT,
+                        false,
+                    ))
+                })?
             }
         };
+        self.check_host_imports(&component, &inspection)?;
         let mut linker: Linker<HostState> = Linker::new(&self.inner.engine);
         v0_2::arbiter::policy::host::add_to_linker::<
             HostState,
@@ -340,26 +475,105 @@ impl PolicyEngine {
             pre,
             roles,
             engine: self.clone(),
+            account: None,
         };
         let mut instance = compiled.instantiate()?;
         let manifest = instance.describe()?;
-        check_manifest(&manifest, &compiled.roles)?;
-        compiled.manifest = manifest;
+        compiled.manifest = check_manifest(manifest, &compiled.roles)?;
+        if fresh {
+            self.inner.compiled.lock().insert(
+                compiled.digest.clone(),
+                component,
+                self.inner.config.compiled_cache_bytes,
+            );
+        }
         Ok(compiled)
+    }
+
+    /// Every function the component imports from an interface the host
+    /// implements must be one the host provides: nothing there is stubbed.
+    fn check_host_imports(
+        &self,
+        component: &Component,
+        inspection: &Inspection,
+    ) -> Result<(), PolicyFault> {
+        let engine = &self.inner.engine;
+        let ty = component.component_type();
+        for (name, class) in &inspection.imports {
+            if !matches!(class, ImportClass::Host | ImportClass::FixedSeed) {
+                continue;
+            }
+            let interface = name.split('@').next().unwrap_or(name);
+            let provided = HOST_FUNCTIONS
+                .iter()
+                .find(|(i, _)| *i == interface)
+                .map_or(&[][..], |(_, f)| *f);
+            let Some(import) = ty.get_import(engine, name) else {
+                continue;
+            };
+            let ComponentItem::ComponentInstance(instance) = import.ty else {
+                return Err(PolicyFault::Abi(format!(
+                    "imports `{name}` as something other than an interface"
+                )));
+            };
+            for (function, item) in instance.exports(engine) {
+                let is_function = matches!(item.ty, ComponentItem::ComponentFunc(_));
+                if is_function && !provided.contains(&function) {
+                    return Err(PolicyFault::Abi(format!(
+                        "imports `{}` from `{name}`, which the host does not provide (it provides: {})",
+                        guest_text(function, MAX_NAME_TEXT, false),
+                        provided.join(", ")
+                    )));
+                }
+            }
+        }
+        Ok(())
     }
 }
 
-/// Every declared role must be exported; a scheduler, reclaim or matcher also needs `sync`.
-fn check_manifest(manifest: &Manifest, roles: &ContractIndices) -> Result<(), PolicyFault> {
+/// A manifest the host can show and trust: a short printable name and
+/// version, known roles each exported, a bounded default configuration; the
+/// description is cut and escaped (see [`guest_text`]).
+fn check_manifest(
+    mut manifest: Manifest,
+    roles: &ContractIndices,
+) -> Result<Manifest, PolicyFault> {
+    let shown = |s: &str| guest_text(s, MAX_NAME_TEXT, false);
     if manifest.name.trim().is_empty() {
         return Err(PolicyFault::BadAnswer("manifest has an empty name".into()));
+    }
+    for (field, value) in [("name", &manifest.name), ("version", &manifest.version)] {
+        if value.len() > MAX_NAME_TEXT || !is_plain(value) {
+            return Err(PolicyFault::BadAnswer(format!(
+                "manifest {field} `{}` must be at most {MAX_NAME_TEXT} bytes of printable text",
+                shown(value)
+            )));
+        }
     }
     if manifest.roles.is_empty() {
         return Err(PolicyFault::BadAnswer("manifest declares no roles".into()));
     }
+    if manifest.roles.len() > MAX_ROLES {
+        return Err(PolicyFault::BadAnswer(format!(
+            "manifest declares {} roles; the contract has five",
+            manifest.roles.len()
+        )));
+    }
+    if manifest.default_config.len() > MAX_DEFAULT_CONFIG {
+        return Err(PolicyFault::BadAnswer(format!(
+            "manifest default configuration is {} bytes, the limit is {MAX_DEFAULT_CONFIG}",
+            manifest.default_config.len()
+        )));
+    }
+    if guest_text(&manifest.default_config, usize::MAX, true) != manifest.default_config {
+        return Err(PolicyFault::BadAnswer(
+            "manifest default configuration holds control characters".into(),
+        ));
+    }
+    manifest.description = guest_text(&manifest.description, MAX_DESCRIPTION, true);
     for name in &manifest.roles {
         let role = Role::parse(name).ok_or_else(|| {
-            PolicyFault::BadAnswer(format!("manifest declares unknown role `{name}`"))
+            PolicyFault::BadAnswer(format!("manifest declares unknown role `{}`", shown(name)))
         })?;
         let exported = roles.exports(role);
         if !exported {
@@ -368,5 +582,5 @@ fn check_manifest(manifest: &Manifest, roles: &ContractIndices) -> Result<(), Po
             )));
         }
     }
-    Ok(())
+    Ok(manifest)
 }

@@ -1,5 +1,7 @@
 //! What can go wrong when a policy runs, classified from wasmtime's errors.
 
+use super::budget::BudgetExceeded;
+use super::guest_text::{MAX_ERROR_TEXT, MAX_NAME_TEXT, guest_text};
 use arbiter_policy_sdk::{DecisionError, PolicyError};
 use std::time::Duration;
 
@@ -44,8 +46,14 @@ impl PolicyFault {
                 other => PolicyFault::Trap(other.to_string()),
             };
         }
-        // A memory-cap failure is not a `Trap` value: it surfaces as a message
-        // in the chain ("forcing trap when growing memory ...").
+        // A memory-budget refusal is not a `Trap` value: it is the
+        // limiter's own error, somewhere in the chain.
+        if err
+            .chain()
+            .any(|e| e.downcast_ref::<BudgetExceeded>().is_some())
+        {
+            return PolicyFault::MemoryCap(memory_cap);
+        }
         let chain: Vec<String> = err.chain().map(|e| e.to_string()).collect();
         if chain
             .iter()
@@ -53,15 +61,22 @@ impl PolicyFault {
         {
             return PolicyFault::MemoryCap(memory_cap);
         }
-        PolicyFault::Trap(chain.join(": "))
+        // A trap's text can quote the guest (function names from its name
+        // section, a panic message): bounded like everything a guest says.
+        PolicyFault::Trap(guest_text(&chain.join(": "), MAX_ERROR_TEXT, false))
     }
 
-    /// Turns an error the policy reported itself into a fault.
+    /// Turns an error the policy reported itself into a fault; its text is
+    /// bounded and escaped here, once (see [`guest_text`]).
     pub fn from_policy_error(err: PolicyError) -> PolicyFault {
         match err {
             PolicyError::Stale(epoch) => PolicyFault::Stale(epoch),
-            PolicyError::Unsupported(role) => PolicyFault::Unsupported(role),
-            PolicyError::Failed(msg) => PolicyFault::Reported(msg),
+            PolicyError::Unsupported(role) => {
+                PolicyFault::Unsupported(guest_text(&role, MAX_NAME_TEXT, false))
+            }
+            PolicyError::Failed(msg) => {
+                PolicyFault::Reported(guest_text(&msg, MAX_ERROR_TEXT, false))
+            }
         }
     }
 

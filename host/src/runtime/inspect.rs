@@ -27,6 +27,120 @@ pub struct Inspection {
     pub size_bytes: usize,
     pub imports: Vec<(String, ImportClass)>,
     pub exports: Vec<String>,
+    /// What compiling it would cost, counted over every nested module.
+    pub code: CodeStats,
+}
+
+/// The sizes that drive compile time and compile memory (Cranelift's cost is
+/// per function and per byte of body), and what instantiation would create.
+/// Counted from the section headers before anything is compiled.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CodeStats {
+    /// Core modules, at any depth.
+    pub modules: usize,
+    /// Defined core functions, over all modules.
+    pub functions: u64,
+    /// Bytes of function bodies, over all modules.
+    pub code_bytes: u64,
+    /// The largest single function body.
+    pub largest_body: u64,
+    /// Declared locals, over all functions.
+    pub locals: u64,
+    /// Defined linear memories and tables, over all modules.
+    pub memories: u64,
+    pub tables: u64,
+    /// Bytes of data segments.
+    pub data_bytes: u64,
+    /// Component-level definitions (types, aliases, canonical functions,
+    /// instances): the component model's own compile-time cost.
+    pub component_items: u64,
+}
+
+/// The most a component may cost to compile. Compilation is not
+/// interruptible, so these are checked against [`CodeStats`] before it
+/// starts: a refused component costs a parse and nothing more. The defaults
+/// are several times the largest built-in policy (see BENCHMARKS.md,
+/// "compile limits") and bound one compilation to a few seconds and a few
+/// hundred MiB.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompileLimits {
+    pub max_bytes: usize,
+    pub max_modules: usize,
+    pub max_functions: u64,
+    pub max_code_bytes: u64,
+    pub max_body_bytes: u64,
+    pub max_locals: u64,
+    pub max_memories: u64,
+    pub max_tables: u64,
+    pub max_data_bytes: u64,
+    pub max_component_items: u64,
+}
+
+impl Default for CompileLimits {
+    fn default() -> Self {
+        CompileLimits {
+            max_bytes: 16 << 20,
+            max_modules: 16,
+            max_functions: 20_000,
+            max_code_bytes: 8 << 20,
+            max_body_bytes: 1 << 20,
+            max_locals: 1 << 20,
+            max_memories: 4,
+            max_tables: 8,
+            max_data_bytes: 8 << 20,
+            max_component_items: 50_000,
+        }
+    }
+}
+
+impl CompileLimits {
+    /// The first limit `stats` (of a file of `size` bytes) exceeds, as a
+    /// sentence for the operator.
+    pub fn check(&self, size: usize, stats: &CodeStats) -> Result<(), String> {
+        let over = |what: &str, have: u64, max: u64| -> Result<(), String> {
+            if have > max {
+                Err(format!(
+                    "{what}: {have}, the limit is {max} (compile limits bound the time and memory one upload can cost)"
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        over(
+            "component size in bytes",
+            size as u64,
+            self.max_bytes as u64,
+        )?;
+        over(
+            "core modules",
+            stats.modules as u64,
+            self.max_modules as u64,
+        )?;
+        over("functions", stats.functions, self.max_functions)?;
+        over(
+            "bytes of function bodies",
+            stats.code_bytes,
+            self.max_code_bytes,
+        )?;
+        over(
+            "bytes in one function body",
+            stats.largest_body,
+            self.max_body_bytes,
+        )?;
+        over("declared locals", stats.locals, self.max_locals)?;
+        over("linear memories", stats.memories, self.max_memories)?;
+        over("tables", stats.tables, self.max_tables)?;
+        over(
+            "bytes of data segments",
+            stats.data_bytes,
+            self.max_data_bytes,
+        )?;
+        over(
+            "component-level definitions",
+            stats.component_items,
+            self.max_component_items,
+        )
+    }
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -92,10 +206,13 @@ pub fn inspect_component(bytes: &[u8]) -> Result<Inspection, InspectError> {
         size_bytes: bytes.len(),
         imports: Vec::new(),
         exports: Vec::new(),
+        code: CodeStats::default(),
     };
+    let malformed = |e: wasmparser::BinaryReaderError| InspectError::Malformed(e.to_string());
+    let code = &mut inspection.code;
     let mut depth = 0usize;
     for payload in Parser::new(0).parse_all(bytes) {
-        let payload = payload.map_err(|e| InspectError::Malformed(e.to_string()))?;
+        let payload = payload.map_err(malformed)?;
         match payload {
             Payload::Version {
                 encoding: Encoding::Module,
@@ -103,20 +220,53 @@ pub fn inspect_component(bytes: &[u8]) -> Result<Inspection, InspectError> {
             } if depth == 0 => {
                 return Err(InspectError::CoreModule);
             }
-            Payload::ModuleSection { .. } | Payload::ComponentSection { .. } => depth += 1,
+            Payload::ModuleSection { .. } => {
+                code.modules += 1;
+                depth += 1;
+            }
+            Payload::ComponentSection { .. } => depth += 1,
             Payload::End(_) => depth = depth.saturating_sub(1),
+            Payload::FunctionSection(reader) => code.functions += u64::from(reader.count()),
+            Payload::CodeSectionStart { size, .. } => code.code_bytes += u64::from(size),
+            Payload::CodeSectionEntry(body) => {
+                code.largest_body = code.largest_body.max(body.range().len() as u64);
+                for local in body.get_locals_reader().map_err(malformed)? {
+                    code.locals += u64::from(local.map_err(malformed)?.0);
+                }
+            }
+            Payload::MemorySection(reader) => code.memories += u64::from(reader.count()),
+            Payload::TableSection(reader) => code.tables += u64::from(reader.count()),
+            Payload::DataSection(reader) => {
+                for data in reader {
+                    code.data_bytes += data.map_err(malformed)?.data.len() as u64;
+                }
+            }
+            Payload::ComponentTypeSection(reader) => {
+                code.component_items += u64::from(reader.count())
+            }
+            Payload::CoreTypeSection(reader) => code.component_items += u64::from(reader.count()),
+            Payload::ComponentAliasSection(reader) => {
+                code.component_items += u64::from(reader.count())
+            }
+            Payload::ComponentCanonicalSection(reader) => {
+                code.component_items += u64::from(reader.count())
+            }
+            Payload::ComponentInstanceSection(reader) => {
+                code.component_items += u64::from(reader.count())
+            }
+            Payload::InstanceSection(reader) => code.component_items += u64::from(reader.count()),
             Payload::ComponentImportSection(reader) if depth == 0 => {
                 for import in reader {
-                    let import = import.map_err(|e| InspectError::Malformed(e.to_string()))?;
-                    let name = import.name.name.to_string();
+                    let name = import.map_err(malformed)?.name.name.to_string();
                     let class = classify_import(&name);
                     inspection.imports.push((name, class));
                 }
             }
             Payload::ComponentExportSection(reader) if depth == 0 => {
                 for export in reader {
-                    let export = export.map_err(|e| InspectError::Malformed(e.to_string()))?;
-                    inspection.exports.push(export.name.name.to_string());
+                    inspection
+                        .exports
+                        .push(export.map_err(malformed)?.name.name.to_string());
                 }
             }
             _ => {}

@@ -101,7 +101,7 @@ impl PolicyInstance {
         } else {
             Arc::from(compiled.manifest.name.as_str())
         };
-        let mut store = engine.new_store(name);
+        let mut store = engine.new_store(name, compiled.account.clone());
         let config = engine.config();
         let deadline_ticks = engine.deadline_ticks();
         store.set_epoch_deadline(deadline_ticks);
@@ -164,6 +164,15 @@ impl PolicyInstance {
 
     pub fn last_call(&self) -> CallStats {
         self.last
+    }
+
+    /// Bytes the instance holds in linear memories and tables (0 for a
+    /// native policy).
+    pub fn memory_bytes(&self) -> usize {
+        match &self.backend {
+            Backend::Wasm(w) => w.store.data().limits.used(),
+            Backend::Native(_) => 0,
+        }
     }
 
     /// Runs one guest call under the sandbox; any wasmtime error poisons the instance.

@@ -73,6 +73,11 @@ pub enum DecisionError {
         worker: u32,
         workers: usize,
     },
+    /// A scale-in names the same worker position twice.
+    DuplicateWorker {
+        job: u32,
+        worker: u32,
+    },
     /// Two decisions about the same job in one round.
     JobAlreadyDecided(u32),
     TooManyDecisions {
@@ -151,6 +156,9 @@ impl core::fmt::Display for DecisionError {
                 workers,
             } => {
                 write!(f, "job {job} has {workers} workers, no worker {worker}")
+            }
+            DuplicateWorker { job, worker } => {
+                write!(f, "scale-in of job {job} names worker {worker} twice")
             }
             JobAlreadyDecided(j) => write!(f, "job {j} already has a decision this round"),
             TooManyDecisions { limit } => write!(f, "more than {limit} decisions in one round"),
@@ -516,7 +524,10 @@ impl<'a> Plan<'a> {
                 for &p in positions {
                     match remove.get_mut(p as usize) {
                         Some(slot) if !*slot => *slot = true,
-                        _ => {
+                        Some(_) => {
+                            return Err(DecisionError::DuplicateWorker { job, worker: p });
+                        }
+                        None => {
                             return Err(DecisionError::BadWorkerIndex {
                                 job,
                                 worker: p,

@@ -256,3 +256,32 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn scale_in_names_a_repeated_position_as_such() {
+    let mut c = TestCluster::new();
+    for i in 0..2 {
+        c.node(&format!("n{i}"), "p", 8_000, 64_000, "A", 16_000, 4);
+    }
+    let job = c.job("j", "t", 2, 1);
+    let workers = (0..2)
+        .map(|n| WorkerPlacement {
+            node: n,
+            gpus: c.cluster().node(n).gpu_range().take(1).collect(),
+        })
+        .collect();
+    c.run(job, workers);
+    let mut plan = Plan::new(c.cluster());
+    assert_eq!(
+        plan.apply(Decision::ScaleIn(job, vec![0, 0, 1000])),
+        Err(DecisionError::DuplicateWorker { job, worker: 0 })
+    );
+    assert_eq!(
+        plan.apply(Decision::ScaleIn(job, vec![1000])),
+        Err(DecisionError::BadWorkerIndex {
+            job,
+            worker: 1000,
+            workers: 2
+        })
+    );
+}
