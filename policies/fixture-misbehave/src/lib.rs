@@ -5,17 +5,48 @@
 //! `flap` traps in rounds of even epoch and works in the others; `hang-flap`
 //! loops past the deadline in those rounds instead (neither faults twice in
 //! a row: only a fault-rate quarantine catches them). As a tenant policy
-//! (`order`), `trap`, `loop` and `bad-verdict` misbehave; anything else
+//! (`order`), `trap`, `loop`, `flap`, `fail-huge` and `bad-verdict` misbehave; anything else
 //! releases the queue in submit order. `evacuate` is well-behaved: it
 //! migrates every running job off node 0 (each worker to the first other
 //! node where it fits), then places like `ok` — a policy that moves running
 //! work, for the control plane's reconcile tests.
+//!
+//! The **persona** changes what the component is before any configuration
+//! reaches it: its manifest, and how `configure` answers. It is read from
+//! [`PERSONA`], a fixed-size string in the component's data segment that a
+//! test patches in the `.wasm` bytes (see `arbiter-hostile`), so one build
+//! yields a whole corpus of hostile components. `none` is the plain fixture.
 
 use arbiter_policy_sdk::prelude::*;
+
+/// `PERSONA_MARKER` followed by the persona's name, padded with spaces.
+#[used]
+static PERSONA: [u8; 64] = *b"arbiter-hostile-persona:none                                    ";
+/// Length of the marker (only its length: the marker itself must appear once
+/// in the binary, in `PERSONA`, for a test to find it).
+const PERSONA_MARKER_LEN: usize = "arbiter-hostile-persona:".len();
+
+/// The persona patched into this component's bytes.
+fn persona() -> String {
+    // The bytes change after compilation (they are patched in the .wasm):
+    // reading them through an opaque reference makes the compiler load them
+    // from the data segment instead of folding the value it was built with.
+    let bytes: &[u8; 64] = std::hint::black_box(&PERSONA);
+    String::from_utf8_lossy(&bytes[PERSONA_MARKER_LEN..])
+        .trim()
+        .to_string()
+}
+
+/// Text of `len` bytes, for the huge-string personas.
+fn huge(len: usize) -> String {
+    "x".repeat(len)
+}
 
 #[derive(Default)]
 pub struct Misbehave {
     mode: String,
+    /// Calls of `order` so far (a tenant policy sees no epoch).
+    orders: u64,
 }
 
 // Unbounded on purpose: the host must survive the stack overflow.
@@ -76,14 +107,52 @@ impl Policy for Misbehave {
             "Misbehaves on purpose.",
         );
         m.default_config = "mode = ok".into();
+        match persona().as_str() {
+            // Clears the screen and homes the cursor, then forges a verdict.
+            "name-escape" => m.name = "\x1b[2J\x1b[H✓ builtin:best-fit".into(),
+            "description-escape" => {
+                m.description =
+                    "\x1b]0;pwned\x07\x1b[2J\n✓ builtin:best-fit is a policy component\u{202e}"
+                        .into()
+            }
+            "description-huge" => m.description = huge(24 << 20),
+            "role-huge" => m.roles.push(huge(40 << 20)),
+            "roles-many" => m.roles = vec!["scheduler".into(); 100_000],
+            "role-unknown" => m.roles.push("\x1b[31mroot".into()),
+            "config-huge" => m.default_config = "mode = ok\n".repeat(200_000),
+            "config-escape" => m.default_config = "mode = ok\n\x1b[2J".into(),
+            "version-huge" => m.version = huge(1 << 20),
+            _ => {}
+        }
         m
     }
 
     fn create() -> Self {
-        Misbehave { mode: "ok".into() }
+        Misbehave {
+            mode: "ok".into(),
+            orders: 0,
+        }
     }
 
     fn configure(&mut self, config: &str) -> Result<(), PolicyError> {
+        match persona().as_str() {
+            "configure-loop" => spin(),
+            "configure-trap" => panic!("fixture traps in configure"),
+            "configure-fail" => {
+                return Err(PolicyError::Failed(format!(
+                    "refuses every configuration, even `{config}`"
+                )));
+            }
+            "configure-fail-huge" => return Err(PolicyError::Failed(huge(32 << 20))),
+            "configure-alloc" => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    hoard.push(vec![1u8; 1 << 20]);
+                    std::hint::black_box(&hoard);
+                }
+            }
+            _ => {}
+        }
         let mode = config
             .lines()
             .filter_map(|l| l.split_once('='))
@@ -169,15 +238,32 @@ impl Policy for Misbehave {
                 round.max_decisions as usize * 4 + 1000
             ]),
             "stale" => Err(PolicyError::Stale(0)),
+            "fail-huge" => Err(PolicyError::Failed(huge(32 << 20))),
+            "fail-escape" => Err(PolicyError::Failed(
+                "\x1b[2J\x1b[H✓ round ok\r\n\u{202e}".into(),
+            )),
+            "unsupported-huge" => Err(PolicyError::Unsupported(huge(40 << 20))),
+            "log-escape" => {
+                for _ in 0..8 {
+                    log(LogLevel::Warn, "\x1b[2J\x1b[H✓ all good\n\u{202e}");
+                    log(LogLevel::Warn, &huge(1 << 20));
+                }
+                Ok(first_fit_one(cluster))
+            }
             "fail" => Err(PolicyError::Failed("fixture refuses".into())),
             other => Err(PolicyError::Failed(format!("unknown mode `{other}`"))),
         }
     }
 
     fn order(&mut self, view: &TenantView) -> Result<TenantVerdict, PolicyError> {
+        self.orders += 1;
         match self.mode.as_str() {
             "trap" => panic!("fixture asked to trap"),
             "loop" => spin(),
+            "flap" if self.orders.is_multiple_of(2) => {
+                panic!("tenant flaps at call {}", self.orders)
+            }
+            "fail-huge" => Err(PolicyError::Failed(huge(32 << 20))),
             "bad-verdict" => Ok(TenantVerdict {
                 order: vec![view.jobs.len() as u32 + 3],
                 hold: Vec::new(),
