@@ -2,7 +2,8 @@
 
 use anyhow::Context;
 use arbiter_host::runtime::{
-    CompiledPolicy, ImportClass, PolicyEngine, RuntimeConfig, SERVED_VERSIONS, inspect_component,
+    CodeStats, CompiledPolicy, ImportClass, MAX_NAME_TEXT, PolicyEngine, RuntimeConfig,
+    SERVED_VERSIONS, guest_text, inspect_component,
 };
 use clap::{Args, Subcommand};
 use serde::Serialize;
@@ -10,7 +11,9 @@ use std::path::{Path, PathBuf};
 
 #[derive(Subcommand)]
 pub enum PolicyCommand {
-    /// Check a `.wasm` file: is it a policy component, which roles, manifest, imports.
+    /// Check a `.wasm` file: is it a policy component, which roles, manifest,
+    /// imports; then instantiate it and configure it with its default
+    /// configuration under the deadline.
     Check(CheckArgs),
     /// List the built-in policies and those in a policy directory, or (with
     /// `--server`) the slots of a running control plane.
@@ -75,6 +78,8 @@ struct Report {
     contract: Option<String>,
     default_config: Option<String>,
     imports: Vec<ImportReport>,
+    /// What compiling it costs (absent when it is not a component at all).
+    code: Option<CodeStats>,
 }
 
 #[derive(Serialize)]
@@ -95,11 +100,17 @@ fn read_source(source: &str) -> anyhow::Result<Vec<u8>> {
 }
 
 fn report(source: &str, bytes: &[u8], result: Result<CompiledPolicy, String>) -> Report {
-    let imports = inspect_component(bytes)
+    let inspection = inspect_component(bytes).ok();
+    let code = inspection.as_ref().map(|i| i.code);
+    // Import names come from the file: bounded and escaped like any guest text.
+    let imports = inspection
         .map(|i| {
             i.imports
                 .into_iter()
-                .map(|(name, class)| ImportReport { name, class })
+                .map(|(name, class)| ImportReport {
+                    name: guest_text(&name, MAX_NAME_TEXT, false),
+                    class,
+                })
                 .collect()
         })
         .unwrap_or_default();
@@ -117,6 +128,7 @@ fn report(source: &str, bytes: &[u8], result: Result<CompiledPolicy, String>) ->
             contract: Some(c.contract_version().to_string()),
             default_config: Some(c.manifest.default_config.clone()),
             imports,
+            code,
         },
         Err(error) => Report {
             source: source.into(),
@@ -131,6 +143,7 @@ fn report(source: &str, bytes: &[u8], result: Result<CompiledPolicy, String>) ->
             contract: None,
             default_config: None,
             imports,
+            code,
         },
     }
 }
@@ -141,7 +154,10 @@ fn check(args: &CheckArgs) -> anyhow::Result<()> {
         allowed_capabilities: args.allow.clone(),
         ..RuntimeConfig::default()
     })?;
-    let result = engine.compile(&bytes).map_err(|e| e.to_string());
+    let result = engine
+        .compile(&bytes)
+        .and_then(|c| c.try_default_configuration().map(|()| c))
+        .map_err(|e| e.to_string());
     let r = report(&args.file, &bytes, result);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
@@ -172,12 +188,25 @@ fn print_report(r: &Report) {
             };
             println!("  contract     arbiter:policy@{v}{note}");
         }
-        println!("  description  {}", r.description.as_deref().unwrap_or(""));
+        // Continuation lines are indented, so a description cannot print a
+        // line of its own that looks like the report's verdict.
+        let mut description = r.description.as_deref().unwrap_or("").lines();
+        println!("  description  {}", description.next().unwrap_or(""));
+        for line in description {
+            println!("               {line}");
+        }
         println!(
             "  digest       sha256:{}",
             r.digest.as_deref().unwrap_or("")
         );
         println!("  size         {} bytes", r.size_bytes.unwrap_or(0));
+        if let Some(code) = &r.code {
+            println!(
+                "  code         {} modules, {} functions, {} bytes of code, {} memories, {} tables",
+                code.modules, code.functions, code.code_bytes, code.memories, code.tables
+            );
+        }
+        println!("  configured   with its default configuration, within the deadline");
         if let Some(cfg) = r.default_config.as_deref().filter(|c| !c.trim().is_empty()) {
             println!("  default config:");
             for line in cfg.lines() {

@@ -425,7 +425,6 @@ fn modes() -> Vec<Case> {
         mode(Scheduler, "flap", Expect::Flaps { role: Scheduler }),
         mode(Scheduler, "hang-flap", Expect::Flaps { role: Scheduler }),
         mode(Scheduler, "log-escape", Expect::Works),
-        mode(Scheduler, "log-flood", Expect::Works),
         mode(Tenant, "loop", faults(Tenant, "deadline")),
         mode(Tenant, "trap", faults(Tenant, "trap")),
         mode(Tenant, "fail-huge", faults(Tenant, "reported")),

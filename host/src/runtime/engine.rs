@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use wasmtime::component::types::ComponentItem;
 use wasmtime::component::{Component, InstancePre, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
@@ -41,6 +41,11 @@ pub struct RuntimeConfig {
     pub allowed_capabilities: Vec<String>,
     /// Log lines a policy may write per call (more are dropped and counted).
     pub max_log_lines: u32,
+    /// Bytes of log one instance may write per second of wall clock, over
+    /// all its calls (a burst of `max_log_lines` full lines is allowed):
+    /// without it a policy logging its per-call maximum every round of a
+    /// 1 kHz loop writes 64 MiB/s into the operator's logs.
+    pub log_bytes_per_s: u64,
     /// What one component may cost to compile, checked before compiling.
     pub compile_limits: CompileLimits,
     /// Compilations running at once; more wait. With the compile limits this
@@ -64,6 +69,7 @@ impl Default for RuntimeConfig {
             max_instances: 128,
             allowed_capabilities: Vec::new(),
             max_log_lines: 64,
+            log_bytes_per_s: 8 << 10,
             compile_limits: CompileLimits::default(),
             max_parallel_compiles: std::thread::available_parallelism().map_or(2, |n| n.get()),
             compiled_cache_bytes: 256 << 20,
@@ -102,7 +108,44 @@ pub struct HostState {
     pub(crate) policy: Arc<str>,
     pub(crate) now_ms: u64,
     pub(crate) log_budget: u32,
+    pub(crate) log_bytes: LogAllowance,
+    /// Lines dropped since the last report of drops.
     pub(crate) logs_dropped: u64,
+}
+
+/// Log bytes an instance may still write: a token bucket refilled by wall
+/// clock (logs are not state, so replays stay exact).
+pub(crate) struct LogAllowance {
+    available: u64,
+    burst: u64,
+    per_s: u64,
+    refilled: Instant,
+}
+
+impl LogAllowance {
+    fn new(burst: u64, per_s: u64) -> LogAllowance {
+        LogAllowance {
+            available: burst,
+            burst,
+            per_s,
+            refilled: Instant::now(),
+        }
+    }
+
+    /// Takes `bytes` if that many are available.
+    fn take(&mut self, bytes: u64) -> bool {
+        let now = Instant::now();
+        let earned = (now - self.refilled).as_secs_f64() * self.per_s as f64;
+        if earned >= 1.0 {
+            self.available = (self.available + earned as u64).min(self.burst);
+            self.refilled = now;
+        }
+        if bytes > self.available {
+            return false;
+        }
+        self.available -= bytes;
+        true
+    }
 }
 
 /// Severity of a guest log line, whichever contract version wrote it.
@@ -116,13 +159,26 @@ enum LogLevel {
 }
 
 impl HostState {
+    /// Says how many log lines were dropped, when there were some and the
+    /// allowance has room for saying so (else they are counted on).
+    pub(crate) fn report_dropped_logs(&mut self) {
+        if self.logs_dropped > 0 && self.log_bytes.take(128) {
+            let dropped = std::mem::take(&mut self.logs_dropped);
+            tracing::warn!(
+                policy = &*self.policy,
+                dropped,
+                "policy log lines over budget were dropped"
+            );
+        }
+    }
+
     fn log_line(&mut self, level: LogLevel, message: String) {
-        if self.log_budget == 0 {
+        let message = guest_text(&message, MAX_LOG_LINE, false);
+        if self.log_budget == 0 || !self.log_bytes.take(message.len() as u64) {
             self.logs_dropped += 1;
             return;
         }
         self.log_budget -= 1;
-        let message = guest_text(&message, MAX_LOG_LINE, false);
         let policy = &*self.policy;
         match level {
             LogLevel::Trace => tracing::trace!(policy, "{message}"),
@@ -210,6 +266,16 @@ impl CompiledPolicy {
 
     pub fn account(&self) -> Option<&Arc<MemoryAccount>> {
         self.account.as_ref()
+    }
+
+    /// Instantiates the policy and configures it with its manifest's default
+    /// configuration, each call under the deadline: what every host does
+    /// first with a policy, so a component that loops, traps or fails here
+    /// cannot work anywhere (`arbiter policy check` runs this).
+    pub fn try_default_configuration(&self) -> Result<(), PolicyFault> {
+        let mut instance = self.instantiate()?;
+        instance.describe()?;
+        instance.configure(&self.manifest.default_config)
     }
 }
 
@@ -380,6 +446,10 @@ impl PolicyEngine {
             policy,
             now_ms: 0,
             log_budget: self.inner.config.max_log_lines,
+            log_bytes: LogAllowance::new(
+                u64::from(self.inner.config.max_log_lines) * MAX_LOG_LINE as u64,
+                self.inner.config.log_bytes_per_s,
+            ),
             logs_dropped: 0,
         };
         let mut store = wasmtime::Store::new(&self.inner.engine, state);
@@ -583,4 +653,24 @@ fn check_manifest(
         }
     }
     Ok(manifest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LogAllowance;
+    use std::time::Duration;
+
+    #[test]
+    fn the_log_allowance_gives_a_burst_then_only_what_time_earns() {
+        let mut allowance = LogAllowance::new(1_000, 10_000);
+        assert!(allowance.take(600));
+        assert!(!allowance.take(600), "the burst is spent");
+        assert!(allowance.take(400));
+        std::thread::sleep(Duration::from_millis(60));
+        // 60 ms at 10 kB/s earned about 600 bytes, never more than the burst.
+        assert!(allowance.take(500));
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(!allowance.take(1_001), "refills stop at the burst");
+        assert!(allowance.take(1_000));
+    }
 }

@@ -27,8 +27,15 @@ pub fn guest_text(text: &str, max: usize, multiline: bool) -> String {
     let budget = max.saturating_sub(40);
     for (at, c) in text.char_indices() {
         if out.len() + piece_len(c, multiline) > budget {
-            let rest: usize = text[at..].chars().map(|c| piece_len(c, multiline)).sum();
-            if out.len() + rest <= max {
+            // Whether the rest fits after all (counting stops at the bound,
+            // so a 40 MiB string costs no more than a short one).
+            let room = max.saturating_sub(out.len());
+            let mut need = 0;
+            let fits = text[at..].chars().all(|c| {
+                need += piece_len(c, multiline);
+                need <= room
+            });
+            if fits {
                 text[at..]
                     .chars()
                     .for_each(|c| push_piece(&mut out, c, multiline));

@@ -211,10 +211,7 @@ impl PolicyInstance {
             wall: start.elapsed(),
             fuel,
         };
-        let dropped = std::mem::take(&mut w.store.data_mut().logs_dropped);
-        if dropped > 0 {
-            tracing::warn!(dropped, "policy log lines over budget were dropped");
-        }
+        w.store.data_mut().report_dropped_logs();
         if let Err(fault) = &result
             && fault.poisons_instance()
         {

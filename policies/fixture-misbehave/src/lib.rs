@@ -246,7 +246,7 @@ impl Policy for Misbehave {
             "log-escape" => {
                 for _ in 0..8 {
                     log(LogLevel::Warn, "\x1b[2J\x1b[H✓ all good\n\u{202e}");
-                    log(LogLevel::Warn, &huge(1 << 20));
+                    log(LogLevel::Warn, &huge(256 << 10));
                 }
                 Ok(first_fit_one(cluster))
             }
