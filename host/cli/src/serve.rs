@@ -47,6 +47,10 @@ pub struct ServeArgs {
     /// policies see it (e.g. `--gpu-speed T4=333`); repeatable.
     #[arg(long = "gpu-speed", value_parser = parse_gpu_speed)]
     pub gpu_speeds: Vec<(String, u32)>,
+    /// Memory, in MiB, all of one tenant's policy instances may hold
+    /// together (each instance is also held to the per-policy cap).
+    #[arg(long, default_value_t = arbiter_serve::plane::DEFAULT_TENANT_MEMORY_BYTES >> 20)]
+    pub tenant_memory_mib: usize,
 }
 
 /// `MODEL=PERMILLE`, e.g. `T4=333`.
@@ -83,6 +87,7 @@ pub fn serve(a: &ServeArgs) -> anyhow::Result<()> {
             heartbeat: a.heartbeat,
             lost_after: a.lost_after,
             gpu_speeds: a.gpu_speeds.clone(),
+            tenant_memory_bytes: a.tenant_memory_mib.saturating_mul(1 << 20),
             ..PlaneConfig::default()
         },
     };

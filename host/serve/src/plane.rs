@@ -29,7 +29,7 @@ use arbiter_host::registry::{Generation, PolicySlot, Registry};
 use arbiter_host::roles::reclaim::ReclaimDriver;
 use arbiter_host::roles::scheduler::{RoundDriver, Served};
 use arbiter_host::roles::tenant::{self, AdmissionRequest};
-use arbiter_host::runtime::{CompiledPolicy, PolicyEngine, RuntimeConfig};
+use arbiter_host::runtime::{CompiledPolicy, MemoryAccount, PolicyEngine, RuntimeConfig};
 use arbiter_host::state::{Applied, ClusterState, JobId, JobRequest, NodeRequest};
 use arbiter_policy_sdk::model::{
     self, Decision, Role, RoundInfo, TenantJob, TenantView, WorkerPlacement,
@@ -71,6 +71,11 @@ pub struct PlaneConfig {
     /// GPU speeds per model, in permille of the reference model, that
     /// policies see (contract 0.2 `gpu-model-speed`); others run at 1000.
     pub gpu_speeds: Vec<(String, u32)>,
+    /// Memory (linear memories and tables) that all of one tenant's policy
+    /// instances may hold together: every generation its slot keeps, and the
+    /// probe an upload configures. Each instance also stays within
+    /// `runtime.max_memory_bytes`.
+    pub tenant_memory_bytes: usize,
 }
 
 impl Default for PlaneConfig {
@@ -86,9 +91,14 @@ impl Default for PlaneConfig {
             lost_after: Duration::from_secs(3),
             journal: true,
             gpu_speeds: Vec::new(),
+            tenant_memory_bytes: DEFAULT_TENANT_MEMORY_BYTES,
         }
     }
 }
+
+/// Two instances at the default per-instance cap: a tenant can run one
+/// policy at full size and probe its next upload, not fill the plane.
+pub const DEFAULT_TENANT_MEMORY_BYTES: usize = 128 << 20;
 
 /// `count` simulated nodes of `gpus` A100-80GB each.
 pub fn default_pool(count: u32, gpus: u32) -> Vec<NodeRequest> {
@@ -336,6 +346,9 @@ pub struct Plane {
     /// Stats of the single control cell outside experiments.
     control_stats: ArmStats,
     tenant_faults: u64,
+    /// What each tenant's policy instances hold, against
+    /// `cfg.tenant_memory_bytes`.
+    tenant_memory: BTreeMap<String, Arc<MemoryAccount>>,
     rounds: u64,
     next_session: u64,
 }
@@ -404,6 +417,7 @@ impl Plane {
             metrics: PolicyMetrics::default(),
             control_stats: ArmStats::default(),
             tenant_faults: 0,
+            tenant_memory: BTreeMap::new(),
             rounds: 0,
             next_session: 1,
         };
@@ -501,6 +515,7 @@ impl Plane {
                 };
                 match self.registry.engine().compile(wasm) {
                     Ok(compiled) => {
+                        let compiled = self.charge_owner(slot_name, compiled);
                         let config = (!g.config.is_empty()).then(|| g.config.clone());
                         match slot.load(compiled, config, None, None) {
                             Ok(generation) => ids.push(Some(generation.id)),
@@ -522,6 +537,19 @@ impl Plane {
                 let _ = slot.activate(*id);
             }
             restored_default |= slot_name == DEFAULT_SLOT && slot.active().is_some();
+        }
+        // Components no slot refers to any more (left behind by a version that
+        // never deleted them, or by a crash between the two writes).
+        let referenced: HashSet<String> = contents
+            .with_prefix("slot/")
+            .filter_map(|(_, bytes)| serde_json::from_slice::<SlotRecord>(bytes).ok())
+            .flat_map(|r| r.generations.into_iter().map(|g| g.digest))
+            .collect();
+        for (digest, _) in contents.with_prefix("blob/") {
+            if !referenced.contains(digest) {
+                tracing::info!(digest, "deleting a stored component no slot refers to");
+                self.writer.send(Write::Delete(format!("blob/{digest}")));
+            }
         }
         if !restored_default {
             let name = self.cfg.default_policy.clone();
@@ -952,7 +980,7 @@ impl Plane {
     pub fn compile(registry: &Registry, wasm: &[u8]) -> Result<CompiledPolicy, ApiError> {
         if wasm.len() > MAX_UPLOAD {
             return Err(ApiError::InvalidArgument(format!(
-                "component is {} bytes; at most {MAX_UPLOAD} are accepted",
+                "component is {} bytes, over the {MAX_UPLOAD}-byte upload limit: refused before compiling",
                 wasm.len()
             )));
         }
@@ -1004,6 +1032,7 @@ impl Plane {
                     .into(),
             ));
         }
+        let compiled = self.charge_owner(&slot, compiled);
         if !config.is_empty() {
             // Try the configuration on a throwaway instance before accepting it.
             let mut probe = compiled
@@ -1028,6 +1057,11 @@ impl Plane {
     ) -> Result<(Arc<Generation>, Ack), ApiError> {
         let digest = compiled.digest.clone();
         let slot = self.registry.slot(slot_name);
+        let held_before: Vec<String> = slot
+            .generations()
+            .iter()
+            .map(|g| g.digest().to_string())
+            .collect();
         let generation = slot
             .load(
                 compiled,
@@ -1039,11 +1073,43 @@ impl Plane {
         if activate {
             slot.activate(generation.id).map_err(internal)?;
         }
-        let ack = self.writer.send_durable(vec![
+        let mut writes = vec![
             Write::Put(format!("blob/{digest}"), wasm.to_vec()),
             self.slot_write(&slot)?,
-        ]);
+        ];
+        // A generation the slot pruned takes its component with it, unless
+        // another generation (of any slot) still runs the same code.
+        let held_now = self.digests_in_use();
+        for gone in held_before {
+            if !held_now.contains(&gone) {
+                writes.push(Write::Delete(format!("blob/{gone}")));
+            }
+        }
+        let ack = self.writer.send_durable(writes);
         Ok((generation, ack))
+    }
+
+    fn digests_in_use(&self) -> HashSet<String> {
+        self.registry
+            .slots()
+            .iter()
+            .flat_map(|s| s.generations())
+            .map(|g| g.digest().to_string())
+            .collect()
+    }
+
+    /// A tenant's policies are charged to the tenant's memory account, so
+    /// all its generations together stay within `tenant_memory_bytes`.
+    fn charge_owner(&mut self, slot: &str, compiled: CompiledPolicy) -> CompiledPolicy {
+        let Some(tenant) = slot.strip_prefix("tenant:") else {
+            return compiled;
+        };
+        let limit = self.cfg.tenant_memory_bytes;
+        let account = self
+            .tenant_memory
+            .entry(tenant.to_string())
+            .or_insert_with(|| MemoryAccount::new(format!("tenant:{tenant}"), limit));
+        compiled.charged_to(Arc::clone(account))
     }
 
     /// The slot as persisted: generations in load order, by digest.
@@ -1969,6 +2035,16 @@ impl Plane {
             [(vec![], self.tenant_faults)],
         );
         e.gauge(
+            "arbiter_tenant_policy_memory_bytes",
+            "Memory the tenant's policy instances hold (limit: the plane's tenant memory budget).",
+            self.tenant_memory.iter().map(|(tenant, account)| {
+                (
+                    vec![("tenant", tenant.as_str())],
+                    GaugeValue::Int(account.used() as i64),
+                )
+            }),
+        );
+        e.gauge(
             "arbiter_jobs",
             "Jobs by state.",
             [
@@ -2613,14 +2689,39 @@ impl Plane {
 
     // ------------------------------------------------------------ the round
 
-    /// One control period: completions, admission, a round per cell, guardrails.
+    /// One control period: completions, admission, a round per cell,
+    /// guardrails. The serving loop runs the same three steps but asks the
+    /// tenant policies without holding the plane (see [`Plane::begin_tick`]).
     pub fn tick(&mut self) {
+        let admission = self.begin_tick();
+        let decided = admission.decide();
+        self.end_tick(decided);
+    }
+
+    /// The first half of a control period: agent liveness, completions,
+    /// and what each tenant's policy is to be asked. The asking
+    /// ([`PendingAdmission::decide`]) needs no access to the plane, so a
+    /// slow tenant policy (bounded by its deadline) never blocks the API.
+    pub fn begin_tick(&mut self) -> PendingAdmission {
         let span = tracing::info_span!("tick", round = self.rounds + 1);
         let _g = span.enter();
         let now = now_ms();
         self.check_agents();
         self.complete_finished(now);
-        self.admit(now);
+        PendingAdmission {
+            now,
+            epoch: self.rounds + 1,
+            tenants: self.admission_requests(now),
+        }
+    }
+
+    /// The second half: releases what the tenant policies admitted, then a
+    /// round per cell and the guardrail.
+    pub fn end_tick(&mut self, decided: DecidedAdmission) {
+        let span = tracing::info_span!("tick", round = self.rounds + 1);
+        let _g = span.enter();
+        let now = decided.now;
+        self.apply_admissions(decided);
         for i in 0..self.cells.len() {
             self.run_cell_round(i, now);
         }
@@ -2644,10 +2745,12 @@ impl Plane {
         }
     }
 
-    /// Releases queued jobs to their cells, in the order tenant policies
-    /// give, only while they fit their tenant's quota (the host core's
-    /// tenant driver decides both; see `arbiter_host::roles::tenant`).
-    fn admit(&mut self, now: u64) {
+    /// Each tenant's admission question: its queue, its released jobs and
+    /// its quota. Jobs pending past a lowered quota go back to the queue here.
+    /// The answers come from the host core's tenant driver (see
+    /// `arbiter_host::roles::tenant`), which releases queued jobs in the
+    /// order tenant policies give, only while they fit the quota.
+    fn admission_requests(&mut self, now: u64) -> Vec<TenantAdmission> {
         // One pass over the job table per tick: each tenant's queue, its
         // released jobs and what they claim.
         let mut tenants: BTreeMap<String, TenantJobs<'_>> = BTreeMap::new();
@@ -2712,7 +2815,13 @@ impl Plane {
                 quota_milli,
                 claimed_milli,
             };
-            requests.push((tenant, queued, request));
+            let slot = self.registry.find(&tenant_slot(&tenant));
+            requests.push(TenantAdmission {
+                tenant,
+                slot,
+                queued,
+                request,
+            });
         }
         for id in withdraw {
             tracing::info!(
@@ -2722,10 +2831,13 @@ impl Plane {
             self.remove_from_cell(id);
             self.set_status(id, JobStatus::Queued);
         }
-        for (tenant, queued, request) in requests {
+        requests
+    }
+
+    /// Releases what the tenant policies admitted and counts their faults.
+    fn apply_admissions(&mut self, decided: DecidedAdmission) {
+        for (tenant, queued, admission) in decided.tenants {
             let slot_name = tenant_slot(&tenant);
-            let slot = self.registry.find(&slot_name);
-            let admission = tenant::admit(slot.as_deref(), self.rounds + 1, &request);
             for (generation, fault) in &admission.faults {
                 self.tenant_faults += 1;
                 let g = generation.map_or_else(|| "native".to_string(), |g| g.to_string());
@@ -2736,7 +2848,17 @@ impl Plane {
                     .or_default() += 1;
             }
             for position in admission.release {
-                self.release(queued[position as usize]);
+                let Some(&id) = queued.get(position as usize) else {
+                    continue;
+                };
+                // Cancelled (or otherwise moved on) while the policy was asked.
+                if self
+                    .jobs
+                    .get(&id)
+                    .is_some_and(|j| j.status == JobStatus::Queued)
+                {
+                    self.release(id);
+                }
             }
         }
     }
@@ -3237,4 +3359,45 @@ fn arm_metrics(
         policy_faults: s.faults,
         policy_latency_ms: Some(s.policy_ms.estimate()),
     }
+}
+
+/// One tenant's admission question, asked off the plane's lock.
+pub struct TenantAdmission {
+    tenant: String,
+    slot: Option<Arc<PolicySlot>>,
+    /// Job ids by queue position.
+    queued: Vec<u64>,
+    request: AdmissionRequest,
+}
+
+/// What [`Plane::begin_tick`] leaves for the tenant policies to decide.
+pub struct PendingAdmission {
+    now: u64,
+    epoch: u64,
+    tenants: Vec<TenantAdmission>,
+}
+
+impl PendingAdmission {
+    /// Asks every tenant's policy (deadlines, faults, quarantine and the
+    /// native fallback are the tenant driver's), touching no plane state.
+    pub fn decide(self) -> DecidedAdmission {
+        let epoch = self.epoch;
+        DecidedAdmission {
+            now: self.now,
+            tenants: self
+                .tenants
+                .into_iter()
+                .map(|t| {
+                    let admission = tenant::admit(t.slot.as_deref(), epoch, &t.request);
+                    (t.tenant, t.queued, admission)
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The tenant policies' answers, for [`Plane::end_tick`].
+pub struct DecidedAdmission {
+    now: u64,
+    tenants: Vec<(String, Vec<u64>, tenant::Admission)>,
 }

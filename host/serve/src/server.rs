@@ -95,7 +95,12 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<Running> {
             .spawn(move || {
                 let mut next = Instant::now();
                 while !stop.load(Ordering::Acquire) {
-                    plane.lock().tick();
+                    // The tenant policies are asked between the two
+                    // halves, without the plane: the API stays responsive
+                    // however long they take (up to their deadline).
+                    let admission = plane.lock().begin_tick();
+                    let decided = admission.decide();
+                    plane.lock().end_tick(decided);
                     next += period;
                     let now = Instant::now();
                     if next > now {

@@ -1,150 +1,15 @@
 //! The control plane end to end over loopback gRPC: jobs, tenants, policies,
 //! split and shadow experiments, guardrails, promotion, malformed requests.
 
+mod common;
+
 use arbiter_proto::v1;
 use arbiter_serve::plane::{PlaneConfig, default_pool};
-use arbiter_serve::server::{Running, ServeConfig, start};
+use arbiter_serve::server::{ServeConfig, start};
+use common::*;
 use std::time::Duration;
 use tonic::Code;
-use tonic::metadata::MetadataValue;
-use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
-
-type Auth = InterceptedService<Channel, Bearer>;
-
-#[derive(Clone)]
-struct Bearer(Option<MetadataValue<tonic::metadata::Ascii>>);
-
-impl tonic::service::Interceptor for Bearer {
-    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        if let Some(v) = &self.0 {
-            req.metadata_mut().insert("authorization", v.clone());
-        }
-        Ok(req)
-    }
-}
-
-struct Client {
-    jobs: v1::jobs_client::JobsClient<Auth>,
-    policies: v1::policies_client::PoliciesClient<Auth>,
-    experiments: v1::experiments_client::ExperimentsClient<Auth>,
-    cluster: v1::cluster_client::ClusterClient<Auth>,
-    nodes: v1::nodes_client::NodesClient<Auth>,
-}
-
-async fn client(running: &Running, token: Option<&str>) -> Client {
-    let channel = Channel::from_shared(format!("http://{}", running.grpc_addr))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let auth = Bearer(token.map(|t| format!("Bearer {t}").parse().unwrap()));
-    Client {
-        jobs: v1::jobs_client::JobsClient::with_interceptor(channel.clone(), auth.clone()),
-        policies: v1::policies_client::PoliciesClient::with_interceptor(
-            channel.clone(),
-            auth.clone(),
-        )
-        .max_encoding_message_size(64 << 20),
-        experiments: v1::experiments_client::ExperimentsClient::with_interceptor(
-            channel.clone(),
-            auth.clone(),
-        ),
-        cluster: v1::cluster_client::ClusterClient::with_interceptor(channel.clone(), auth.clone()),
-        nodes: v1::nodes_client::NodesClient::with_interceptor(channel, auth),
-    }
-}
-
-async fn server(dir: &std::path::Path, nodes: u32, duration: Duration) -> Running {
-    start(ServeConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        data: dir.to_path_buf(),
-        metrics_listen: None,
-        plane: PlaneConfig {
-            round_interval: Duration::from_millis(20),
-            nodes: default_pool(nodes, 8),
-            default_duration: duration,
-            ..PlaneConfig::default()
-        },
-    })
-    .await
-    .unwrap()
-}
-
-fn spec(name: &str, gpus: u32, duration_ms: u64) -> v1::JobSpec {
-    v1::JobSpec {
-        name: name.into(),
-        gpus,
-        duration_ms,
-        ..Default::default()
-    }
-}
-
-/// Submits a job that must be accepted; returns its id.
-async fn submit(c: &mut Client, spec: v1::JobSpec) -> u64 {
-    c.jobs
-        .submit(v1::SubmitJobRequest { spec: Some(spec) })
-        .await
-        .unwrap()
-        .into_inner()
-        .id
-}
-
-async fn wait_for<F, Fut>(what: &str, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    for _ in 0..500 {
-        if f().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("timed out waiting for {what}");
-}
-
-async fn wait_state(c: &Client, id: u64, state: v1::JobState) {
-    wait_for(&format!("job {id} to be {state:?}"), || {
-        let mut c = client_clone(c);
-        async move { job_state(&mut c, id).await == state }
-    })
-    .await;
-}
-
-async fn job_state(c: &mut Client, id: u64) -> v1::JobState {
-    let j = c.jobs.get(v1::JobRef { id }).await.unwrap().into_inner();
-    v1::JobState::try_from(j.state).unwrap()
-}
-
-async fn add_tenant(admin: &mut Client, name: &str, quota: u32) -> String {
-    admin
-        .cluster
-        .add_tenant(v1::AddTenantRequest {
-            name: name.into(),
-            quota_gpus: quota,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .token
-}
-
-/// The admin and two tenants without quota, `team-a` and `team-b`.
-async fn two_tenants(running: &Running) -> (Client, Client, Client) {
-    two_tenants_with_quotas(running, 0, 0).await
-}
-
-/// The admin and tenants `team-a` and `team-b` with these GPU quotas (0 = none).
-async fn two_tenants_with_quotas(running: &Running, a: u32, b: u32) -> (Client, Client, Client) {
-    let admin_token = running.new_admin_token.clone().unwrap();
-    let mut admin = client(running, Some(&admin_token)).await;
-    let a_token = add_tenant(&mut admin, "team-a", a).await;
-    let b_token = add_tenant(&mut admin, "team-b", b).await;
-    let a = client(running, Some(&a_token)).await;
-    let b = client(running, Some(&b_token)).await;
-    (admin, a, b)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_run_to_completion_and_tenants_are_isolated() {
@@ -227,16 +92,6 @@ async fn jobs_run_to_completion_and_tenants_are_isolated() {
     running.shutdown().await.unwrap();
 }
 
-fn client_clone(c: &Client) -> Client {
-    Client {
-        jobs: c.jobs.clone(),
-        policies: c.policies.clone(),
-        experiments: c.experiments.clone(),
-        cluster: c.cluster.clone(),
-        nodes: c.nodes.clone(),
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_requests_get_clear_status_codes() {
     let dir = tempfile::tempdir().unwrap();
@@ -299,7 +154,7 @@ async fn malformed_requests_get_clear_status_codes() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
-    assert!(e.message().contains("at most"), "{}", e.message());
+    assert!(e.message().contains("upload limit"), "{}", e.message());
     // A tenant-role slot refuses a scheduler-only component, and vice versa.
     let e = admin
         .policies
@@ -380,54 +235,6 @@ async fn malformed_requests_get_clear_status_codes() {
         .unwrap_err();
     assert_eq!(e.code(), Code::NotFound);
     running.shutdown().await.unwrap();
-}
-
-async fn load(c: &mut Client, slot: &str, wasm: &[u8], config: &str) -> v1::GenerationInfo {
-    c.policies
-        .upload(v1::UploadPolicyRequest {
-            slot: slot.into(),
-            wasm: wasm.to_vec(),
-            config: config.into(),
-            activate: true,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .generation
-        .unwrap()
-}
-
-async fn cluster_view(c: &mut Client) -> v1::ClusterView {
-    c.cluster
-        .view(v1::ClusterViewRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-}
-
-async fn metrics_text(c: &mut Client) -> String {
-    c.cluster
-        .metrics(v1::MetricsRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .text
-}
-
-async fn describe(c: &mut Client, slot: &str) -> v1::SlotInfo {
-    c.policies
-        .describe(v1::SlotRef { slot: slot.into() })
-        .await
-        .unwrap()
-        .into_inner()
-}
-
-async fn status(c: &mut Client, name: &str) -> v1::ExperimentStatus {
-    c.experiments
-        .status(v1::ExperimentRef { name: name.into() })
-        .await
-        .unwrap()
-        .into_inner()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

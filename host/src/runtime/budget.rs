@@ -50,6 +50,7 @@ impl MemoryAccount {
             })
             .map(|_| ())
             .map_err(|used| BudgetExceeded {
+                shared: true,
                 scope: format!("account `{}`", self.name),
                 want: used.saturating_add(bytes),
                 budget: self.limit,
@@ -69,6 +70,9 @@ impl MemoryAccount {
     "memory budget of {scope} exceeded: {want} bytes over all memories and tables, the budget is {budget}"
 )]
 pub struct BudgetExceeded {
+    /// Whether it is a budget shared by several instances (an account),
+    /// not the instance's own.
+    pub shared: bool,
     pub scope: String,
     pub want: usize,
     pub budget: usize,
@@ -100,6 +104,7 @@ impl SandboxLimiter {
         let want = self.used.saturating_add(bytes);
         if want > self.budget {
             return Err(BudgetExceeded {
+                shared: false,
                 scope: "the instance".into(),
                 want,
                 budget: self.budget,

@@ -12,6 +12,10 @@ pub enum PolicyFault {
     Deadline(Duration),
     #[error("policy exceeded its memory cap of {0} bytes")]
     MemoryCap(usize),
+    /// The budget its owner's instances share (e.g. a tenant's) is spent,
+    /// although this instance is within its own cap.
+    #[error("policy {0}")]
+    SharedMemory(BudgetExceeded),
     #[error("policy ran out of fuel")]
     OutOfFuel,
     #[error("policy trapped: {0}")]
@@ -48,11 +52,12 @@ impl PolicyFault {
         }
         // A memory-budget refusal is not a `Trap` value: it is the
         // limiter's own error, somewhere in the chain.
-        if err
-            .chain()
-            .any(|e| e.downcast_ref::<BudgetExceeded>().is_some())
-        {
-            return PolicyFault::MemoryCap(memory_cap);
+        if let Some(exceeded) = err.chain().find_map(|e| e.downcast_ref::<BudgetExceeded>()) {
+            return if exceeded.shared {
+                PolicyFault::SharedMemory(exceeded.clone())
+            } else {
+                PolicyFault::MemoryCap(memory_cap)
+            };
         }
         let chain: Vec<String> = err.chain().map(|e| e.to_string()).collect();
         if chain
@@ -84,7 +89,7 @@ impl PolicyFault {
     pub fn kind(&self) -> &'static str {
         match self {
             PolicyFault::Deadline(_) => "deadline",
-            PolicyFault::MemoryCap(_) => "memory",
+            PolicyFault::MemoryCap(_) | PolicyFault::SharedMemory(_) => "memory",
             PolicyFault::OutOfFuel => "fuel",
             PolicyFault::Trap(_) => "trap",
             PolicyFault::Abi(_) => "abi",
@@ -103,6 +108,7 @@ impl PolicyFault {
             self,
             PolicyFault::Deadline(_)
                 | PolicyFault::MemoryCap(_)
+                | PolicyFault::SharedMemory(_)
                 | PolicyFault::OutOfFuel
                 | PolicyFault::Trap(_)
                 | PolicyFault::Abi(_)

@@ -1,0 +1,257 @@
+//! The hostile corpus (`arbiter-hostile`) against a live `arbiter serve`
+//! over loopback gRPC: refused uploads say why in bounded, escaped text and
+//! leave nothing behind; misbehaving schedulers and tenant policies are
+//! faulted, quarantined and replaced by their fallback while jobs keep
+//! running; a tenant's policies share one memory budget; the components of
+//! generations that leave a slot leave the store.
+
+mod common;
+
+use arbiter_host::runtime::{MAX_ERROR_TEXT, RuntimeConfig, is_plain};
+use arbiter_hostile::{Case, Expect, Role};
+use arbiter_proto::v1;
+use arbiter_serve::plane::{PlaneConfig, default_pool};
+use arbiter_serve::records::SlotRecord;
+use arbiter_serve::server::{Running, ServeConfig, start};
+use arbiter_serve::store::Store;
+use common::*;
+use std::collections::HashSet;
+use std::time::Duration;
+
+async fn hostile_server(dir: &std::path::Path, tenant_memory_bytes: usize) -> Running {
+    start(ServeConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        data: dir.to_path_buf(),
+        metrics_listen: None,
+        plane: PlaneConfig {
+            round_interval: Duration::from_millis(20),
+            nodes: default_pool(2, 8),
+            default_duration: Duration::from_millis(200),
+            runtime: RuntimeConfig {
+                deadline: Duration::from_millis(100),
+                ..RuntimeConfig::default()
+            },
+            tenant_memory_bytes,
+            ..PlaneConfig::default()
+        },
+    })
+    .await
+    .unwrap()
+}
+
+/// Text a policy made the plane say: bounded and printable.
+fn assert_shown(case: &str, what: &str, text: &str) {
+    // Cut texts end with " … (N bytes cut)", and the plane adds context.
+    assert!(
+        text.len() <= MAX_ERROR_TEXT + 512,
+        "{case}: {what} is {} bytes",
+        text.len()
+    );
+    assert!(is_plain(text), "{case}: {what} is not escaped: {text:?}");
+}
+
+async fn upload(
+    c: &mut Client,
+    slot: &str,
+    wasm: &[u8],
+    config: &str,
+) -> Result<v1::GenerationInfo, tonic::Status> {
+    c.policies
+        .upload(v1::UploadPolicyRequest {
+            slot: slot.into(),
+            wasm: wasm.to_vec(),
+            config: config.into(),
+            activate: true,
+        })
+        .await
+        .map(|r| r.into_inner().generation.unwrap())
+}
+
+async fn upload_case(
+    c: &mut Client,
+    slot: &str,
+    case: &Case,
+) -> Result<v1::GenerationInfo, tonic::Status> {
+    upload(
+        c,
+        slot,
+        &case.wasm,
+        case.config.as_deref().unwrap_or_default(),
+    )
+    .await
+}
+
+async fn generation(c: &mut Client, slot: &str, id: u64) -> v1::GenerationInfo {
+    describe(c, slot)
+        .await
+        .generations
+        .into_iter()
+        .find(|g| g.id == id)
+        .unwrap_or_else(|| panic!("generation {id} is not in `{slot}`"))
+}
+
+/// `n` jobs of `c`, one after another, each run to completion.
+async fn run_jobs(c: &mut Client, name: &str, n: usize) {
+    for k in 0..n {
+        let job = submit(c, spec(&format!("{name}-{k}"), 1, 50)).await;
+        wait_state(c, job, v1::JobState::Succeeded).await;
+    }
+}
+
+/// Runs jobs of `c` one after another (the policy is asked only while one
+/// waits) until generation `id` of `slot` has faulted twice and, for a
+/// policy that faults on every call, is quarantined: every job completes
+/// meanwhile, so the fallback keeps the cluster scheduling. Then checks
+/// what describe shows of the generation.
+async fn run_until_faulted(c: &mut Client, case: &Case, slot: &str, id: u64, quarantine: bool) {
+    for n in 0..40 {
+        run_jobs(c, &format!("{}-{n}", case.name), 1).await;
+        let g = generation(c, slot, id).await;
+        if g.faults >= 2 && (!quarantine || g.quarantined) {
+            assert_shown(&case.name, "last fault", &g.last_fault);
+            assert_shown(&case.name, "name", &g.name);
+            return;
+        }
+    }
+    let g = generation(c, slot, id).await;
+    panic!("{}: 40 jobs later, {g:?}", case.name);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_hostile_case_meets_its_safe_behaviour_in_a_live_plane() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = hostile_server(dir.path(), 128 << 20).await;
+    let mut admin = client(&running, running.new_admin_token.as_deref()).await;
+    let token = add_tenant(&mut admin, "hostile", 0).await;
+    let mut tenant = client(&running, Some(&token)).await;
+    let cache_bound = RuntimeConfig::default().compiled_cache_bytes;
+
+    for case in arbiter_hostile::corpus() {
+        let name = case.name.as_str();
+        match &case.expect {
+            Expect::Refused(_) | Expect::Unusable(_) => {
+                let before = running.plane.lock().registry().engine().cached_components();
+                let refused = upload_case(&mut tenant, "", &case)
+                    .await
+                    .expect_err(&format!("{name}: the upload was accepted"));
+                assert_ne!(refused.code(), tonic::Code::Ok);
+                assert_shown(name, "refusal", refused.message());
+                if let Expect::Refused(text) = case.expect {
+                    // Over the upload cap, the transport refuses it first.
+                    assert!(
+                        refused.message().contains(text)
+                            || refused.code() == tonic::Code::ResourceExhausted
+                            || refused.code() == tonic::Code::OutOfRange,
+                        "{name}: {refused:?}"
+                    );
+                }
+                let after = running.plane.lock().registry().engine().cached_components();
+                assert!(
+                    after.0 <= before.0 + 1 && after.1 <= cache_bound,
+                    "{name}: a refused upload grew the compile cache {before:?} -> {after:?}"
+                );
+            }
+            Expect::Faults { role, .. } | Expect::Flaps { role } => {
+                let quarantine = matches!(case.expect, Expect::Faults { .. });
+                let (c, slot) = match role {
+                    Role::Scheduler => (&mut admin, "default"),
+                    Role::Tenant => (&mut tenant, "tenant:hostile"),
+                };
+                let g = upload_case(c, slot, &case)
+                    .await
+                    .unwrap_or_else(|e| panic!("{name}: refused: {e:?}"));
+                run_until_faulted(c, &case, slot, g.id, quarantine).await;
+            }
+            Expect::Works => {
+                let g = upload_case(&mut tenant, "", &case)
+                    .await
+                    .unwrap_or_else(|e| panic!("{name}: refused: {e:?}"));
+                assert_shown(name, "name", &g.name);
+                assert_shown(name, "config", &g.config);
+                run_jobs(&mut tenant, name, 1).await;
+            }
+        }
+    }
+
+    // Tenant policies are counted like every other role's.
+    let slot = describe(&mut admin, "tenant:hostile").await;
+    assert!(
+        slot.generations.iter().any(|g| g.rounds_served > 0),
+        "{slot:?}"
+    );
+    let metrics = metrics_text(&mut admin).await;
+    let held: usize = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("arbiter_tenant_policy_memory_bytes{tenant=\"hostile\"} "))
+        .unwrap_or_else(|| panic!("no tenant memory gauge: {metrics}"))
+        .parse()
+        .unwrap();
+    assert!(held <= 128 << 20, "the tenant holds {held} bytes");
+    running.shutdown().await.unwrap();
+
+    // Only the components of generations still in a slot are stored.
+    let contents = Store::open(dir.path()).unwrap().read_all().unwrap();
+    let referenced: HashSet<String> = contents
+        .with_prefix("slot/")
+        .flat_map(|(_, bytes)| {
+            let record: SlotRecord = serde_json::from_slice(bytes).unwrap();
+            record.generations.into_iter().map(|g| g.digest)
+        })
+        .collect();
+    let stored: HashSet<String> = contents
+        .with_prefix("blob/")
+        .map(|(digest, _)| digest.to_string())
+        .collect();
+    assert_eq!(stored, referenced);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_policies_share_one_memory_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let budget = 6 << 20;
+    let running = hostile_server(dir.path(), budget).await;
+    let mut admin = client(&running, running.new_admin_token.as_deref()).await;
+    let (a_token, b_token) = (
+        add_tenant(&mut admin, "team-a", 0).await,
+        add_tenant(&mut admin, "team-b", 0).await,
+    );
+    let mut a = client(&running, Some(&a_token)).await;
+    let mut b = client(&running, Some(&b_token)).await;
+    let good = arbiter_policies::fixture("misbehave").unwrap();
+    let mut accepted = 0;
+    let refusal = loop {
+        assert!(accepted < 8, "eight generations fit a {budget}-byte budget");
+        match upload(&mut a, "", good, "").await {
+            Ok(_) => accepted += 1,
+            Err(e) => break e,
+        }
+    };
+    assert!(accepted >= 1, "not even one policy fits: {refusal:?}");
+    assert!(
+        refusal
+            .message()
+            .contains("memory budget of account `tenant:team-a` exceeded"),
+        "{refusal:?}"
+    );
+    // The budget is per tenant: team-b is not charged for team-a.
+    upload(&mut b, "", good, "").await.unwrap();
+    let metrics = metrics_text(&mut admin).await;
+    let held = |tenant: &str| -> usize {
+        let prefix = format!("arbiter_tenant_policy_memory_bytes{{tenant=\"{tenant}\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .unwrap_or_else(|| panic!("no gauge for {tenant}: {metrics}"))
+            .parse()
+            .unwrap()
+    };
+    let (held_a, held_b) = (held("team-a"), held("team-b"));
+    assert!(
+        held_a <= budget && held_a > budget / 2,
+        "team-a holds {held_a}"
+    );
+    assert!(held_b > 0 && held_b < held_a, "team-b holds {held_b}");
+    // Each instance holds the same: as many fit as the budget allows.
+    assert_eq!(accepted, budget / held_b, "{held_a} {held_b}");
+    running.shutdown().await.unwrap();
+}
