@@ -369,6 +369,14 @@ impl ClusterState {
         if self.node_index.contains_key(&req.name) {
             return Err(StateError::DuplicateNode(req.name));
         }
+        if req.gpu_count > model::MAX_NODE_GPUS {
+            return Err(StateError::InvalidNode(format!(
+                "node `{}` has {} GPUs; at most {} are allowed",
+                req.name,
+                req.gpu_count,
+                model::MAX_NODE_GPUS
+            )));
+        }
         if req.gpu_count > 0 && req.gpu_model.is_empty() {
             return Err(StateError::InvalidNode(format!(
                 "node `{}` has GPUs but no model",
@@ -1312,6 +1320,11 @@ mod tests {
             s.add_node(node("a", 1)),
             Err(StateError::DuplicateNode("a".into()))
         );
+        // One node cannot claim a billion GPUs (the mirror refuses it too).
+        assert!(matches!(
+            s.add_node(node("huge", model::MAX_NODE_GPUS + 1)),
+            Err(StateError::InvalidNode(_))
+        ));
         let mut bad = JobRequest::gpus("x", "t", 1, 2);
         bad.gpu_milli = 500;
         assert!(matches!(s.submit(bad), Err(StateError::InvalidJob(_))));

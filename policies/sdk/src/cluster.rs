@@ -415,7 +415,15 @@ impl Cluster {
                 let s = in_range("gpu model", *slot, self.gpu_model_speed.len())?;
                 self.gpu_model_speed[s] = *speed;
             }
-            Event::NodeAdded(spec) => self.add_node(spec),
+            Event::NodeAdded(spec) => {
+                if spec.gpu_count > MAX_NODE_GPUS {
+                    return Err(MirrorError::Inconsistent(format!(
+                        "a node with {} GPUs; at most {} are allowed",
+                        spec.gpu_count, MAX_NODE_GPUS
+                    )));
+                }
+                self.add_node(spec)
+            }
             Event::NodeStateChanged(node, state) => {
                 let n = in_range("node", *node, self.node_count())?;
                 self.nodes.state[n] = *state;

@@ -47,6 +47,7 @@ pub const FULL_GPU_MILLI: u32 = 1000;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct NodeColumns {
     pub name: Vec<u32>,
     pub pool: Vec<u32>,
@@ -62,6 +63,7 @@ pub struct NodeColumns {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct GpuColumns {
     pub node: Vec<u32>,
     pub model: Vec<u32>,
@@ -72,6 +74,7 @@ pub struct GpuColumns {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct JobColumns {
     pub name: Vec<u32>,
     pub tenant: Vec<u32>,
@@ -107,6 +110,7 @@ pub struct JobColumns {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct WorkerPlacement {
     pub node: u32,
     pub gpus: Vec<u32>,
@@ -114,6 +118,7 @@ pub struct WorkerPlacement {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct PlacementColumns {
     pub job: Vec<u32>,
     pub node: Vec<u32>,
@@ -124,6 +129,7 @@ pub struct PlacementColumns {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct Snapshot {
     pub epoch: u64,
     pub now_ms: u64,
@@ -156,12 +162,14 @@ impl Snapshot {
             && j.reported_ms.is_empty()
         {
             for i in 0..j.name.len() {
-                let p = JobProgress::submitted(
-                    i as u32,
-                    j.estimate_ms[i],
-                    j.workers[i],
-                    j.submit_ms[i],
-                );
+                // Columns of unequal lengths: the mirror refuses the snapshot
+                // later, with the reason; nothing to fill here.
+                let (Some(&estimate), Some(&workers), Some(&submit)) =
+                    (j.estimate_ms.get(i), j.workers.get(i), j.submit_ms.get(i))
+                else {
+                    break;
+                };
+                let p = JobProgress::submitted(i as u32, estimate, workers, submit);
                 j.push_progress(&p);
             }
         }
@@ -191,6 +199,7 @@ impl JobColumns {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct NodeSpec {
     pub name: u32,
     pub pool: u32,
@@ -204,6 +213,7 @@ pub struct NodeSpec {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct JobSpec {
     pub name: u32,
     pub tenant: u32,
@@ -227,6 +237,7 @@ pub struct JobSpec {
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct GpuMetric {
     pub gpu: u32,
     pub utilization_pct: u8,
@@ -239,6 +250,7 @@ pub struct GpuMetric {
 /// the one reading of it that host and guests share.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct JobProgress {
     pub job: u32,
     /// Start of the current run; 0 = not running.
@@ -295,11 +307,17 @@ impl JobProgress {
     }
 }
 
+/// The most GPUs one node may have (a rack-scale NVLink domain is 72): a
+/// node that claims more is refused by the host and by the mirror, so a
+/// bad count cannot make either allocate billions of rows.
+pub const MAX_NODE_GPUS: u32 = 1024;
+
 /// Speed of a GPU model no one gave a speed for: the reference speed.
 pub const REFERENCE_SPEED_PERMILLE: u32 = 1000;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum Event {
     StringsAdded(Vec<String>),
     /// (string id, speed permille). A 0.1 journal's bare ids read as the
@@ -347,6 +365,7 @@ fn models_added_compat<'de, D: serde::Deserializer<'de>>(
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct Delta {
     pub base_epoch: u64,
     pub epoch: u64,
@@ -356,6 +375,7 @@ pub struct Delta {
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum Decision {
     Place(u32, Vec<WorkerPlacement>),
     Reserve(u32, Vec<u32>),
@@ -385,6 +405,7 @@ impl Decision {
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct RoundInfo {
     pub epoch: u64,
     pub now_ms: u64,
@@ -393,6 +414,7 @@ pub struct RoundInfo {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum PolicyError {
     Stale(u64),
     Unsupported(String),
@@ -413,6 +435,7 @@ impl std::error::Error for PolicyError {}
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct ReclaimRequest {
     pub epoch: u64,
     pub candidates: Vec<u32>,
@@ -422,6 +445,7 @@ pub struct ReclaimRequest {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct ReclaimPlan {
     pub nodes: Vec<u32>,
     pub decisions: Vec<Decision>,
@@ -429,6 +453,7 @@ pub struct ReclaimPlan {
 
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct WorkloadProfile {
     pub job: u32,
     pub utilization_pct: u8,
@@ -439,6 +464,7 @@ pub struct WorkloadProfile {
 
 #[derive(Clone, Debug, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct MatchRequest {
     pub epoch: u64,
     pub online: Vec<u32>,
@@ -448,6 +474,7 @@ pub struct MatchRequest {
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct Pairing {
     pub online: u32,
     pub offline: u32,
@@ -456,6 +483,7 @@ pub struct Pairing {
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct GpuStatus {
     pub index: u32,
     pub utilization_pct: u8,
@@ -469,6 +497,7 @@ pub struct GpuStatus {
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct WorkloadStatus {
     pub id: u32,
     pub gpu: u32,
@@ -484,6 +513,7 @@ pub struct WorkloadStatus {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct NodeView {
     pub now_ms: u64,
     pub gpus: Vec<GpuStatus>,
@@ -492,6 +522,7 @@ pub struct NodeView {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum NodeAction {
     SetMemoryLimit(u32, u32),
     SetComputeShare(u32, u32),
@@ -504,6 +535,7 @@ pub enum NodeAction {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct TenantJob {
     pub position: u32,
     pub name: String,
@@ -517,6 +549,7 @@ pub struct TenantJob {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct TenantView {
     pub now_ms: u64,
     pub tenant: String,
@@ -527,6 +560,7 @@ pub struct TenantView {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct TenantVerdict {
     pub order: Vec<u32>,
     pub hold: Vec<u32>,
@@ -534,6 +568,7 @@ pub struct TenantVerdict {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct Manifest {
     pub name: String,
     pub version: String,
@@ -545,6 +580,7 @@ pub struct Manifest {
 /// The policy roles of the contract.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum Role {
     Scheduler,
     Reclaim,
