@@ -42,6 +42,13 @@ seed_trace 7 $traces/genai2026/lora_request_trace.csv.gz
 seed_trace 8 $traces/genai2026/qps.csv.gz
 seed_trace 9 $traces/genai2026/pod_gpu_duty_cycle_anon.csv.gz
 
+# Committed seeds (e.g. a real journal from `arbiter serve`).
+for seeds in fuzz/seeds/*/; do
+  target=$(basename "$seeds")
+  mkdir -p "fuzz/corpus/$target"
+  cp "$seeds"* "fuzz/corpus/$target/"
+done
+
 for target in "${targets[@]}"; do
   echo "== fuzz $target (${seconds}s)"
   mkdir -p "fuzz/corpus/$target"
