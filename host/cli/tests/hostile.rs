@@ -99,6 +99,51 @@ fn policy_check_tells_the_truth_about_every_hostile_component() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
+/// The bombs took 1.4–5.5 GB to compile, and under a 2 GiB data
+/// limit the server aborted. Under a 256 MiB one (`prlimit`, util-linux),
+/// `policy check` still refuses every bomb with a verdict, not a signal, and
+/// still passes a healthy component (so the limit is not what fails them).
+#[test]
+fn compile_bombs_are_refused_under_a_tight_memory_limit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let check_limited = |path: &Path| {
+        Command::new("prlimit")
+            .arg(format!("--data={}", 256u64 << 20))
+            .arg("--")
+            .arg(BIN)
+            .args(["policy", "check", &path.display().to_string()])
+            .env("NO_COLOR", "1")
+            .output()
+            .expect("run prlimit (util-linux)")
+    };
+    let mut failures = Vec::new();
+    let mut bombs = 0;
+    for case in arbiter_hostile::corpus() {
+        let healthy = case.name == "description-escape";
+        if !(case.name.starts_with("bomb-") || healthy) {
+            continue;
+        }
+        bombs += usize::from(!healthy);
+        let out = check_limited(&write_case(dir.path(), &case));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let ok = if healthy {
+            out.status.success()
+        } else {
+            out.status.code() == Some(1) && stdout.contains("refused before compiling")
+        };
+        if !ok {
+            failures.push(format!(
+                "{}: {:?}\n{stdout}{}",
+                case.name,
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+    }
+    assert!(bombs >= 5, "the corpus has {bombs} compile bombs");
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
 #[test]
 fn sim_refuses_what_cannot_work_and_survives_what_faults() {
     let dir = tempfile::tempdir().expect("tempdir");
