@@ -9,22 +9,14 @@
 //!
 //! `cargo bench -p arbiter-serve --bench control_plane [-- --quick]`
 
+mod common;
+
 use arbiter_proto::v1;
 use arbiter_serve::plane::{Caller, Plane, PlaneConfig, default_pool};
 use arbiter_serve::server::{ServeConfig, start};
+use common::Bearer;
 use std::time::{Duration, Instant};
-use tonic::metadata::MetadataValue;
 use tonic::transport::Channel;
-
-#[derive(Clone)]
-struct Bearer(MetadataValue<tonic::metadata::Ascii>);
-
-impl tonic::service::Interceptor for Bearer {
-    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        req.metadata_mut().insert("authorization", self.0.clone());
-        Ok(req)
-    }
-}
 
 fn spec(i: u64, duration_ms: u64) -> v1::JobSpec {
     v1::JobSpec {
@@ -52,7 +44,7 @@ async fn submission(quick: bool) -> anyhow::Result<()> {
     let channel = Channel::from_shared(format!("http://{}", running.grpc_addr))?
         .connect()
         .await?;
-    let auth = Bearer(format!("Bearer {token}").parse()?);
+    let auth = Bearer::new(&token)?;
     let clients: usize = 64;
     let per_client: u64 = if quick { 100 } else { 500 };
     let total = clients as u64 * per_client;

@@ -11,24 +11,16 @@
 //!
 //! `cargo bench -p arbiter-serve --bench hostile_uploads`
 
+mod common;
+
 use arbiter_proto::v1;
 use arbiter_serve::plane::{PlaneConfig, default_pool};
 use arbiter_serve::server::{ServeConfig, start};
+use common::Bearer;
 use std::time::Duration;
-use tonic::metadata::MetadataValue;
 use tonic::transport::Channel;
 
 const UPLOADS: usize = 100;
-
-#[derive(Clone)]
-struct Bearer(MetadataValue<tonic::metadata::Ascii>);
-
-impl tonic::service::Interceptor for Bearer {
-    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        req.metadata_mut().insert("authorization", self.0.clone());
-        Ok(req)
-    }
-}
 
 /// (resident, peak resident) in bytes.
 fn rss() -> (u64, u64) {
@@ -64,7 +56,7 @@ async fn growth(uploads: &[(Vec<u8>, String)]) -> anyhow::Result<(i64, usize)> {
     let admin_token = running.new_admin_token.clone().unwrap_or_default();
     let mut cluster = v1::cluster_client::ClusterClient::with_interceptor(
         channel.clone(),
-        Bearer(format!("Bearer {admin_token}").parse()?),
+        Bearer::new(&admin_token)?,
     );
     let token = cluster
         .add_tenant(v1::AddTenantRequest {
@@ -74,11 +66,9 @@ async fn growth(uploads: &[(Vec<u8>, String)]) -> anyhow::Result<(i64, usize)> {
         .await?
         .into_inner()
         .token;
-    let mut policies = v1::policies_client::PoliciesClient::with_interceptor(
-        channel,
-        Bearer(format!("Bearer {token}").parse()?),
-    )
-    .max_encoding_message_size(64 << 20);
+    let mut policies =
+        v1::policies_client::PoliciesClient::with_interceptor(channel, Bearer::new(&token)?)
+            .max_encoding_message_size(64 << 20);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (idle, _) = rss();
     let mut accepted = 0;

@@ -50,23 +50,6 @@ fn assert_shown(case: &str, what: &str, text: &str) {
     assert!(is_plain(text), "{case}: {what} is not escaped: {text:?}");
 }
 
-async fn upload(
-    c: &mut Client,
-    slot: &str,
-    wasm: &[u8],
-    config: &str,
-) -> Result<v1::GenerationInfo, tonic::Status> {
-    c.policies
-        .upload(v1::UploadPolicyRequest {
-            slot: slot.into(),
-            wasm: wasm.to_vec(),
-            config: config.into(),
-            activate: true,
-        })
-        .await
-        .map(|r| r.into_inner().generation.unwrap())
-}
-
 async fn upload_case(
     c: &mut Client,
     slot: &str,

@@ -161,7 +161,13 @@ pub fn client_clone(c: &Client) -> Client {
     }
 }
 
-pub async fn load(c: &mut Client, slot: &str, wasm: &[u8], config: &str) -> v1::GenerationInfo {
+/// Uploads `wasm` into `slot` (activating it); the plane's answer.
+pub async fn upload(
+    c: &mut Client,
+    slot: &str,
+    wasm: &[u8],
+    config: &str,
+) -> Result<v1::GenerationInfo, tonic::Status> {
     c.policies
         .upload(v1::UploadPolicyRequest {
             slot: slot.into(),
@@ -170,10 +176,12 @@ pub async fn load(c: &mut Client, slot: &str, wasm: &[u8], config: &str) -> v1::
             activate: true,
         })
         .await
-        .unwrap()
-        .into_inner()
-        .generation
-        .unwrap()
+        .map(|r| r.into_inner().generation.unwrap_or_default())
+}
+
+/// Uploads `wasm` into `slot`, which must accept it.
+pub async fn load(c: &mut Client, slot: &str, wasm: &[u8], config: &str) -> v1::GenerationInfo {
+    upload(c, slot, wasm, config).await.unwrap()
 }
 
 pub async fn cluster_view(c: &mut Client) -> v1::ClusterView {
