@@ -100,9 +100,19 @@ fn main() -> anyhow::Result<()> {
         .into_iter()
         .map(|c| (c.wasm, c.config.unwrap_or_default()))
         .collect();
+    // Every upload a new digest: what the compiled cache must bound.
+    let distinct: Vec<(Vec<u8>, String)> = (0..UPLOADS)
+        .map(|i| {
+            (
+                arbiter_hostile::misbehave_as(&format!("distinct-{i}")),
+                String::new(),
+            )
+        })
+        .collect();
     let mib = |b: i64| b as f64 / (1 << 20) as f64;
     let (benign_growth, benign_ok) = runtime.block_on(growth(&benign))?;
     let (hostile_growth, hostile_ok) = runtime.block_on(growth(&hostile))?;
+    let (distinct_growth, distinct_ok) = runtime.block_on(growth(&distinct))?;
     let (_, peak) = rss();
     println!(
         "{UPLOADS} benign uploads ({benign_ok} accepted): resident +{:.1} MiB",
@@ -113,6 +123,11 @@ fn main() -> anyhow::Result<()> {
         hostile.len(),
         mib(hostile_growth),
         hostile_growth as f64 / benign_growth.max(1) as f64
+    );
+    println!(
+        "{UPLOADS} distinct well-behaved components ({distinct_ok} accepted): resident +{:.1} MiB (target ≤ 256 MiB); {:.2}× the benign growth",
+        mib(distinct_growth),
+        distinct_growth as f64 / benign_growth.max(1) as f64
     );
     println!(
         "peak resident of the bench process: {:.1} MiB",
