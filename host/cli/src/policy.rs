@@ -29,6 +29,10 @@ pub struct CheckArgs {
     /// Capability import prefixes to allow (e.g. `wasi:clocks/`); refused by default.
     #[arg(long = "allow", value_name = "PREFIX")]
     pub allow: Vec<String>,
+    /// The deadline `describe` and `configure` run under (a host's own; the
+    /// default is the runtime's).
+    #[arg(long)]
+    pub deadline_ms: Option<u64>,
     #[arg(long)]
     pub json: bool,
 }
@@ -150,9 +154,13 @@ fn report(source: &str, bytes: &[u8], result: Result<CompiledPolicy, String>) ->
 
 fn check(args: &CheckArgs) -> anyhow::Result<()> {
     let bytes = read_source(&args.file)?;
+    let defaults = RuntimeConfig::default();
     let engine = PolicyEngine::new(RuntimeConfig {
         allowed_capabilities: args.allow.clone(),
-        ..RuntimeConfig::default()
+        deadline: args
+            .deadline_ms
+            .map_or(defaults.deadline, std::time::Duration::from_millis),
+        ..defaults
     })?;
     let result = engine
         .compile(&bytes)

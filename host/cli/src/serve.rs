@@ -51,6 +51,10 @@ pub struct ServeArgs {
     /// together (each instance is also held to the per-policy cap).
     #[arg(long, default_value_t = arbiter_serve::plane::DEFAULT_TENANT_MEMORY_BYTES >> 20)]
     pub tenant_memory_mib: usize,
+    /// Compiled code, in MiB, all of one tenant's policy generations may
+    /// hold together.
+    #[arg(long, default_value_t = arbiter_serve::plane::DEFAULT_TENANT_CODE_BYTES >> 20)]
+    pub tenant_code_mib: usize,
 }
 
 /// `MODEL=PERMILLE`, e.g. `T4=333`.
@@ -88,6 +92,7 @@ pub fn serve(a: &ServeArgs) -> anyhow::Result<()> {
             lost_after: a.lost_after,
             gpu_speeds: a.gpu_speeds.clone(),
             tenant_memory_bytes: a.tenant_memory_mib.saturating_mul(1 << 20),
+            tenant_code_bytes: a.tenant_code_mib.saturating_mul(1 << 20),
             ..PlaneConfig::default()
         },
     };

@@ -65,7 +65,15 @@ fn policy_check_tells_the_truth_about_every_hostile_component() {
     let mut failures = Vec::new();
     for case in arbiter_hostile::corpus() {
         let path = write_case(dir.path(), &case);
-        let out = arbiter(&["policy", "check", &path.display().to_string()]);
+        // A deadline a loaded test machine cannot turn a refusal for what a
+        // component is (a 40 MiB role name) into a refusal for time with.
+        let out = arbiter(&[
+            "policy",
+            "check",
+            "--deadline-ms",
+            "2000",
+            &path.display().to_string(),
+        ]);
         // Modes misbehave only under a slot's configuration: with the
         // default one they are healthy components.
         let must_pass = matches!(
@@ -167,8 +175,10 @@ fn sim_refuses_what_cannot_work_and_survives_what_faults() {
             "sim".to_string(),
             "--policy".into(),
             path.display().to_string(),
+            // Long enough that loading a component with a 24 MiB
+            // description fits on a loaded machine; hanging calls cost it.
             "--deadline-ms".into(),
-            "50".into(),
+            "1000".into(),
         ];
         if let Some(config) = &case.config {
             args.extend(["--config".into(), config.clone()]);

@@ -76,6 +76,9 @@ pub struct PlaneConfig {
     /// probe an upload configures. Each instance also stays within
     /// `runtime.max_memory_bytes`.
     pub tenant_memory_bytes: usize,
+    /// Compiled code all the generations of one tenant's slot may hold
+    /// together (each distinct component counted once).
+    pub tenant_code_bytes: usize,
 }
 
 impl Default for PlaneConfig {
@@ -92,6 +95,7 @@ impl Default for PlaneConfig {
             journal: true,
             gpu_speeds: Vec::new(),
             tenant_memory_bytes: DEFAULT_TENANT_MEMORY_BYTES,
+            tenant_code_bytes: DEFAULT_TENANT_CODE_BYTES,
         }
     }
 }
@@ -99,6 +103,11 @@ impl Default for PlaneConfig {
 /// Two instances at the default per-instance cap: a tenant can run one
 /// policy at full size and probe its next upload, not fill the plane.
 pub const DEFAULT_TENANT_MEMORY_BYTES: usize = 128 << 20;
+
+/// About ten times the largest built-in policy's compiled code: room for a
+/// slot's generations of real policies, not for a tenant to fill the plane
+/// with code.
+pub const DEFAULT_TENANT_CODE_BYTES: usize = 64 << 20;
 
 /// `count` simulated nodes of `gpus` A100-80GB each.
 pub fn default_pool(count: u32, gpus: u32) -> Vec<NodeRequest> {
@@ -1032,6 +1041,9 @@ impl Plane {
                     .into(),
             ));
         }
+        if let Some(tenant) = slot.strip_prefix("tenant:") {
+            self.check_tenant_code(tenant, &slot, &compiled)?;
+        }
         let compiled = self.charge_owner(&slot, compiled);
         if !config.is_empty() {
             // Try the configuration on a throwaway instance before accepting it.
@@ -1096,6 +1108,45 @@ impl Plane {
             .flat_map(|s| s.generations())
             .map(|g| g.digest().to_string())
             .collect()
+    }
+
+    /// Refuses a component whose compiled code would take the tenant's slot
+    /// over `tenant_code_bytes`, counting what the slot keeps once this one
+    /// is loaded (the oldest inactive generation leaves a full slot) and
+    /// each distinct component once.
+    fn check_tenant_code(
+        &self,
+        tenant: &str,
+        slot_name: &str,
+        compiled: &CompiledPolicy,
+    ) -> Result<(), ApiError> {
+        let mut kept: Vec<(String, usize)> = Vec::new();
+        if let Some(slot) = self.registry.find(slot_name) {
+            let mut generations = slot.generations();
+            if generations.len() >= slot.max_generations() {
+                let active = slot.active_id();
+                if let Some(oldest) = generations.iter().position(|g| Some(g.id) != active) {
+                    generations.remove(oldest);
+                }
+            }
+            for g in generations {
+                if let Some(c) = g.compiled() {
+                    kept.push((c.digest.clone(), c.code_bytes()));
+                }
+            }
+        }
+        kept.push((compiled.digest.clone(), compiled.code_bytes()));
+        kept.sort();
+        kept.dedup_by(|a, b| a.0 == b.0);
+        let held: usize = kept.iter().map(|(_, bytes)| bytes).sum();
+        let limit = self.cfg.tenant_code_bytes;
+        if held > limit {
+            return Err(ApiError::FailedPrecondition(format!(
+                "tenant `{tenant}`'s policies would hold {held} bytes of compiled code with this one ({} bytes), over the tenant's {limit}; older generations leave the slot as new ones arrive",
+                compiled.code_bytes()
+            )));
+        }
+        Ok(())
     }
 
     /// A tenant's policies are charged to the tenant's memory account, so

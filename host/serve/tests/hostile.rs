@@ -19,6 +19,19 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 async fn hostile_server(dir: &std::path::Path, tenant_memory_bytes: usize) -> Running {
+    hostile_server_with(
+        dir,
+        PlaneConfig {
+            tenant_memory_bytes,
+            ..PlaneConfig::default()
+        },
+    )
+    .await
+}
+
+/// The plane the hostile tests run: `cfg`'s tenant budgets, fast rounds,
+/// short jobs, a 1 s deadline.
+async fn hostile_server_with(dir: &std::path::Path, cfg: PlaneConfig) -> Running {
     start(ServeConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         data: dir.to_path_buf(),
@@ -27,12 +40,13 @@ async fn hostile_server(dir: &std::path::Path, tenant_memory_bytes: usize) -> Ru
             round_interval: Duration::from_millis(20),
             nodes: default_pool(2, 8),
             default_duration: Duration::from_millis(200),
+            // Long enough that a loaded test machine cannot turn a refusal
+            // for what a component is (a 40 MiB role name) into one for time.
             runtime: RuntimeConfig {
-                deadline: Duration::from_millis(100),
+                deadline: Duration::from_secs(1),
                 ..RuntimeConfig::default()
             },
-            tenant_memory_bytes,
-            ..PlaneConfig::default()
+            ..cfg
         },
     })
     .await
@@ -236,5 +250,49 @@ async fn a_tenants_policies_share_one_memory_budget() {
     assert!(held_b > 0 && held_b < held_a, "team-b holds {held_b}");
     // Each instance holds the same: as many fit as the budget allows.
     assert_eq!(accepted, budget / held_b, "{held_a} {held_b}");
+    running.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_compiled_code_has_a_budget() {
+    let one = arbiter_host::runtime::PolicyEngine::new(RuntimeConfig::default())
+        .unwrap()
+        .compile(&arbiter_hostile::misbehave_as("code-a"))
+        .unwrap()
+        .code_bytes();
+    let dir = tempfile::tempdir().unwrap();
+    let running = hostile_server_with(
+        dir.path(),
+        PlaneConfig {
+            // Two components fit, a third does not.
+            tenant_code_bytes: one * 5 / 2,
+            ..PlaneConfig::default()
+        },
+    )
+    .await;
+    let mut admin = client(&running, running.new_admin_token.as_deref()).await;
+    let token = add_tenant(&mut admin, "team-a", 0).await;
+    let mut a = client(&running, Some(&token)).await;
+    let (x, y, z) = (
+        arbiter_hostile::misbehave_as("code-a"),
+        arbiter_hostile::misbehave_as("code-b"),
+        arbiter_hostile::misbehave_as("code-c"),
+    );
+    upload(&mut a, "", &x, "").await.unwrap();
+    upload(&mut a, "", &y, "").await.unwrap();
+    // The same code again is counted once.
+    upload(&mut a, "", &x, "").await.unwrap();
+    let refused = upload(&mut a, "", &z, "").await.unwrap_err();
+    assert_eq!(
+        refused.code(),
+        tonic::Code::FailedPrecondition,
+        "{refused:?}"
+    );
+    assert!(
+        refused.message().contains("bytes of compiled code"),
+        "{refused:?}"
+    );
+    // The admin's slots are not the tenant's.
+    upload(&mut admin, "scratch", &z, "").await.unwrap();
     running.shutdown().await.unwrap();
 }

@@ -264,6 +264,13 @@ impl CompiledPolicy {
         }
     }
 
+    /// Bytes of compiled machine code (and its metadata) this policy holds
+    /// in memory while anything refers to it.
+    pub fn code_bytes(&self) -> usize {
+        let range = self.pre.component().image_range();
+        (range.end as usize).saturating_sub(range.start as usize)
+    }
+
     pub fn account(&self) -> Option<&Arc<MemoryAccount>> {
         self.account.as_ref()
     }
