@@ -318,6 +318,14 @@ pub enum RegistryError {
     NoSuchGeneration { slot: String, generation: u64 },
     #[error("no policy slot `{0}`")]
     NoSuchSlot(String),
+    #[error(
+        "slot `{slot}` already gave out generation ids up to {next}; {generation} cannot be restored"
+    )]
+    IdTaken {
+        slot: String,
+        generation: u64,
+        next: u64,
+    },
     #[error("slot `{slot}` has no generation to roll back to")]
     NothingToRollBack { slot: String },
     #[error(
@@ -468,6 +476,28 @@ impl PolicySlot {
         self.reap();
         tracing::info!(slot = %self.name, generation = id, digest = %generation.digest(), "policy generation loaded");
         Ok(generation)
+    }
+
+    /// [`PolicySlot::load`] under a given id, as a restart restores a
+    /// persisted generation, so the ids operators, metrics and the journal
+    /// know stay the same. Ids must come in increasing order, above every id
+    /// the slot gave out; call it while nothing else loads into the slot.
+    pub fn load_as(
+        &self,
+        id: u64,
+        code: impl Into<PolicyCode>,
+        config: Option<String>,
+    ) -> Result<Arc<Generation>, RegistryError> {
+        let next = self.next_id.load(Ordering::Relaxed);
+        if id < next {
+            return Err(RegistryError::IdTaken {
+                slot: self.name.clone(),
+                generation: id,
+                next,
+            });
+        }
+        self.next_id.store(id, Ordering::Relaxed);
+        self.load(code, config, None, None)
     }
 
     /// Makes a loaded generation the active one (takes effect at the next round).
@@ -708,6 +738,25 @@ mod tests {
         engine
             .compile(arbiter_policies::get(name).unwrap())
             .unwrap()
+    }
+
+    #[test]
+    fn restored_generations_keep_their_ids_and_new_ones_follow() {
+        let slot = PolicySlot::new("fifo");
+        assert_eq!(slot.load_as(4, compiled("fifo"), None).unwrap().id, 4);
+        assert_eq!(slot.load_as(9, compiled("fifo"), None).unwrap().id, 9);
+        assert!(matches!(
+            slot.load_as(7, compiled("fifo"), None),
+            Err(RegistryError::IdTaken {
+                generation: 7,
+                next: 10,
+                ..
+            })
+        ));
+        assert_eq!(
+            slot.load(compiled("fifo"), None, None, None).unwrap().id,
+            10
+        );
     }
 
     #[test]

@@ -526,7 +526,12 @@ impl Plane {
                     Ok(compiled) => {
                         let compiled = self.charge_owner(slot_name, compiled);
                         let config = (!g.config.is_empty()).then(|| g.config.clone());
-                        match slot.load(compiled, config, None, None) {
+                        let loaded = if g.id > 0 {
+                            slot.load_as(g.id, compiled, config)
+                        } else {
+                            slot.load(compiled, config, None, None)
+                        };
+                        match loaded {
                             Ok(generation) => ids.push(Some(generation.id)),
                             Err(e) => {
                                 tracing::error!(slot = slot_name, error = %e, "stored generation failed to load");
@@ -1172,6 +1177,7 @@ impl Plane {
             generations: generations
                 .iter()
                 .map(|g| GenerationRecord {
+                    id: g.id,
                     digest: g.digest().to_string(),
                     config: g.config.clone(),
                 })

@@ -302,6 +302,10 @@ pub struct ExperimentRecord {
 /// A generation of a slot as persisted: the component by digest, its config.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GenerationRecord {
+    /// The generation's id, kept across restarts (0 in stores written
+    /// before ids were kept: such generations get new ones).
+    #[serde(default)]
+    pub id: u64,
     pub digest: String,
     pub config: String,
 }

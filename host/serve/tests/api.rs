@@ -1103,3 +1103,54 @@ async fn replay_runs_the_configuration_the_journal_recorded() {
     assert_eq!(c.jobs, 12);
     running.shutdown().await.unwrap();
 }
+
+/// Issue 14 (3): after a restart, `policy swap cand 5` must mean the same
+/// policy as before it, and the journal's and metrics' generation ids too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generation_ids_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = server(dir.path(), 1, Duration::from_secs(600)).await;
+    let admin_token = running.new_admin_token.clone().unwrap();
+    let mut admin = client(&running, Some(&admin_token)).await;
+    // Eleven loads into a slot that keeps eight: the kept ids start at 4,
+    // not 1 (what a restart used to renumber them to). A second slot keeps
+    // its own ids.
+    for (i, name) in ["fifo", "sjf", "best-fit", "fifo"]
+        .iter()
+        .cycle()
+        .take(11)
+        .enumerate()
+    {
+        let wasm = arbiter_policies::get(name).unwrap();
+        load(&mut admin, "cand", wasm, "").await;
+        if i % 4 == 0 {
+            load(&mut admin, "other", wasm, "").await;
+        }
+    }
+    let ids = |slot: v1::SlotInfo| -> Vec<(u64, String, bool)> {
+        slot.generations
+            .into_iter()
+            .map(|g| (g.id, g.digest, g.active))
+            .collect()
+    };
+    let before = ids(describe(&mut admin, "cand").await);
+    let other_before = ids(describe(&mut admin, "other").await);
+    assert_eq!(before.len(), 8, "the slot keeps 8 of 11: {before:?}");
+    drop(admin);
+    running.shutdown().await.unwrap();
+
+    let running = server(dir.path(), 1, Duration::from_secs(600)).await;
+    let mut admin = client(&running, Some(&admin_token)).await;
+    assert_eq!(ids(describe(&mut admin, "cand").await), before);
+    assert_eq!(ids(describe(&mut admin, "other").await), other_before);
+    let newest = before.iter().map(|g| g.0).max().unwrap();
+    let next = load(
+        &mut admin,
+        "cand",
+        arbiter_policies::get("sjf").unwrap(),
+        "",
+    )
+    .await;
+    assert!(next.id > newest, "{} after {newest}", next.id);
+    running.shutdown().await.unwrap();
+}
