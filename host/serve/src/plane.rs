@@ -512,9 +512,12 @@ impl Plane {
         // Policy slots: recompile every persisted generation (the engine's
         // on-disk cache makes this a deserialisation).
         let mut restored_default = false;
+        // Digests the stored slots refer to, whether or not they load.
+        let mut referenced: HashSet<String> = HashSet::new();
         for (slot_name, bytes) in contents.with_prefix("slot/") {
             let record: SlotRecord = serde_json::from_slice(bytes)
                 .with_context(|| format!("stored slot `{slot_name}`"))?;
+            referenced.extend(record.generations.iter().map(|g| g.digest.clone()));
             let slot = self.registry.slot(slot_name);
             let mut ids = Vec::new();
             for g in &record.generations {
@@ -554,11 +557,6 @@ impl Plane {
         }
         // Components no slot refers to any more (left behind by a version that
         // never deleted them, or by a crash between the two writes).
-        let referenced: HashSet<String> = contents
-            .with_prefix("slot/")
-            .filter_map(|(_, bytes)| serde_json::from_slice::<SlotRecord>(bytes).ok())
-            .flat_map(|r| r.generations.into_iter().map(|g| g.digest))
-            .collect();
         for (digest, _) in contents.with_prefix("blob/") {
             if !referenced.contains(digest) {
                 tracing::info!(digest, "deleting a stored component no slot refers to");
@@ -1024,7 +1022,7 @@ impl Plane {
             (_, s) => s.to_string(),
         };
         self.check_slot_access(caller, &slot)?;
-        if let Some(tenant) = slot.strip_prefix("tenant:") {
+        if let Some(tenant) = slot_tenant(&slot) {
             if !self.tenants.contains_key(tenant) {
                 return Err(ApiError::NotFound(format!("no tenant `{tenant}`")));
             }
@@ -1034,6 +1032,7 @@ impl Plane {
                     compiled.manifest.name, compiled.manifest.roles
                 )));
             }
+            self.check_tenant_code(tenant, &slot, &compiled)?;
         } else if !compiled.has_role(Role::Scheduler) {
             return Err(ApiError::InvalidArgument(format!(
                 "slot `{slot}` schedules; `{}` does not implement the `scheduler` role (it implements {:?})",
@@ -1045,9 +1044,6 @@ impl Plane {
                 "an experiment is running; promote or abort it before swapping the default policy"
                     .into(),
             ));
-        }
-        if let Some(tenant) = slot.strip_prefix("tenant:") {
-            self.check_tenant_code(tenant, &slot, &compiled)?;
         }
         let compiled = self.charge_owner(&slot, compiled);
         if !config.is_empty() {
@@ -1157,7 +1153,7 @@ impl Plane {
     /// A tenant's policies are charged to the tenant's memory account, so
     /// all its generations together stay within `tenant_memory_bytes`.
     fn charge_owner(&mut self, slot: &str, compiled: CompiledPolicy) -> CompiledPolicy {
-        let Some(tenant) = slot.strip_prefix("tenant:") else {
+        let Some(tenant) = slot_tenant(slot) else {
             return compiled;
         };
         let limit = self.cfg.tenant_memory_bytes;
@@ -3203,6 +3199,11 @@ fn move_status(
         set.remove(&id);
     }
     index.entry(to).or_default().insert(id);
+}
+
+/// The tenant whose slot `slot` is (the inverse of [`tenant_slot`]).
+fn slot_tenant(slot: &str) -> Option<&str> {
+    slot.strip_prefix("tenant:")
 }
 
 fn tenant_slot(tenant: &str) -> String {

@@ -12,7 +12,7 @@ use arbiter_hostile::{Case, Expect, Role};
 use arbiter_proto::v1;
 use arbiter_serve::plane::{PlaneConfig, default_pool};
 use arbiter_serve::records::SlotRecord;
-use arbiter_serve::server::{Running, ServeConfig, start};
+use arbiter_serve::server::Running;
 use arbiter_serve::store::Store;
 use common::*;
 use std::collections::HashSet;
@@ -32,12 +32,9 @@ async fn hostile_server(dir: &std::path::Path, tenant_memory_bytes: usize) -> Ru
 /// The plane the hostile tests run: `cfg`'s tenant budgets, fast rounds,
 /// short jobs, a 1 s deadline.
 async fn hostile_server_with(dir: &std::path::Path, cfg: PlaneConfig) -> Running {
-    start(ServeConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        data: dir.to_path_buf(),
-        metrics_listen: None,
-        plane: PlaneConfig {
-            round_interval: Duration::from_millis(20),
+    server_with(
+        dir,
+        PlaneConfig {
             nodes: default_pool(2, 8),
             default_duration: Duration::from_millis(200),
             // Long enough that a loaded test machine cannot turn a refusal
@@ -48,9 +45,8 @@ async fn hostile_server_with(dir: &std::path::Path, cfg: PlaneConfig) -> Running
             },
             ..cfg
         },
-    })
+    )
     .await
-    .unwrap()
 }
 
 /// Text a policy made the plane say: bounded and printable.

@@ -57,15 +57,26 @@ pub async fn client(running: &Running, token: Option<&str>) -> Client {
 }
 
 pub async fn server(dir: &std::path::Path, nodes: u32, duration: Duration) -> Running {
+    server_with(
+        dir,
+        PlaneConfig {
+            nodes: default_pool(nodes, 8),
+            default_duration: duration,
+            ..PlaneConfig::default()
+        },
+    )
+    .await
+}
+
+/// A loopback server on `dir` running `plane` with 20 ms rounds.
+pub async fn server_with(dir: &std::path::Path, plane: PlaneConfig) -> Running {
     start(ServeConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         data: dir.to_path_buf(),
         metrics_listen: None,
         plane: PlaneConfig {
             round_interval: Duration::from_millis(20),
-            nodes: default_pool(nodes, 8),
-            default_duration: duration,
-            ..PlaneConfig::default()
+            ..plane
         },
     })
     .await
