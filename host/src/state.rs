@@ -164,6 +164,21 @@ impl JobRequest {
     }
 }
 
+/// What contract 0.3 added to a job beyond its [`JobRequest`]: a burst
+/// limit, locality, a latency objective and a recurrence group. The default
+/// is none of them ([`ClusterState::submit`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JobTraits {
+    /// Most milli-GPU a fractional worker may burst to; 0 = its request.
+    pub gpu_milli_limit: u32,
+    /// `model::locality` code.
+    pub locality: u8,
+    /// Latency objective of an inference job, ms; 0 = none.
+    pub slo_ms: u32,
+    /// Recurrence group ("" = none).
+    pub group: String,
+}
+
 /// Host-side facts about a job, parallel to the cluster's job table.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobRecord {
@@ -239,7 +254,6 @@ pub struct ClusterState {
     job_index: HashMap<JobId, u32>,
     job_names: HashMap<String, JobId>,
     next_job: u64,
-    tenant_quota_gpus: HashMap<String, u32>,
     /// GPU speeds the operator gave, per model name, in permille; models
     /// given none run at the reference speed.
     model_speeds: HashMap<String, u32>,
@@ -273,7 +287,6 @@ impl ClusterState {
             job_index: HashMap::new(),
             job_names: HashMap::new(),
             next_job: 1,
-            tenant_quota_gpus: HashMap::new(),
             model_speeds: HashMap::new(),
             events: Vec::new(),
             history: Arc::new(RwLock::new(DeltaLog::default())),
@@ -364,8 +377,14 @@ impl ClusterState {
         Ok(self.cluster.gpu_models().len() - 1)
     }
 
-    /// Adds a node; its name must be new.
+    /// Adds a node of unknown interconnect; its name must be new.
     pub fn add_node(&mut self, req: NodeRequest) -> Result<u32, StateError> {
+        self.add_node_on(req, "")
+    }
+
+    /// Adds a node whose GPUs share the interconnect or topology group
+    /// `fabric` ("nvlink", "pcie", ...; "" unknown); its name must be new.
+    pub fn add_node_on(&mut self, req: NodeRequest, fabric: &str) -> Result<u32, StateError> {
         if self.node_index.contains_key(&req.name) {
             return Err(StateError::DuplicateNode(req.name));
         }
@@ -395,12 +414,14 @@ impl ClusterState {
             gpu_memory_mib: req.gpu_memory_mib,
             gpu_count: req.gpu_count,
             on_loan: req.on_loan,
+            fabric: self.intern(fabric)?,
         };
         let index = self.cluster.node_count() as u32;
-        let (name, pool, model) = (spec.name, spec.pool, spec.gpu_model);
+        let (name, pool, model, fabric) = (spec.name, spec.pool, spec.gpu_model, spec.fabric);
         self.emit(Event::NodeAdded(spec))?;
         self.retain_string(name);
         self.retain_string(pool);
+        self.retain_string(fabric);
         if req.gpu_count > 0 {
             self.retain_string(model);
         }
@@ -523,17 +544,98 @@ impl ClusterState {
         }
     }
 
-    /// Sets a tenant's GPU quota (whole GPUs; fractions count by their share).
-    pub fn set_tenant_quota(&mut self, tenant: &str, gpus: Option<u32>) {
+    /// Sets a tenant's GPU quota (whole GPUs; fractions count by their
+    /// share; only guaranteed work consumes it), or removes it (`None`:
+    /// unlimited). The quota is part of the cluster view (contract 0.3).
+    pub fn set_tenant_quota(&mut self, tenant: &str, gpus: Option<u32>) -> Result<(), StateError> {
+        let id = self.intern(tenant)?;
+        let had = self.cluster.tenant_quota_milli(id).is_some();
         match gpus {
-            Some(q) => self.tenant_quota_gpus.insert(tenant.to_string(), q),
-            None => self.tenant_quota_gpus.remove(tenant),
-        };
+            Some(q) => {
+                let milli = u64::from(q) * u64::from(model::FULL_GPU_MILLI);
+                self.emit(Event::TenantQuotaChanged(id, milli))?;
+                if !had {
+                    self.retain_string(id);
+                }
+            }
+            None if had => {
+                self.emit(Event::TenantQuotaRemoved(id))?;
+                self.release_string(id);
+            }
+            None => {}
+        }
+        Ok(())
+    }
+
+    /// Sets the operator's rules for sharing GPUs by QoS (contract 0.3
+    /// `sharing-rules`); running work is re-charged under them.
+    pub fn set_sharing(&mut self, rules: model::SharingRules) -> Result<(), StateError> {
+        if rules != self.cluster.sharing() {
+            self.emit(Event::SharingChanged(rules))?;
+        }
+        Ok(())
+    }
+
+    /// Publishes the health of GPU `index` of node `node` (`model::health`).
+    pub fn set_gpu_health(&mut self, node: &str, index: u32, health: u8) -> Result<(), StateError> {
+        if health > model::health::DISABLED {
+            return Err(StateError::InvalidNode(format!(
+                "unknown health code {health} for GPU {index} of `{node}`"
+            )));
+        }
+        let n = *self
+            .node_index
+            .get(node)
+            .ok_or_else(|| StateError::UnknownNode(node.to_string()))?;
+        let range = self.cluster.node(n).gpu_range();
+        let gpu = range.start + index;
+        if !range.contains(&gpu) {
+            return Err(StateError::InvalidNode(format!(
+                "`{node}` has no GPU {index}"
+            )));
+        }
+        if self.cluster.gpu(gpu).health() != health {
+            self.emit(Event::GpuHealthChanged(gpu, health))?;
+        }
+        Ok(())
+    }
+
+    /// Records runtime statistics of running jobs (`job` is the job index).
+    pub fn record_job_metrics(&mut self, metrics: Vec<model::JobMetric>) -> Result<(), StateError> {
+        self.emit(Event::JobMetrics(metrics))
+    }
+
+    /// Records the load of inference jobs (`job` is the job index).
+    pub fn record_service_metrics(
+        &mut self,
+        metrics: Vec<model::ServiceMetric>,
+    ) -> Result<(), StateError> {
+        self.emit(Event::ServiceMetrics(metrics))
+    }
+
+    /// Records host-side node load (`node` is the node index).
+    pub fn record_node_metrics(
+        &mut self,
+        metrics: Vec<model::NodeMetric>,
+    ) -> Result<(), StateError> {
+        self.emit(Event::NodeMetrics(metrics))
+    }
+
+    /// Sets the span metric samples are averaged over; part of every
+    /// snapshot, so it must be set before the first one is sent.
+    pub fn set_metric_window_ms(&mut self, window_ms: u32) {
+        self.cluster.set_metric_window_ms(window_ms);
     }
 
     /// Accepts a job into the queue.
     pub fn submit(&mut self, req: JobRequest) -> Result<JobId, StateError> {
+        self.submit_with(req, JobTraits::default())
+    }
+
+    /// Accepts a job with contract-0.3 traits into the queue.
+    pub fn submit_with(&mut self, req: JobRequest, traits: JobTraits) -> Result<JobId, StateError> {
         check_job(&req)?;
+        check_traits(&req, &traits)?;
         if self.job_names.contains_key(&req.name) {
             return Err(StateError::DuplicateJob(req.name));
         }
@@ -560,14 +662,19 @@ impl ClusterState {
             estimate_ms: req.estimate_ms,
             deadline_ms: req.deadline_ms,
             checkpointed: req.checkpointed,
+            gpu_milli_limit: traits.gpu_milli_limit,
+            locality: traits.locality,
+            slo_ms: traits.slo_ms,
+            group: self.intern(&traits.group)?,
         };
         let id = JobId(self.next_job);
         self.next_job += 1;
         let index = self.cluster.job_count() as u32;
-        let (name, tenant) = (spec.name, spec.tenant);
+        let (name, tenant, group) = (spec.name, spec.tenant, spec.group);
         self.emit(Event::JobAdded(spec))?;
         self.retain_string(name);
         self.retain_string(tenant);
+        self.retain_string(group);
         self.jobs.push(JobRecord {
             id,
             name: req.name.clone(),
@@ -590,11 +697,13 @@ impl ClusterState {
         let strings = (
             columns.name.get(index as usize).copied(),
             columns.tenant.get(index as usize).copied(),
+            columns.group.get(index as usize).copied(),
         );
         self.emit(Event::JobRemoved(index))?;
-        if let (Some(name), Some(tenant)) = strings {
+        if let (Some(name), Some(tenant), Some(group)) = strings {
             self.release_string(name);
             self.release_string(tenant);
+            self.release_string(group);
         }
         let record = self.jobs.swap_remove(index as usize);
         self.job_index.remove(&id);
@@ -760,11 +869,11 @@ impl ClusterState {
     /// [`ClusterState::delta_since`] and resyncs from a snapshot, which is
     /// exact at this epoch and carries live strings only. Deltas after it
     /// work as before. Live strings are numbered in the order a fresh state
-    /// interns them (per node: GPU model, name, pool; then per job: name,
-    /// tenant), so a compacted state snapshots like a fresh state built from
+    /// interns them (per node: GPU model, name, pool, fabric; then per job:
+    /// name, tenant, group; then tenants with a quota), so a compacted state snapshots like a fresh state built from
     /// the same nodes and jobs. The GPU-model table keeps its order, so job
-    /// model masks keep their meaning. Reservations and GPU utilization,
-    /// which a snapshot does not carry, are kept on the host.
+    /// model masks keep their meaning. The latest metric samples, which a
+    /// snapshot does not carry, are kept on the host.
     ///
     /// On error the state is unchanged.
     pub fn compact_strings(&mut self) -> Result<Compaction, StateError> {
@@ -794,6 +903,7 @@ impl ClusterState {
                 }
                 nodes.name[n] = renumber.id(nodes.name[n])?;
                 nodes.pool[n] = renumber.id(nodes.pool[n])?;
+                nodes.fabric[n] = renumber.id(nodes.fabric[n])?;
             }
             for model in gpus.model.iter_mut() {
                 *model = renumber.id(*model)?;
@@ -803,40 +913,24 @@ impl ClusterState {
             *model = renumber.id(*model)?;
         }
         let jobs = &mut snapshot.jobs;
-        for (name, tenant) in jobs.name.iter_mut().zip(jobs.tenant.iter_mut()) {
-            *name = renumber.id(*name)?;
+        for j in 0..jobs.name.len() {
+            jobs.name[j] = renumber.id(jobs.name[j])?;
+            jobs.tenant[j] = renumber.id(jobs.tenant[j])?;
+            jobs.group[j] = renumber.id(jobs.group[j])?;
+        }
+        for tenant in snapshot.tenants.name.iter_mut() {
             *tenant = renumber.id(*tenant)?;
         }
         let strings = renumber.strings;
         snapshot.strings = strings.clone();
+        let window = snapshot.metric_window_ms;
         let mut cluster =
             Cluster::from_snapshot(snapshot).map_err(|e| StateError::Event(e.to_string()))?;
-        // What a snapshot leaves out: reservations and utilization samples.
-        let old_cluster = &self.cluster;
-        for job in old_cluster
-            .jobs()
-            .filter(|j| !j.reserved_nodes().is_empty())
-        {
+        cluster.set_metric_window_ms(window);
+        // What a snapshot leaves out: the latest metric samples.
+        for e in self.metric_events() {
             cluster
-                .apply_event(&Event::JobReserved(
-                    job.index(),
-                    job.reserved_nodes().to_vec(),
-                ))
-                .map_err(|e| StateError::Event(e.to_string()))?;
-        }
-        let metrics: Vec<model::GpuMetric> = (0..old_cluster.gpu_count() as u32)
-            .map(|g| old_cluster.gpu(g))
-            .filter(|g| g.utilization_pct() > 0 || g.sm_activity_pct() > 0)
-            .map(|g| model::GpuMetric {
-                gpu: g.index(),
-                utilization_pct: g.utilization_pct(),
-                sm_activity_pct: g.sm_activity_pct(),
-                memory_used_mib: 0, // not kept by the cluster; ignored by it
-            })
-            .collect();
-        if !metrics.is_empty() {
-            cluster
-                .apply_event(&Event::GpuMetrics(metrics))
+                .apply_event(&e)
                 .map_err(|e| StateError::Event(e.to_string()))?;
         }
         cluster.set_epoch(epoch, self.now_ms);
@@ -855,6 +949,7 @@ impl ClusterState {
             let n = node.index() as usize;
             count(cluster.node_columns().name[n]);
             count(cluster.node_columns().pool[n]);
+            count(cluster.node_columns().fabric[n]);
             if let Some(gpu) = node.gpus().next() {
                 count(cluster.gpu_columns().model[gpu.index() as usize]);
             }
@@ -863,6 +958,8 @@ impl ClusterState {
         jobs.name
             .iter()
             .chain(jobs.tenant.iter())
+            .chain(jobs.group.iter())
+            .chain(cluster.tenant_columns().name.iter())
             .for_each(|&s| count(s));
 
         self.interned = strings
@@ -891,24 +988,77 @@ impl ClusterState {
         })
     }
 
-    /// The validator for this epoch: a [`Plan`] over the cluster with the
-    /// tenants' quotas. [`ClusterState::validate`] and
-    /// [`ClusterState::keep_valid`] both replay decisions through it.
+    /// The validator for this epoch: a [`Plan`] over the cluster (whose
+    /// view carries the tenants' quotas and the sharing rules).
+    /// [`ClusterState::validate`] and [`ClusterState::keep_valid`] both
+    /// replay decisions through it.
     fn validator(&self, max_decisions: u32) -> Plan<'_> {
-        let mut plan = Plan::new(&self.cluster).with_max_decisions(max_decisions);
-        if !self.tenant_quota_gpus.is_empty() {
-            let quotas = self
-                .tenant_quota_gpus
-                .iter()
-                .filter_map(|(t, &q)| {
-                    self.interned
-                        .get(t)
-                        .map(|&id| (id, u64::from(q) * u64::from(model::FULL_GPU_MILLI)))
-                })
-                .collect();
-            plan = plan.with_tenant_quotas(quotas);
+        Plan::new(&self.cluster).with_max_decisions(max_decisions)
+    }
+
+    /// The latest metric samples as events, for a mirror built from a
+    /// snapshot (which carries none).
+    fn metric_events(&self) -> Vec<Event> {
+        let c = &self.cluster;
+        let gpus: Vec<model::GpuMetric> = (0..c.gpu_count() as u32)
+            .map(|g| c.gpu(g))
+            .filter(|g| {
+                g.utilization_pct() > 0 || g.sm_activity_pct() > 0 || g.sm_occupancy_pct() > 0
+            })
+            .map(|g| model::GpuMetric {
+                gpu: g.index(),
+                utilization_pct: g.utilization_pct(),
+                sm_activity_pct: g.sm_activity_pct(),
+                memory_used_mib: 0, // not kept by the cluster; ignored by it
+                sm_occupancy_pct: g.sm_occupancy_pct(),
+            })
+            .collect();
+        let jobs: Vec<model::JobMetric> = c
+            .jobs()
+            .map(|j| j.metrics())
+            .filter(|m| {
+                *m != model::JobMetric {
+                    job: m.job,
+                    ..Default::default()
+                }
+            })
+            .collect();
+        let services: Vec<model::ServiceMetric> = c
+            .jobs()
+            .map(|j| j.service())
+            .filter(|m| {
+                *m != model::ServiceMetric {
+                    job: m.job,
+                    ..Default::default()
+                }
+            })
+            .collect();
+        let nodes: Vec<model::NodeMetric> = (0..c.node_count() as u32)
+            .map(|n| model::NodeMetric {
+                node: n,
+                ..c.node_metrics(n)
+            })
+            .filter(|m| {
+                *m != model::NodeMetric {
+                    node: m.node,
+                    ..Default::default()
+                }
+            })
+            .collect();
+        let mut events = Vec::new();
+        if !gpus.is_empty() {
+            events.push(Event::GpuMetrics(gpus));
         }
-        plan
+        if !jobs.is_empty() {
+            events.push(Event::JobMetrics(jobs));
+        }
+        if !services.is_empty() {
+            events.push(Event::ServiceMetrics(services));
+        }
+        if !nodes.is_empty() {
+            events.push(Event::NodeMetrics(nodes));
+        }
+        events
     }
 
     /// Checks a policy's decisions against the current epoch: all valid, or
@@ -1022,6 +1172,11 @@ impl ClusterState {
                 }
                 Decision::Unreserve(j) => {
                     self.emit(Event::JobReserved(j, Vec::new()))?;
+                    self.emit(Event::JobReservedGpus(j, Vec::new()))?;
+                    applied.other += 1;
+                }
+                Decision::ReserveGpus(j, gpus) => {
+                    self.emit(Event::JobReservedGpus(j, gpus))?;
                     applied.other += 1;
                 }
                 Decision::SetQos(j, q) => {
@@ -1061,7 +1216,10 @@ impl ClusterState {
         self.node_index.get(name).copied()
     }
     pub fn tenant_quota(&self, tenant: &str) -> Option<u32> {
-        self.tenant_quota_gpus.get(tenant).copied()
+        let id = *self.interned.get(tenant)?;
+        self.cluster
+            .tenant_quota_milli(id)
+            .map(|m| (m / u64::from(model::FULL_GPU_MILLI)) as u32)
     }
 
     /// Allocated milli-GPU over all GPUs' capacity, in percent.
@@ -1227,11 +1385,29 @@ fn check_job(req: &JobRequest) -> Result<(), StateError> {
     if req.gpus_per_worker > 0 && req.gpu_milli == 0 {
         return fail("GPUs requested with a zero share".into());
     }
-    if req.kind > model::job_kind::INFERENCE || req.qos > model::qos::BEST_EFFORT {
+    if req.kind > model::job_kind::INTERACTIVE || req.qos > model::qos::BEST_EFFORT {
         return fail("unknown kind or QoS".into());
     }
     if req.gpus_per_worker > u32::from(u8::MAX) {
         return fail("more than 255 GPUs per worker".into());
+    }
+    Ok(())
+}
+
+/// The contract-0.3 traits of a job, against its request.
+fn check_traits(req: &JobRequest, traits: &JobTraits) -> Result<(), StateError> {
+    let fail = |msg: String| Err(StateError::InvalidJob(format!("`{}`: {msg}", req.name)));
+    if traits.locality > model::locality::REQUIRE_ONE_NODE {
+        return fail(format!("unknown locality {}", traits.locality));
+    }
+    if traits.gpu_milli_limit > 0
+        && (traits.gpu_milli_limit < req.gpu_milli
+            || traits.gpu_milli_limit > model::FULL_GPU_MILLI)
+    {
+        return fail(format!(
+            "GPU limit {} outside request..=1000 ({}..=1000)",
+            traits.gpu_milli_limit, req.gpu_milli
+        ));
     }
     Ok(())
 }
@@ -1345,7 +1521,7 @@ mod tests {
         let mut s = ClusterState::new();
         s.add_node(node("a", 4)).unwrap();
         s.submit(JobRequest::gpus("j", "team", 1, 3)).unwrap();
-        s.set_tenant_quota("team", Some(2));
+        s.set_tenant_quota("team", Some(2)).unwrap();
         s.begin_round(10);
         let d = vec![Decision::Place(
             0,
@@ -1369,7 +1545,7 @@ mod tests {
         let mut s = ClusterState::new();
         s.add_node(node("a", 4)).unwrap();
         s.add_node(node("b", 4)).unwrap();
-        s.set_tenant_quota("team", Some(2));
+        s.set_tenant_quota("team", Some(2)).unwrap();
         for name in ["running", "next", "third"] {
             s.submit(JobRequest::gpus(name, "team", 1, 1)).unwrap();
         }
@@ -1423,6 +1599,9 @@ mod tests {
         ids.extend(&c.gpu_columns().model);
         ids.extend(&c.job_columns().name);
         ids.extend(&c.job_columns().tenant);
+        ids.extend(&c.node_columns().fabric);
+        ids.extend(&c.job_columns().group);
+        ids.extend(&c.tenant_columns().name);
         ids.len()
     }
 
@@ -1524,6 +1703,7 @@ mod tests {
             utilization_pct: 80,
             sm_activity_pct: 40,
             memory_used_mib: 1000,
+            sm_occupancy_pct: 30,
         }])
         .unwrap();
         s.begin_round(10);
@@ -1534,10 +1714,11 @@ mod tests {
     fn string_counts_follow_submissions_and_removals() {
         let mut s = ClusterState::new().with_compaction_floor(None);
         s.add_node(gpu_node("a", "p", "V100", 2)).unwrap();
-        // A CPU node's empty model string is interned but never referred to.
+        // A CPU node's empty model string is interned but not referred to
+        // as a model; "" is every node's fabric (unknown), so it is live.
         s.add_node(gpu_node("cpu", "p", "", 0)).unwrap();
         assert_eq!(s.string_stats().live, live_by_scan(&s));
-        assert_eq!(s.string_stats().dead(), 1);
+        assert_eq!(s.string_stats().dead(), 0);
         let a = s.submit(JobRequest::gpus("x", "t", 1, 1)).unwrap();
         let b = s.submit(JobRequest::gpus("y", "t", 1, 1)).unwrap();
         assert_eq!(s.string_stats().live, live_by_scan(&s));
@@ -1547,16 +1728,19 @@ mod tests {
         s.remove(b).unwrap();
         let stats = s.string_stats();
         assert_eq!(stats.live, live_by_scan(&s));
-        assert_eq!((stats.total, stats.dead()), (8, 4));
+        // x, y, t and the jobs' groups (""; still the nodes' fabric) die.
+        assert_eq!((stats.total, stats.dead()), (8, 3));
         assert!(!s.compaction_due(), "automatic compaction is off");
         s.set_compaction_floor(Some(4));
         assert!(
             !s.compaction_due(),
             "dead strings do not outnumber live ones"
         );
-        s.intern("unused").unwrap();
+        for unused in ["u1", "u2", "u3"] {
+            s.intern(unused).unwrap();
+        }
         assert!(s.compaction_due());
-        s.set_compaction_floor(Some(6));
+        s.set_compaction_floor(Some(7));
         assert!(!s.compaction_due(), "below the floor");
     }
 
@@ -1571,15 +1755,16 @@ mod tests {
         let c = s.compact_strings().unwrap();
         assert_eq!(c.epoch, epoch + 1);
         assert_eq!(c.strings_before, stats.total);
-        // 3 names + 2 pools + 2 models + 12 job names + 7 tenants.
-        assert_eq!(c.strings_after, 26);
+        // 3 names + 2 pools + 2 models + "" (fabric, group) + 12 job names
+        // + 7 tenants.
+        assert_eq!(c.strings_after, 27);
         assert_eq!(
             view(&s),
             before,
             "every name, placement and reservation kept"
         );
         let stats = s.string_stats();
-        assert_eq!((stats.total, stats.live, stats.compactions), (26, 26, 1));
+        assert_eq!((stats.total, stats.live, stats.compactions), (27, 27, 1));
         assert_eq!(stats.live, live_by_scan(&s));
         // The host's own maps follow the new numbering.
         let n = s.cluster().strings().len();
@@ -1600,9 +1785,9 @@ mod tests {
         let id = s.submit(t4).unwrap();
         let j = s.job_index(id).unwrap();
         assert!(s.cluster().job(j).allows_gpu(4) && !s.cluster().job(j).allows_gpu(0));
-        assert_eq!(s.string_stats().total, 27, "only the new job's name is new");
+        assert_eq!(s.string_stats().total, 28, "only the new job's name is new");
         // Quotas are looked up through the rebuilt table.
-        s.set_tenant_quota("t1", Some(0));
+        s.set_tenant_quota("t1", Some(0)).unwrap();
         s.begin_round(10);
         let d = vec![Decision::Place(
             j,

@@ -1,9 +1,9 @@
-//! The host serves the current contract (0.2) and the previous minor (0.1,
-//! through its adapter); the policies it ships are built against 0.2.
+//! The host serves the current contract (0.3) and the previous minor (0.2,
+//! through its adapter); the policies it ships are built against 0.3.
 
 use arbiter_host::runtime::{PolicyEngine, RuntimeConfig, SERVED_VERSIONS};
 use arbiter_host::state::{ClusterState, JobRequest, NodeRequest};
-use arbiter_policy_sdk::model::Decision;
+use arbiter_policy_sdk::model::{Decision, Event, JobMetric, SharingRules, health};
 
 fn engine() -> PolicyEngine {
     PolicyEngine::new(RuntimeConfig::default()).unwrap()
@@ -22,29 +22,37 @@ fn placed_jobs(decisions: &[Decision]) -> Vec<u32> {
 #[test]
 fn builtins_are_built_against_the_current_contract() {
     let engine = engine();
-    assert_eq!(SERVED_VERSIONS, ["0.2.0", "0.1.0"]);
+    assert_eq!(SERVED_VERSIONS, ["0.3.0", "0.2.0"]);
     for name in arbiter_policies::names() {
         let compiled = engine
             .compile(arbiter_policies::get(name).unwrap())
             .unwrap();
-        assert_eq!(compiled.contract_version(), "0.2.0", "{name}");
+        assert_eq!(compiled.contract_version(), "0.3.0", "{name}");
     }
 }
 
-/// A 0.1 component keeps working while the host emits what only 0.2 has:
-/// speeds, job progress, reclaim limits. Its mirror is fed by snapshot and
-/// by delta (both lowered by the adapter), and its decisions are validated
-/// and applied like any other.
+/// A 0.2 component keeps working while the host emits what only 0.3 has:
+/// sharing rules, quotas, GPU health, job metrics. Its mirror is fed by
+/// snapshot and by delta (both lowered by the adapter), shared work shows as
+/// used, and its decisions are validated and applied like any other.
 #[test]
-fn a_v0_1_component_is_served_through_the_adapter() {
+fn a_v0_2_component_is_served_through_the_adapter() {
     let engine = engine();
     let compiled = engine
-        .compile(arbiter_policies::fixture("contract-v0-1").unwrap())
+        .compile(arbiter_policies::fixture("contract-v0-2").unwrap())
         .unwrap();
-    assert_eq!(compiled.contract_version(), "0.1.0");
-    assert_eq!(compiled.manifest.name, "contract-v0-1");
+    assert_eq!(compiled.contract_version(), "0.2.0");
+    assert_eq!(compiled.manifest.name, "contract-v0-2");
 
     let mut state = ClusterState::new();
+    state
+        .set_sharing(SharingRules {
+            oversub_milli: 1000,
+            max_shared_workers: 0,
+            host_spill: true,
+        })
+        .unwrap();
+    state.set_tenant_quota("t", Some(100)).unwrap();
     state.set_gpu_model_speed("T4", 333).unwrap();
     state
         .add_node(NodeRequest::gpus("v0", "training", "V100", 32_768, 4))
@@ -65,21 +73,27 @@ fn a_v0_1_component_is_served_through_the_adapter() {
     state.validate(&decisions, 100).unwrap();
     state.apply(decisions).unwrap();
 
-    // Events 0.1 has no words for, between the rounds.
+    // Events 0.2 has no words for, between the rounds.
     state.set_now(60_000);
     state.report_progress(a, 1_000).unwrap();
-    state.set_gpu_model_speed("V100", 1_100).unwrap();
+    state.set_gpu_health("t0", 1, health::UNHEALTHY).unwrap();
+    state
+        .record_job_metrics(vec![JobMetric {
+            job: 0,
+            iteration_ms: 120,
+            ..JobMetric::default()
+        }])
+        .unwrap();
     state.submit(JobRequest::gpus("d", "t", 1, 2)).unwrap();
 
     // Round 2: the mirror catches up by delta; `d` fits only on the T4 node.
     let (delta, round) = state.begin_round(100);
     assert!(
-        delta.events.iter().any(|e| matches!(
-            e,
-            arbiter_policy_sdk::model::Event::JobProgress(_)
-                | arbiter_policy_sdk::model::Event::GpuModelSpeedChanged(..)
-        )),
-        "the round must carry 0.2-only events for this test to mean anything"
+        delta
+            .events
+            .iter()
+            .any(|e| matches!(e, Event::GpuHealthChanged(..) | Event::JobMetrics(_))),
+        "the round must carry 0.3-only events for this test to mean anything"
     );
     instance.sync_to(&state).unwrap();
     assert_eq!(instance.mirror_epoch(), Some(state.epoch()));

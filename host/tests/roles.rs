@@ -124,14 +124,17 @@ fn with_every_generation_quarantined_the_native_policy_serves_and_rollback_refus
 }
 
 /// A tenant past its quota, as the host core sees it when nothing gates
-/// admission: the active policy's answer is refused (it cannot see quotas
-/// in contract 0.2), and the native fallback places everything that fits.
+/// admission: since contract 0.3 quotas are in the cluster view, so the
+/// active policy's own plan keeps the tenant within its quota and places
+/// everything else that fits (under 0.2 its answer was refused and the
+/// native fallback served the round).
 #[test]
-fn the_native_fallback_places_what_fits_when_a_tenant_is_past_its_quota() {
+fn a_policy_sees_quotas_and_places_what_fits_when_a_tenant_is_past_its_quota() {
     let slot = Arc::new(PolicySlot::new("best-fit"));
     load(&slot, "best-fit", None);
+    let g = slot.active_id().unwrap();
     let mut state = cluster(2, 0);
-    state.set_tenant_quota("a", Some(2));
+    state.set_tenant_quota("a", Some(2)).unwrap();
     for i in 0..3 {
         state
             .submit(JobRequest::gpus(format!("a{i}"), "a", 1, 1))
@@ -142,15 +145,8 @@ fn the_native_fallback_places_what_fits_when_a_tenant_is_past_its_quota() {
         .unwrap();
     let mut driver = RoundDriver::new(slot);
     let report = driver.run_round(&mut state);
-    assert_eq!(report.served, Served::Native);
-    assert!(
-        matches!(
-            report.faults[..],
-            [(Some(_), PolicyFault::InvalidDecision { .. })]
-        ),
-        "{:?}",
-        report.faults
-    );
+    assert_eq!(report.served, Served::Active(g), "{:?}", report.faults);
+    assert!(report.faults.is_empty(), "{:?}", report.faults);
     assert_eq!(report.applied.started.len(), 3, "{report:?}");
     assert!(report.applied.started.contains(&admin));
 }
@@ -197,7 +193,7 @@ proptest! {
             }
         }
         for (t, q) in s.quotas.iter().enumerate() {
-            state.set_tenant_quota(&format!("t{t}"), *q);
+            state.set_tenant_quota(&format!("t{t}"), *q).unwrap();
         }
         for (j, &(tenant, workers, per_worker, milli)) in s.jobs.iter().enumerate() {
             let mut req = JobRequest::gpus(format!("j{j}"), format!("t{tenant}"), workers, per_worker);
@@ -330,7 +326,9 @@ mod reclaim {
 mod matcher {
     use super::*;
     use arbiter_host::roles::matcher::{MatcherDriver, validate_pairings};
-    use arbiter_policy_sdk::model::{MatchRequest, Pairing, WorkloadProfile};
+    use arbiter_policy_sdk::model::{
+        MatchRequest, Pairing, SharingRules, WorkerPlacement, WorkloadProfile, qos,
+    };
 
     fn profile(job: u32, sm: u8) -> WorkloadProfile {
         WorkloadProfile {
@@ -339,7 +337,46 @@ mod matcher {
             sm_activity_pct: sm,
             memory_mib: 2048,
             throughput: 1.0,
+            ..WorkloadProfile::default()
         }
+    }
+
+    /// Two 4-GPU nodes with sharing on: jobs 0 and 1 run guaranteed on
+    /// GPUs 0 and 4, jobs 2 and 3 are pending best-effort one-GPU jobs.
+    fn colocation() -> ClusterState {
+        let mut state = cluster(2, 2);
+        state
+            .set_sharing(SharingRules {
+                oversub_milli: 1000,
+                max_shared_workers: 1,
+                host_spill: true,
+            })
+            .unwrap();
+        let place = vec![
+            Decision::Place(
+                0,
+                vec![WorkerPlacement {
+                    node: 0,
+                    gpus: vec![0],
+                }],
+            ),
+            Decision::Place(
+                1,
+                vec![WorkerPlacement {
+                    node: 1,
+                    gpus: vec![4],
+                }],
+            ),
+        ];
+        state.validate(&place, 10).unwrap();
+        state.apply(place).unwrap();
+        for j in 2..4 {
+            let mut job = JobRequest::gpus(format!("job{j}"), "t", 1, 1);
+            job.qos = qos::BEST_EFFORT;
+            job.gpu_memory_mib = 4_096;
+            state.submit(job).unwrap();
+        }
+        state
     }
 
     fn slot_of(policy: &str) -> Arc<PolicySlot> {
@@ -352,7 +389,7 @@ mod matcher {
     fn a_real_matcher_component_answers_validated_pairings() {
         let slot = slot_of("greedy-matcher");
         let g = slot.active_id().unwrap();
-        let mut state = cluster(2, 4);
+        let mut state = colocation();
         let out = MatcherDriver::new(slot).match_workloads(
             &mut state,
             &[0, 1],
@@ -371,14 +408,56 @@ mod matcher {
                 Pairing {
                     online: 1,
                     offline: 3,
+                    gpu: 4,
                     sm_percent: 75
                 },
                 Pairing {
                     online: 0,
                     offline: 2,
+                    gpu: 0,
                     sm_percent: 40
                 },
             ]
+        );
+        // Each pairing becomes a placement of the offline job on the online
+        // job's GPU, valid under the sharing rules, applied by the one path.
+        let on = |gpu: u32| {
+            vec![WorkerPlacement {
+                node: gpu / 4,
+                gpus: vec![gpu],
+            }]
+        };
+        assert_eq!(
+            out.decisions,
+            vec![Decision::Place(3, on(4)), Decision::Place(2, on(0))]
+        );
+        state.apply(out.decisions).unwrap();
+        assert_eq!(state.cluster().gpu(0).shared_workers(), 1);
+        assert_eq!(state.cluster().gpu(0).milli_used(), 1000);
+    }
+
+    /// A pairing the sharing rules refuse (sharing off: the online job's GPU
+    /// is full) is the policy's fault, and nothing is paired.
+    #[test]
+    fn a_pairing_the_validator_refuses_is_a_fault() {
+        let slot = slot_of("greedy-matcher");
+        let mut state = colocation();
+        state.set_sharing(SharingRules::default()).unwrap();
+        let out = MatcherDriver::new(slot).match_workloads(
+            &mut state,
+            &[0, 1],
+            &[2, 3],
+            vec![profile(0, 60), profile(1, 25)],
+        );
+        assert_eq!(out.served, Served::Native);
+        assert!(out.pairings.is_empty() && out.decisions.is_empty());
+        assert!(
+            matches!(
+                out.faults[..],
+                [(Some(_), PolicyFault::InvalidDecision { .. }), ..]
+            ),
+            "{:?}",
+            out.faults
         );
     }
 
@@ -410,6 +489,7 @@ mod matcher {
         let p = |online, offline, sm_percent| Pairing {
             online,
             offline,
+            gpu: 0,
             sm_percent,
         };
         assert_eq!(
@@ -419,7 +499,7 @@ mod matcher {
         for bad in [
             vec![p(2, 3, 50)],              // online is not an online candidate
             vec![p(0, 1, 50)],              // offline is not an offline candidate
-            vec![p(0, 2, 50), p(0, 3, 50)], // one online job twice
+            vec![p(0, 2, 50), p(0, 3, 50)], // one online GPU twice
             vec![p(0, 2, 50), p(1, 2, 50)], // one offline job twice
             vec![p(0, 2, 0)],               // no SMs
             vec![p(0, 2, 101)],             // more than all of them
@@ -519,6 +599,7 @@ mod coordinator {
                 id: 7,
                 ..WorkloadStatus::default()
             }],
+            ..NodeView::default()
         }
     }
 
@@ -603,6 +684,7 @@ mod coordinator {
                 now_ms: self.now_ms,
                 gpus: self.gpus.clone(),
                 workloads: self.workloads.clone(),
+                ..NodeView::default()
             }
         }
 
@@ -635,6 +717,8 @@ mod coordinator {
                     memory_used_mib: 4_000,
                     memory_total_mib: 16_000,
                     health: health::HEALTHY,
+                    observed_ok: true,
+                    ..GpuStatus::default()
                 })
                 .collect(),
             workloads: Vec::new(),

@@ -168,6 +168,9 @@ fn churn_through_a_wasm_policy_keeps_the_string_table_bounded() {
         ids.extend(&c.gpu_columns().model);
         ids.extend(&c.job_columns().name);
         ids.extend(&c.job_columns().tenant);
+        ids.extend(&c.node_columns().fabric);
+        ids.extend(&c.job_columns().group);
+        ids.extend(&c.tenant_columns().name);
         ids.len()
     });
 }

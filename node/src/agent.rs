@@ -26,6 +26,11 @@
 //!   code (0 if all succeeded; `128 + n` for death by signal n; `-1` when the status is unknown
 //!   because the workload was adopted after an agent restart and is not our child). A rank
 //!   that fails makes the agent evict its siblings.
+//! * **Update** (contract 0.3's G25). A running job's new terms — role, QoS, per-GPU memory
+//!   quota, compute share, MPS thread % (next client start), request/limit — applied to every
+//!   rank's control block and record, answered by an `UpdateAck` with the update's `seq`. A
+//!   quota lowered below what a rank holds is not taken back: its next allocations are refused
+//!   until use falls below it (counted as `quota_denials`, which the coordinator sees).
 //! * **Stop.** Graceful eviction of every rank (`FLAG_EXIT`, `SIGTERM`, `SIGKILL` after the
 //!   grace period); nothing is reported for a stopped job. Unknown job ids are ignored.
 //! * **Coordinator.** Every control period the [`Coordinator`] (the built-in `sysmonitor` Wasm
@@ -39,9 +44,9 @@
 
 use crate::coordinator::Coordinator;
 use crate::enforcer::Node;
-use crate::supervisor::{ExitOutcome, ExitReport, WorkloadSpec};
+use crate::supervisor::{ExitOutcome, ExitReport, ShareTerms, WorkloadSpec};
 use anyhow::Context;
-use arbiter_policy_sdk::model::{NodeAction, health};
+use arbiter_policy_sdk::model::{NodeAction, health, qos};
 use arbiter_proto::v1;
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -395,6 +400,14 @@ impl State {
                 role,
                 memory_limit_bytes: memory,
                 compute_share_permille: share,
+                mps_thread_pct: u8::try_from(l.mps_thread_pct)
+                    .ok()
+                    .filter(|p| (1..=100).contains(p)),
+                terms: ShareTerms {
+                    qos: u8::try_from(l.qos).ok().filter(|&q| q <= qos::BEST_EFFORT),
+                    request_permille: l.request_permille.min(1000),
+                    limit_permille: l.limit_permille.min(1000),
+                },
                 ..WorkloadSpec::default()
             };
             let tag = format!("job-{}/{rank}", l.job_id);
@@ -442,6 +455,92 @@ impl State {
             },
         );
         Ok(here)
+    }
+
+    /// Carry out an `Update` of a running job's terms on every rank here;
+    /// returns the acknowledgement. Values are checked before anything is
+    /// applied, so a bad update changes nothing.
+    fn update(&mut self, u: &v1::Update) -> v1::NodeMessage {
+        let ack = |ok: bool, message: String| v1::NodeMessage {
+            body: Some(v1::node_message::Body::UpdateAck(v1::UpdateAck {
+                job_id: u.job_id,
+                seq: u.seq,
+                ok,
+                message,
+            })),
+        };
+        let span = tracing::info_span!("update", job = u.job_id, seq = u.seq);
+        let _g = span.enter();
+        let Some(job) = self
+            .jobs
+            .get(&u.job_id)
+            .filter(|j| !j.stopped && j.evicted.is_none())
+        else {
+            return ack(false, "the job is not running here".into());
+        };
+        let bad = |what: &str, v: Option<u32>, ok: fn(u32) -> bool| {
+            v.filter(|&v| !ok(v))
+                .map(|v| format!("{what} {v} out of range"))
+        };
+        let problem = bad("role", u.role, |v| v <= 1)
+            .or_else(|| bad("qos", u.qos, |v| v <= u32::from(qos::BEST_EFFORT)))
+            .or_else(|| bad("compute share", u.compute_share_permille, |v| v <= 1000))
+            .or_else(|| bad("MPS thread %", u.mps_thread_pct, |v| (1..=100).contains(&v)))
+            .or_else(|| bad("request", u.request_permille, |v| v <= 1000))
+            .or_else(|| bad("limit", u.limit_permille, |v| v <= 1000));
+        if let Some(problem) = problem {
+            tracing::warn!(%problem, "update refused");
+            return ack(false, problem);
+        }
+        let ids: Vec<u32> = job.workloads.iter().copied().collect();
+        let mut actions = Vec::new();
+        for &id in &ids {
+            if let Some(m) = u.memory_limit_mib {
+                // 0 = the whole GPU: no quota.
+                actions.push(NodeAction::SetMemoryLimit(
+                    id,
+                    if m == 0 { u32::MAX } else { m },
+                ));
+            }
+            if let Some(c) = u.compute_share_permille {
+                actions.push(NodeAction::SetComputeShare(
+                    id,
+                    if c == 0 { 1000 } else { c },
+                ));
+            }
+            if let Some(p) = u.mps_thread_pct {
+                actions.push(NodeAction::SetMpsThreadPct(id, p as u8));
+            }
+        }
+        let mut failures: Vec<String> = self
+            .node
+            .apply_actions(&actions)
+            .into_iter()
+            .filter_map(|o| o.result.err().map(|e| format!("{:?}: {e}", o.action)))
+            .collect();
+        for &id in &ids {
+            let Some(w) = self.node.supervisor().get(id) else {
+                continue;
+            };
+            let rec = w.record();
+            let role = u.role.map_or(rec.role, |r| r as u8);
+            let terms = ShareTerms {
+                qos: u.qos.map(|q| q as u8).or(rec.terms.qos),
+                request_permille: u.request_permille.unwrap_or(rec.terms.request_permille),
+                limit_permille: u.limit_permille.unwrap_or(rec.terms.limit_permille),
+            };
+            if let Err(e) = self.node.supervisor_mut().set_terms(id, role, terms) {
+                failures.push(format!("workload {id}: {e}"));
+            }
+        }
+        if failures.is_empty() {
+            tracing::info!(ranks = ids.len(), "update applied");
+            ack(true, String::new())
+        } else {
+            let message = failures.join("; ");
+            tracing::warn!(%message, "update partly applied");
+            ack(false, message)
+        }
     }
 
     fn stop(&mut self, s: &v1::Stop) {
@@ -765,6 +864,10 @@ async fn session(
                         send(ev)?;
                     }
                     Some(v1::host_message::Body::Stop(s)) => state.lock().stop(&s),
+                    Some(v1::host_message::Body::Update(u)) => {
+                        let ack = state.lock().update(&u);
+                        send(ack)?;
+                    }
                     Some(v1::host_message::Body::Welcome(_)) => {
                         tracing::debug!("second welcome ignored");
                     }

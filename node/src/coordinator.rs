@@ -568,6 +568,7 @@ mod tests {
                 id: 7,
                 ..WorkloadStatus::default()
             }],
+            ..NodeView::default()
         }
     }
 

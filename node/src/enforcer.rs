@@ -19,13 +19,17 @@
 //! | `Freeze(w)` / `Resume(w)` | block `FLAG_FREEZE` (launches held in the interposer) | yes |
 //! | `Evict(w)` | `FLAG_EXIT` + `SIGTERM`, `SIGKILL` after the grace period | yes |
 //! | `SetHealth(gpu, h)` | the GPU's reported health | n/a |
+//! | `RestartMps(gpu)` | clients' work terminated, the GPU's MPS daemon quit and started afresh | clients must reconnect |
 
 use crate::gpu::{GpuBackend, GpuError, GpuSample};
+use crate::hostload::HostSampler;
 use crate::mps::MpsManager;
 use crate::procfs;
 use crate::supervisor::{ExitReport, Supervisor, SupervisorError, Workload, WorkloadSpec};
 use arbiter_interpose::control::FLAG_FREEZE;
-use arbiter_policy_sdk::model::{GpuStatus, NodeAction, NodeView, WorkloadStatus, health};
+use arbiter_policy_sdk::model::{
+    GpuStatus, NodeAction, NodeView, WorkloadStatus, health, qos, workload_role,
+};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -107,6 +111,9 @@ pub struct Node {
     /// Memory of each GPU (MiB), remembered so a lost GPU still reports its size.
     memory_total_mib: HashMap<u32, u32>,
     launch_samples: HashMap<u32, LaunchSample>,
+    host: HostSampler,
+    /// Origin of `node-view.monotonic-ms`.
+    started: Instant,
 }
 
 impl std::fmt::Debug for Node {
@@ -145,6 +152,8 @@ impl Node {
             mps_health: HashMap::new(),
             memory_total_mib: HashMap::new(),
             launch_samples: HashMap::new(),
+            host: HostSampler::default(),
+            started: Instant::now(),
         }
     }
 
@@ -220,11 +229,10 @@ impl Node {
         self.policy_health.get(&index).copied()
     }
 
-    fn gpu_health(&mut self, index: u32, observed_ok: bool) -> u8 {
+    /// The health to report for GPU `index` and whether the node's own
+    /// checks passed (the sample, `observed_ok`, and the MPS server).
+    fn gpu_health(&mut self, index: u32, observed_ok: bool) -> (u8, bool) {
         let set = self.policy_health.get(&index).copied();
-        if set == Some(health::DISABLED) {
-            return health::DISABLED;
-        }
         let mut ok = observed_ok;
         if let Some(m) = self.mps.as_ref().and_then(|m| m.for_gpu(index)) {
             let now = Instant::now();
@@ -243,10 +251,14 @@ impl Node {
             };
             ok &= healthy;
         }
-        if !ok {
-            return health::UNHEALTHY;
-        }
-        set.unwrap_or(health::HEALTHY)
+        let reported = if set == Some(health::DISABLED) {
+            health::DISABLED
+        } else if !ok {
+            health::UNHEALTHY
+        } else {
+            set.unwrap_or(health::HEALTHY)
+        };
+        (reported, ok)
     }
 
     /// Build the coordinator's view of this node now. Also heartbeats every control block and
@@ -275,6 +287,9 @@ impl Node {
                         .filter_map(|p| p.sm_util_pct.map(u32::from))
                         .reduce(|a, b| a + b);
                     let sm_activity = per_process.map_or(s.utilization_pct, |v| v.min(100) as u8);
+                    let (health, observed_ok) = self.gpu_health(index, true);
+                    // XID errors, power and temperature are not sampled by the
+                    // backend yet: 0 = unknown, as the contract says.
                     let st = GpuStatus {
                         index,
                         utilization_pct: s.utilization_pct,
@@ -283,17 +298,22 @@ impl Node {
                         max_sm_clock_mhz: s.max_sm_clock_mhz,
                         memory_used_mib: mib(s.memory_used_bytes),
                         memory_total_mib: total,
-                        health: self.gpu_health(index, true),
+                        health,
+                        observed_ok,
+                        throttle_reasons: s.throttle_reasons,
+                        ..GpuStatus::default()
                     };
                     samples.insert(index, s);
                     st
                 }
                 Err(e) => {
                     log_sample_error(index, &e);
+                    let (health, observed_ok) = self.gpu_health(index, false);
                     GpuStatus {
                         index,
                         memory_total_mib: self.memory_total_mib.get(&index).copied().unwrap_or(0),
-                        health: self.gpu_health(index, false),
+                        health,
+                        observed_ok,
                         ..GpuStatus::default()
                     }
                 }
@@ -328,6 +348,29 @@ impl Node {
                 pacing_delay_us: b.counters.pacing_delay_ns.load(Ordering::Relaxed) / 1000,
                 iteration_ms: 0,
                 frozen: b.limits.flags.load(Ordering::Acquire) & FLAG_FREEZE != 0,
+                // The agent labels a workload `job-<id>/<rank>`.
+                job: rec
+                    .tag
+                    .as_deref()
+                    .map(|t| t.split('/').next().unwrap_or(t).to_string())
+                    .unwrap_or_default(),
+                // The host's terms (launch or update); a workload launched
+                // by a host that sent none: the role stands for the QoS and
+                // the compute share for the request.
+                qos: rec
+                    .terms
+                    .qos
+                    .unwrap_or(if rec.role == workload_role::ONLINE {
+                        qos::GUARANTEED
+                    } else {
+                        qos::BEST_EFFORT
+                    }),
+                request_permille: match rec.terms.request_permille {
+                    0 => rec.compute_share_permille,
+                    r => r,
+                },
+                limit_permille: rec.terms.limit_permille,
+                quota_denials: b.counters.quota_denials.load(Ordering::Relaxed),
             });
             // Device time per launch = busy time attributed to the workload / launches.
             let prev = self.launch_samples.get(&id).copied();
@@ -356,10 +399,16 @@ impl Node {
                 tracing::warn!(id, error = %e, "kernel-time estimate");
             }
         }
+        let host = self.host.sample();
         NodeView {
             now_ms: unix_ms(),
             gpus,
             workloads,
+            monotonic_ms: self.started.elapsed().as_millis() as u64,
+            host_memory_used_mib: host.memory_used_mib,
+            host_memory_total_mib: host.memory_total_mib,
+            swap_in_per_s: host.swap_in_per_s,
+            cpu_utilization_pct: host.cpu_utilization_pct,
         }
     }
 
@@ -422,6 +471,27 @@ impl Node {
                 self.workload(id)?;
                 self.supervisor.evict(id)?;
                 Ok(Applied::InProgress)
+            }
+            NodeAction::RestartMps(gpu) => {
+                let daemon = self
+                    .mps
+                    .as_ref()
+                    .and_then(|m| m.for_gpu(gpu))
+                    .ok_or(ActionError::NoSuchGpu(gpu))?;
+                // Stop the clients' outstanding work first so the old
+                // server exits, then a fresh daemon with the defaults.
+                for server in daemon.server_list().unwrap_or_default() {
+                    for client in daemon.client_list(server).unwrap_or_default() {
+                        if let Err(e) = daemon.terminate_client(server, client) {
+                            tracing::warn!(gpu, server, client, error = %e, "terminating MPS client");
+                        }
+                    }
+                }
+                daemon.quit().and_then(|()| daemon.start()).map_err(|e| {
+                    ActionError::Invalid(format!("restarting MPS on GPU {gpu}: {e}"))
+                })?;
+                self.mps_health.remove(&gpu);
+                Ok(Applied::Now)
             }
             NodeAction::SetHealth(gpu, h) => {
                 let count = self.backend.device_count().unwrap_or(0);

@@ -14,6 +14,7 @@
 //!   builds the SDK's `NodeView`, [`Node::apply_actions`](enforcer::Node::apply_actions)
 //!   carries out `NodeAction`s;
 //! * [`procfs`] — process identity (`/proc/<pid>/stat`) and signals.
+//! * [`hostload`] — host memory, swap-in rate and CPU use from `/proc` for the node view.
 //!
 //! The crate has no `unsafe`: NVML goes through `nvml-wrapper`, the control block through
 //! `arbiter_interpose::control`, signals through `rustix`.
@@ -24,6 +25,7 @@ pub mod agent;
 pub mod coordinator;
 pub mod enforcer;
 pub mod gpu;
+pub mod hostload;
 pub mod mps;
 pub mod nvml;
 pub mod procfs;
@@ -35,4 +37,4 @@ pub use enforcer::{ActionError, ActionOutcome, Applied, Node, NodeConfig};
 pub use gpu::{GpuBackend, GpuError, SimBackend};
 pub use mps::{MpsConfig, MpsControl, MpsManager};
 pub use nvml::NvmlBackend;
-pub use supervisor::{Supervisor, SupervisorConfig, WorkloadSpec};
+pub use supervisor::{ShareTerms, Supervisor, SupervisorConfig, WorkloadSpec};

@@ -121,6 +121,20 @@ pub struct WorkloadSpec {
     pub mps_thread_pct: Option<u8>,
     /// Device time of one launch, if known (ns); otherwise measured by the node.
     pub mean_kernel_ns: Option<u64>,
+    /// The cluster job's terms (contract 0.3): its QoS and GPU share request
+    /// and limit in permille (0 = unknown / the request).
+    pub terms: ShareTerms,
+}
+
+/// A workload's cluster-level terms, as the host last sent them (launch or
+/// update): what a coordinator sees as `workload-status.qos`,
+/// `request-permille` and `limit-permille`.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ShareTerms {
+    /// `None`: not told (an agent before contract 0.3); the role stands for it.
+    pub qos: Option<u8>,
+    pub request_permille: u32,
+    pub limit_permille: u32,
 }
 
 /// The persisted state of one workload.
@@ -146,6 +160,8 @@ pub struct WorkloadRecord {
     /// that whoever adopts the workload after a restart knows what it belongs to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tag: Option<String>,
+    #[serde(default)]
+    pub terms: ShareTerms,
 }
 
 /// How a workload ended.
@@ -513,6 +529,7 @@ impl Supervisor {
             stderr,
             mps: mps.is_some(),
             tag,
+            terms: spec.terms,
         };
         self.persist(&record)?;
         tracing::info!(id, pid, gpu = spec.gpu, command = ?spec.command, "workload started");
@@ -614,6 +631,26 @@ impl Supervisor {
             w.block.set_pacing(interval, burst);
         }
         Ok(true)
+    }
+
+    /// Change a running workload's role (0 online, 1 offline) and cluster
+    /// terms, as an `Update` from the host says (an upgrade to guaranteed).
+    pub fn set_terms(
+        &mut self,
+        id: u32,
+        role: u8,
+        terms: ShareTerms,
+    ) -> Result<(), SupervisorError> {
+        if role > 1 {
+            return Err(SupervisorError::InvalidSpec(format!(
+                "role {role} is not 0 or 1"
+            )));
+        }
+        let w = self.get_mut(id)?;
+        w.record.role = role;
+        w.record.terms = terms;
+        let rec = w.record.clone();
+        self.persist(&rec)
     }
 
     /// Freeze (hold every launch in the interposer) or resume.

@@ -134,7 +134,7 @@ fn touches(r: &StepReport, id: u32) -> bool {
         | NodeAction::Freeze(w)
         | NodeAction::Resume(w)
         | NodeAction::Evict(w) => w == id,
-        NodeAction::SetHealth(..) => false,
+        NodeAction::SetHealth(..) | NodeAction::RestartMps(_) => false,
     })
 }
 

@@ -199,7 +199,7 @@ fn compute_share_change_reaches_the_block_and_paces_launches() {
     let id = node.launch(&spec).expect("launch");
     wait_for_output(&stdout_of(&node, id), "ready", Duration::from_secs(30));
     std::thread::sleep(Duration::from_millis(200));
-    let before = node.view().workloads[0];
+    let before = node.view().workloads[0].clone();
     assert_eq!(before.compute_share, 1000);
     assert!(
         before.launches > 0,
@@ -221,7 +221,7 @@ fn compute_share_change_reaches_the_block_and_paces_launches() {
     let l0 = node.view().workloads[0].launches;
     let t0 = Instant::now();
     std::thread::sleep(Duration::from_millis(1000));
-    let after = node.view().workloads[0];
+    let after = node.view().workloads[0].clone();
     let rate = (after.launches - l0) as f64 / t0.elapsed().as_secs_f64();
     assert_eq!(after.compute_share, 100);
     assert!(rate <= 130.0, "paced to ~100 launches/s, saw {rate:.0}/s");
@@ -260,10 +260,10 @@ fn freeze_holds_launches_and_resume_releases_them() {
         [Applied::Now]
     );
     std::thread::sleep(Duration::from_millis(100));
-    let v1 = node.view().workloads[0];
+    let v1 = node.view().workloads[0].clone();
     assert!(v1.frozen);
     std::thread::sleep(Duration::from_millis(300));
-    let v2 = node.view().workloads[0];
+    let v2 = node.view().workloads[0].clone();
     assert!(
         v2.launches - v1.launches <= 1,
         "at most the launch in flight got through"
@@ -273,7 +273,7 @@ fn freeze_holds_launches_and_resume_releases_them() {
         [Applied::Now]
     );
     std::thread::sleep(Duration::from_millis(300));
-    let v3 = node.view().workloads[0];
+    let v3 = node.view().workloads[0].clone();
     assert!(!v3.frozen);
     assert!(v3.launches > v2.launches + 10, "launches flow again");
     node.apply_actions(&[NodeAction::Evict(id)]);

@@ -78,7 +78,7 @@ struct Report {
     version: Option<String>,
     description: Option<String>,
     roles: Vec<String>,
-    /// The contract version it was built against (`0.1.0` is served through the adapter).
+    /// The contract version it was built against (`0.2.0` is served through the adapter).
     contract: Option<String>,
     default_config: Option<String>,
     imports: Vec<ImportReport>,
@@ -308,15 +308,15 @@ mod tests {
     #[test]
     fn the_report_names_the_contract_a_policy_was_built_against() {
         let current = check_bytes(arbiter_policies::get("fifo").unwrap());
-        assert_eq!(current.contract.as_deref(), Some("0.2.0"));
-        let old = check_bytes(arbiter_policies::fixture("contract-v0-1").unwrap());
+        assert_eq!(current.contract.as_deref(), Some("0.3.0"));
+        let old = check_bytes(arbiter_policies::fixture("contract-v0-2").unwrap());
         assert!(old.ok, "{:?}", old.error);
-        assert_eq!(old.contract.as_deref(), Some("0.1.0"));
+        assert_eq!(old.contract.as_deref(), Some("0.2.0"));
         let refused = check_bytes(arbiter_policies::fixture("old-contract").unwrap());
         assert!(!refused.ok);
         let error = refused.error.unwrap_or_default();
         assert!(
-            error.contains("@0.2.0") && error.contains("@0.1.0"),
+            error.contains("@0.3.0") && error.contains("@0.2.0"),
             "{error}"
         );
     }

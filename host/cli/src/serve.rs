@@ -47,6 +47,18 @@ pub struct ServeArgs {
     /// policies see it (e.g. `--gpu-speed T4=333`); repeatable.
     #[arg(long = "gpu-speed", value_parser = parse_gpu_speed)]
     pub gpu_speeds: Vec<(String, u32)>,
+    /// Most milli-GPU of opportunistic / best-effort work one GPU may carry
+    /// beside its guaranteed work (contract 0.3 sharing rules); 0 = no
+    /// sharing: every job is charged as guaranteed.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64_000))]
+    pub oversub_milli: u32,
+    /// Most shared workers on one GPU (0 = no limit).
+    #[arg(long, default_value_t = 0)]
+    pub max_shared_workers: u32,
+    /// Shared work's memory is soft: the node may spill it to host memory,
+    /// so it only has to fit beside other shared work.
+    #[arg(long)]
+    pub host_spill: bool,
     /// Memory, in MiB, all of one tenant's policy instances may hold
     /// together (each instance is also held to the per-policy cap).
     #[arg(long, default_value_t = arbiter_serve::plane::DEFAULT_TENANT_MEMORY_BYTES >> 20)]
@@ -91,6 +103,11 @@ pub fn serve(a: &ServeArgs) -> anyhow::Result<()> {
             heartbeat: a.heartbeat,
             lost_after: a.lost_after,
             gpu_speeds: a.gpu_speeds.clone(),
+            sharing: arbiter_policy_sdk::model::SharingRules {
+                oversub_milli: a.oversub_milli,
+                max_shared_workers: a.max_shared_workers,
+                host_spill: a.host_spill,
+            },
             tenant_memory_bytes: a.tenant_memory_mib.saturating_mul(1 << 20),
             tenant_code_bytes: a.tenant_code_mib.saturating_mul(1 << 20),
             ..PlaneConfig::default()

@@ -286,6 +286,15 @@ fn wait_until_or(
 
 /// `arbiter serve --nodes 0` in `dir`, and a client for it.
 fn control_plane(dir: &Path, fixtures: &cuda_workload::Fixtures) -> (Proc, Cluster) {
+    control_plane_with(dir, fixtures, &[])
+}
+
+/// [`control_plane`] with extra `arbiter serve` arguments.
+fn control_plane_with(
+    dir: &Path,
+    fixtures: &cuda_workload::Fixtures,
+    extra: &[&str],
+) -> (Proc, Cluster) {
     let data = dir.join("data");
     let server = Proc::spawn(
         Command::new(BIN)
@@ -305,6 +314,7 @@ fn control_plane(dir: &Path, fixtures: &cuda_workload::Fixtures) -> (Proc, Clust
                 "--gpu-speed",
                 "T4=333",
             ])
+            .args(extra)
             .arg("--data")
             .arg(&data),
     );
@@ -336,12 +346,17 @@ struct TwoNodes {
 }
 
 fn two_nodes(test: &str) -> TwoNodes {
+    two_nodes_with(test, &[])
+}
+
+/// [`two_nodes`] with extra `arbiter serve` arguments.
+fn two_nodes_with(test: &str, serve_args: &[&str]) -> TwoNodes {
     let fixtures = fixtures();
     let nvml = fake_nvml_lib();
     let dir = tmp_root().join(format!("{test}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let (server, c) = control_plane(&dir, fixtures);
+    let (server, c) = control_plane_with(&dir, fixtures, serve_args);
     let nvml_a = install_fake_nvml(&dir.join("node-a"), &nvml);
     let nvml_b = install_fake_nvml(&dir.join("node-b"), &nvml);
     let node_a = c.start_node("node-a", &nvml_a);
@@ -759,4 +774,91 @@ fn one_resolved_launch_per_job_per_node() {
     drop(node_b);
     drop(server);
     c.token.clear();
+}
+
+/// Contract 0.3's node link: with sharing on, an opportunistic job runs as
+/// offline work with its stated memory as its quota; a policy's upgrade to
+/// guaranteed (`set-qos`) reaches the running workload as an `Update` — the
+/// agent makes it online with the guaranteed terms and acknowledges.
+#[test]
+fn an_upgrade_reaches_the_running_workload() {
+    let TwoNodes {
+        server,
+        c,
+        node_a,
+        node_b,
+        ..
+    } = two_nodes_with(
+        "cli-update-e2e",
+        &["--oversub-milli", "1000", "--host-spill"],
+    );
+    let dir = c.dir.clone();
+    let wl = c.workload.display().to_string();
+    let job = c.cli(&[
+        "submit",
+        "--name",
+        "opp",
+        "--gpus",
+        "1",
+        "--opportunistic",
+        "--gpu-memory",
+        "3584",
+        "--",
+        &wl,
+        "train",
+    ])["id"]
+        .as_u64()
+        .expect("job id");
+    let record_of = |c: &Cluster| -> Option<(String, Value)> {
+        let tag = format!("job-{job}/0");
+        ["node-a", "node-b"].into_iter().find_map(|n| {
+            c.records(n)
+                .into_iter()
+                .find(|r| r["tag"] == tag)
+                .map(|r| (n.to_string(), r))
+        })
+    };
+    wait_until_or(
+        "the opportunistic job to run as offline work",
+        Duration::from_secs(30),
+        || {
+            c.job(job)["state"] == "running"
+                && record_of(&c).is_some_and(|(_, r)| r["role"] == 1 && r["terms"]["qos"] == 1)
+        },
+        || format!("{} {:?}", c.job(job), record_of(&c)),
+    );
+    let (node, before) = record_of(&c).expect("a record");
+
+    let policy = dir.join("upgrade.wasm");
+    std::fs::write(&policy, arbiter_policies::fixture("misbehave").unwrap()).unwrap();
+    let config = dir.join("upgrade.toml");
+    std::fs::write(&config, "mode = \"upgrade\"\n").unwrap();
+    c.cli(&[
+        "policy",
+        "load",
+        policy.to_str().unwrap(),
+        "--slot",
+        "default",
+        "--config",
+        config.to_str().unwrap(),
+    ]);
+    wait_until_or(
+        "the running workload to become online and guaranteed, in place",
+        Duration::from_secs(30),
+        || {
+            record_of(&c).is_some_and(|(n, r)| {
+                n == node
+                    && r["pid"] == before["pid"]
+                    && r["role"] == 0
+                    && r["terms"]["qos"] == 0
+                    && r["terms"]["request_permille"] == 1000
+            })
+        },
+        || format!("{} {:?}", c.job(job), record_of(&c)),
+    );
+    assert_eq!(c.job(job)["state"], "running", "updated, not restarted");
+    c.cli(&["cancel", &job.to_string()]);
+    drop(node_a);
+    drop(node_b);
+    drop(server);
 }

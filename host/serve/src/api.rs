@@ -423,6 +423,9 @@ impl v1::node_link_server::NodeLink for Api {
                         Some(v1::node_message::Body::Event(ev)) => {
                             plane.lock().node_event(&name, session, &ev);
                         }
+                        Some(v1::node_message::Body::UpdateAck(ack)) => {
+                            plane.lock().node_update_ack(&name, session, &ack);
+                        }
                         Some(v1::node_message::Body::Hello(_)) | None => {
                             tracing::warn!(node = %name, "unexpected message on a node session; ignored");
                         }

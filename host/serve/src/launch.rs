@@ -7,9 +7,13 @@
 //! size are the job's, not the node's: rank `r` is the job's `r`-th GPU in
 //! placement order, and every node is told the job's world size. The GPU
 //! share is resolved here, by the contract's rule
-//! ([`arbiter_policy_sdk::model::gpu_share`], the rule the scheduler charged):
-//! a fractional job that states no memory gets its share of the GPU's
-//! memory as a hard quota, not "the whole GPU".
+//! ([`arbiter_policy_sdk::model::gpu_share`], the rule the scheduler charged;
+//! [`arbiter_policy_sdk::model::shared_gpu_share`] for shared work): a
+//! fractional job that states no memory gets its share of the GPU's memory
+//! as a hard quota, not "the whole GPU"; a shared (qos >= 1 while sharing is
+//! on) whole-GPU job that states its memory gets that as its quota, since it
+//! runs beside the GPU's owner. A running job whose terms change (a QoS
+//! upgrade) gets an [`update_of`] its new launch: the same rule, once.
 
 use crate::records::{JobSpecRecord, WorkerAt};
 use arbiter_policy_sdk::model::{self, FULL_GPU_MILLI};
@@ -29,6 +33,7 @@ pub fn resolve(
     job_id: u64,
     spec: &JobSpecRecord,
     placement: &[WorkerAt],
+    shared: bool,
     gpu_memory_mib: impl Fn(&str) -> Option<u32>,
 ) -> Result<Vec<NodeLaunch>, String> {
     let mut by_node: Vec<(&str, Vec<u32>)> = Vec::new();
@@ -50,9 +55,14 @@ pub fn resolve(
     for (node, gpus) in by_node {
         let total = gpu_memory_mib(node)
             .ok_or_else(|| format!("job {job_id} is placed on unknown node `{node}`"))?;
-        let (milli, memory) =
-            model::gpu_share(gpus_per_worker, spec.gpu_milli, spec.gpu_memory_mib, total);
-        let whole = milli >= FULL_GPU_MILLI;
+        let share = if shared {
+            model::shared_gpu_share
+        } else {
+            model::gpu_share
+        };
+        let (milli, memory) = share(gpus_per_worker, spec.gpu_milli, spec.gpu_memory_mib, total);
+        // The whole GPU's memory is no quota at all.
+        let unlimited = memory >= total;
         let count = gpus.len() as u32;
         out.push(NodeLaunch {
             node: node.to_string(),
@@ -62,16 +72,36 @@ pub fn resolve(
                 command: spec.command.clone(),
                 gpus,
                 // 0 = the whole GPU; a share is a hard quota.
-                memory_limit_mib: if whole { 0 } else { memory },
+                memory_limit_mib: if unlimited { 0 } else { memory },
                 compute_share_permille: milli.min(FULL_GPU_MILLI),
                 role,
                 rank_base,
                 world_size,
+                mps_thread_pct: 0,
+                qos: u32::from(spec.qos),
+                request_permille: milli.min(FULL_GPU_MILLI),
+                limit_permille: 0,
             },
         });
         rank_base += count;
     }
     Ok(out)
+}
+
+/// The `Update` that moves a running job's workloads on one node to the
+/// terms `launch` resolves (everything but the command and the ranks).
+pub fn update_of(launch: &v1::Launch, seq: u64) -> v1::Update {
+    v1::Update {
+        job_id: launch.job_id,
+        seq,
+        role: Some(launch.role),
+        qos: Some(launch.qos),
+        memory_limit_mib: Some(launch.memory_limit_mib),
+        compute_share_permille: Some(launch.compute_share_permille),
+        mps_thread_pct: (launch.mps_thread_pct > 0).then_some(launch.mps_thread_pct),
+        request_permille: Some(launch.request_permille),
+        limit_permille: Some(launch.limit_permille),
+    }
 }
 
 #[cfg(test)]
@@ -107,17 +137,17 @@ mod tests {
 
     #[test]
     fn a_half_gpu_without_stated_memory_gets_half_the_memory_as_a_quota() {
-        let l = resolve(7, &spec(1, 1, 500, 0), &[at("a", &[3])], |_| V100).unwrap();
+        let l = resolve(7, &spec(1, 1, 500, 0), &[at("a", &[3])], false, |_| V100).unwrap();
         assert_eq!(l.len(), 1);
         assert_eq!(l[0].launch.memory_limit_mib, 16_384);
         assert_eq!(l[0].launch.compute_share_permille, 500);
-        let stated = resolve(7, &spec(1, 1, 500, 4096), &[at("a", &[3])], |_| V100).unwrap();
+        let stated = resolve(7, &spec(1, 1, 500, 4096), &[at("a", &[3])], false, |_| V100).unwrap();
         assert_eq!(stated[0].launch.memory_limit_mib, 4096);
     }
 
     #[test]
     fn a_whole_gpu_job_is_unlimited_on_its_gpus() {
-        let l = resolve(7, &spec(2, 2, 0, 0), &[at("a", &[0, 1])], |_| V100).unwrap();
+        let l = resolve(7, &spec(2, 2, 0, 0), &[at("a", &[0, 1])], false, |_| V100).unwrap();
         assert_eq!(l[0].launch.memory_limit_mib, 0);
         assert_eq!(l[0].launch.compute_share_permille, 1000);
     }
@@ -125,7 +155,7 @@ mod tests {
     #[test]
     fn workers_on_one_node_are_one_launch_and_ranks_are_the_jobs() {
         let placement = [at("a", &[0, 1]), at("b", &[4, 5]), at("a", &[2, 3])];
-        let l = resolve(9, &spec(6, 2, 0, 0), &placement, |_| V100).unwrap();
+        let l = resolve(9, &spec(6, 2, 0, 0), &placement, false, |_| V100).unwrap();
         assert_eq!(l.len(), 2);
         assert_eq!(
             (l[0].node.as_str(), &l[0].launch.gpus[..]),
@@ -139,9 +169,41 @@ mod tests {
         assert!(l.iter().all(|l| l.launch.world_size == 6));
     }
 
+    /// AntMan's opportunistic job beside a guaranteed one: a whole GPU of
+    /// compute, its stated 3.5 GB as the quota, role offline; upgraded to
+    /// guaranteed, the update lifts the quota and makes it online.
+    #[test]
+    fn shared_work_gets_its_stated_memory_and_an_upgrade_updates_it() {
+        let mut s = spec(1, 1, 1000, 3_584);
+        s.qos = model::qos::OPPORTUNISTIC;
+        let l = resolve(7, &s, &[at("a", &[0])], true, |_| V100).unwrap();
+        let launch = &l[0].launch;
+        assert_eq!(
+            (launch.memory_limit_mib, launch.role, launch.qos),
+            (3_584, 1, 1)
+        );
+        // Sharing off: the same job is charged (and launched) as a whole GPU.
+        let off = resolve(7, &s, &[at("a", &[0])], false, |_| V100).unwrap();
+        assert_eq!(off[0].launch.memory_limit_mib, 0);
+
+        s.qos = model::qos::GUARANTEED;
+        let up = resolve(7, &s, &[at("a", &[0])], false, |_| V100).unwrap();
+        let u = update_of(&up[0].launch, 42);
+        assert_eq!((u.job_id, u.seq), (7, 42));
+        assert_eq!(u.role, Some(0));
+        assert_eq!(u.qos, Some(0));
+        assert_eq!(
+            u.memory_limit_mib,
+            Some(0),
+            "a guaranteed whole GPU is unlimited"
+        );
+        assert_eq!(u.compute_share_permille, Some(1000));
+        assert_eq!(u.mps_thread_pct, None);
+    }
+
     #[test]
     fn an_unknown_node_is_an_error() {
-        let e = resolve(1, &spec(1, 1, 0, 0), &[at("ghost", &[0])], |_| None).unwrap_err();
+        let e = resolve(1, &spec(1, 1, 0, 0), &[at("ghost", &[0])], false, |_| None).unwrap_err();
         assert!(e.contains("ghost"), "{e}");
     }
 }

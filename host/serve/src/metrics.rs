@@ -248,6 +248,8 @@ pub struct PolicyMetrics {
     pub round_latency: BTreeMap<String, Histogram>,
     /// Encoding and appending one journal record.
     pub journal: Histogram,
+    /// Node-link updates acknowledged, by outcome ("applied", "refused").
+    pub node_updates: BTreeMap<&'static str, u64>,
 }
 
 #[cfg(test)]

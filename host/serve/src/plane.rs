@@ -71,6 +71,9 @@ pub struct PlaneConfig {
     /// GPU speeds per model, in permille of the reference model, that
     /// policies see (contract 0.2 `gpu-model-speed`); others run at 1000.
     pub gpu_speeds: Vec<(String, u32)>,
+    /// The operator's rules for sharing GPUs by QoS (contract 0.3
+    /// `sharing-rules`; the default is sharing off, as in 0.2).
+    pub sharing: model::SharingRules,
     /// Memory (linear memories and tables) that all of one tenant's policy
     /// instances may hold together: every generation its slot keeps, and the
     /// probe an upload configures. Each instance also stays within
@@ -94,6 +97,7 @@ impl Default for PlaneConfig {
             lost_after: Duration::from_secs(3),
             journal: true,
             gpu_speeds: Vec::new(),
+            sharing: model::SharingRules::default(),
             tenant_memory_bytes: DEFAULT_TENANT_MEMORY_BYTES,
             tenant_code_bytes: DEFAULT_TENANT_CODE_BYTES,
         }
@@ -360,6 +364,8 @@ pub struct Plane {
     tenant_memory: BTreeMap<String, Arc<MemoryAccount>>,
     rounds: u64,
     next_session: u64,
+    /// Sequence number of the last node-link `Update` sent.
+    update_seq: u64,
 }
 
 /// What opening the plane produced besides the plane.
@@ -429,6 +435,7 @@ impl Plane {
             tenant_memory: BTreeMap::new(),
             rounds: 0,
             next_session: 1,
+            update_seq: 0,
         };
         let (admin_sha, new_admin_token) = plane.stored_token(&contents, "admin")?;
         let (node_sha, new_node_token) = plane.stored_token(&contents, "node")?;
@@ -675,8 +682,12 @@ impl Plane {
             .send_durable(vec![Write::Put(format!("tenant/{name}"), bytes)]);
         self.tenants.insert(name.to_string(), record);
         for cell in &mut self.cells {
-            cell.state
-                .set_tenant_quota(name, (quota_gpus > 0).then_some(quota_gpus));
+            if let Err(e) = cell
+                .state
+                .set_tenant_quota(name, (quota_gpus > 0).then_some(quota_gpus))
+            {
+                tracing::error!(tenant = name, error = %e, "tenant quota not applied");
+            }
         }
         let mut info = self.tenant_info(name);
         info.token = token;
@@ -2083,6 +2094,14 @@ impl Plane {
             [(vec![], &self.metrics.journal)],
         );
         e.counter(
+            "arbiter_node_updates",
+            "Updates of running jobs acknowledged by node agents, by outcome.",
+            self.metrics
+                .node_updates
+                .iter()
+                .map(|(outcome, n)| (vec![("outcome", *outcome)], *n)),
+        );
+        e.counter(
             "arbiter_tenant_policy_faults",
             "Tenant policy faults.",
             [(vec![], self.tenant_faults)],
@@ -2299,6 +2318,25 @@ impl Plane {
         })
     }
 
+    /// An agent's answer to an `Update`: counted, and logged when refused.
+    pub fn node_update_ack(&mut self, name: &str, session: u64, ack: &v1::UpdateAck) {
+        if self.agent_mut(name, session).is_none() {
+            return;
+        }
+        let outcome = if ack.ok { "applied" } else { "refused" };
+        *self.metrics.node_updates.entry(outcome).or_default() += 1;
+        if ack.ok {
+            tracing::debug!(
+                node = name,
+                job = ack.job_id,
+                seq = ack.seq,
+                "update applied"
+            );
+        } else {
+            tracing::warn!(node = name, job = ack.job_id, seq = ack.seq, message = %ack.message, "update refused");
+        }
+    }
+
     /// A heartbeat from a node agent's current session.
     pub fn node_heartbeat(&mut self, name: &str, session: u64, hb: &v1::Heartbeat) {
         let now = std::time::Instant::now();
@@ -2335,8 +2373,17 @@ impl Plane {
                     utilization_pct: g.utilization_pct.min(100) as u8,
                     sm_activity_pct: g.sm_activity_pct.min(100) as u8,
                     memory_used_mib: g.memory_used_mib,
+                    sm_occupancy_pct: 0, // not in the heartbeat
                 })
                 .collect();
+            // Per-GPU health into the cluster view (contract 0.3's G8: shared
+            // work only on healthy GPUs).
+            for g in hb.gpus.iter().filter(|g| g.index < range.len() as u32) {
+                let health = u8::try_from(g.health).unwrap_or(u8::MAX);
+                if let Err(e) = cell.state.set_gpu_health(name, g.index, health) {
+                    tracing::warn!(node = name, gpu = g.index, error = %e, "GPU health refused");
+                }
+            }
             if toggle {
                 let state = if unhealthy {
                     model::node_state::CORDONED
@@ -2508,7 +2555,8 @@ impl Plane {
         let Some(job) = self.jobs.get(&id) else {
             return;
         };
-        let resolved = launch::resolve(id, &job.spec, &job.placement, |node| {
+        let shared = self.cfg.sharing.is_shared(job.spec.qos);
+        let resolved = launch::resolve(id, &job.spec, &job.placement, shared, |node| {
             self.nodes
                 .iter()
                 .find(|n| n.request.name == node)
@@ -2598,9 +2646,14 @@ impl Plane {
                         tracing::error!(model, error = %e, "GPU speed not applied");
                     }
                 }
+                if let Err(e) = state.set_sharing(self.cfg.sharing) {
+                    tracing::error!(error = %e, "sharing rules not applied");
+                }
                 for (name, t) in &self.tenants {
-                    if t.quota_gpus > 0 {
-                        state.set_tenant_quota(name, Some(t.quota_gpus));
+                    if t.quota_gpus > 0
+                        && let Err(e) = state.set_tenant_quota(name, Some(t.quota_gpus))
+                    {
+                        tracing::error!(tenant = name, error = %e, "tenant quota not applied");
                     }
                 }
                 for n in self.nodes.iter().filter(|n| n.status != NodeStatus::Lost) {
@@ -3118,6 +3171,38 @@ impl Plane {
                 j.spec.qos = qos;
                 self.writer.send(job_write(j));
             }
+            self.update_on_agents(id);
+        }
+    }
+
+    /// A running job's terms changed (its QoS): its agents get an `Update`
+    /// with the role, QoS, memory quota and compute share the launch rule
+    /// now resolves, applied to the live workloads (contract 0.3's G25).
+    fn update_on_agents(&mut self, id: u64) {
+        let Some(job) = self.jobs.get(&id) else {
+            return;
+        };
+        if job.placement.is_empty() {
+            return;
+        }
+        let shared = self.cfg.sharing.is_shared(job.spec.qos);
+        let resolved = launch::resolve(id, &job.spec, &job.placement, shared, |node| {
+            self.nodes
+                .iter()
+                .find(|n| n.request.name == node)
+                .map(|n| n.request.gpu_memory_mib)
+        });
+        match resolved {
+            Ok(launches) => {
+                for l in launches {
+                    if self.is_agent(&l.node) {
+                        self.update_seq += 1;
+                        let update = launch::update_of(&l.launch, self.update_seq);
+                        self.send_to(&l.node, v1::host_message::Body::Update(update));
+                    }
+                }
+            }
+            Err(why) => tracing::error!(job = id, %why, "update not resolved"),
         }
     }
 

@@ -128,6 +128,9 @@ fn action_problem(action: &NodeAction, index: &ViewIndex) -> Option<String> {
             }
             w
         }
+        NodeAction::RestartMps(gpu) => {
+            return (!index.has_gpu(gpu)).then(|| format!("GPU {gpu} is not in the view"));
+        }
         NodeAction::SetHealth(gpu, code) => {
             if !index.has_gpu(gpu) {
                 return Some(format!("GPU {gpu} is not in the view"));

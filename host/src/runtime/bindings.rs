@@ -1,17 +1,25 @@
 //! Host-side bindings of the contract versions the host serves, and their
 //! conversions to the SDK model.
 //!
-//! * [`v0_2`]: the current contract, `wit/policy.wit`. The SDK model mirrors
+//! * [`v0_3`]: the current contract, `wit/policy.wit`. The SDK model mirrors
 //!   it field for field, so conversions move vectors and never reshape.
-//! * [`v0_1`]: the previous minor, frozen in `wit/v0.1/policy.wit`. Its
-//!   conversions are the adapter: the host's 0.2 state is lowered into the
-//!   0.1 view (new columns, events and fields left out), and the types both
-//!   versions share convert as they are. A 0.1 policy's answers (decisions,
-//!   plans, pairings, node actions, verdicts) have the same types in both
-//!   versions, so they lift unchanged and are validated by the one `Plan`.
+//! * [`v0_2`]: the previous minor, frozen in `wit/v0.2/policy.wit`. Its
+//!   conversions are the adapter: the host's 0.3 state is lowered into the
+//!   0.2 view, and a 0.2 policy's answers are lifted into 0.3 answers that
+//!   the one `Plan` validates. Lowering keeps 0.2's meaning: a 0.2 mirror
+//!   knows no sharing, so a GPU's use is guaranteed plus shared use (a 0.2
+//!   policy never co-locates on purpose); quotas, health, the new metrics
+//!   and GPU reservations are left out (0.2 has no words for a job holding
+//!   GPUs: its mirror sees the job pending, and any answer it gives about
+//!   it is checked by the 0.3 rules); new node-view fields are dropped. Lifting fills 0.3's new fields with their neutral values; a
+//!   0.2 pairing names no GPU ([`LEGACY_PAIRING_GPU`]), and the matcher
+//!   driver gives it the online job's first GPU.
 
-/// `arbiter:policy@0.2.0`.
-pub mod v0_2 {
+/// `pairing.gpu` of a pairing from a 0.2 matcher, which names no GPU.
+pub const LEGACY_PAIRING_GPU: u32 = u32::MAX;
+
+/// `arbiter:policy@0.3.0`.
+pub mod v0_3 {
     wasmtime::component::bindgen!({
         path: "../wit",
         world: "policy",
@@ -26,10 +34,10 @@ pub mod v0_2 {
     }
 }
 
-/// `arbiter:policy@0.1.0`, served through the adapter below.
-pub mod v0_1 {
+/// `arbiter:policy@0.2.0`, served through the adapter below.
+pub mod v0_2 {
     wasmtime::component::bindgen!({
-        path: "../wit/v0.1",
+        path: "../wit/v0.2",
         world: "policy",
     });
 
@@ -40,31 +48,63 @@ pub mod v0_1 {
         use super::wit;
         use arbiter_policy_sdk::model;
         arbiter_policy_sdk::wit_conversions_shared!();
+        arbiter_policy_sdk::__wit_lower_records! {
+            NodeColumns { name, pool, state, cpu_milli, memory_mib, cpu_used_milli, memory_used_mib, first_gpu,
+                gpu_count, on_loan }
+            JobColumns { name, tenant, phase, kind, qos, priority, workers, min_workers, max_workers, cpu_milli,
+                memory_mib, gpus_per_worker, gpu_milli, gpu_memory_mib, gpu_model_mask, submit_ms, estimate_ms,
+                deadline_ms, checkpointed, started_ms, attained_ms, remaining_ms, remaining_workers, reported_ms }
+            NodeSpec { name, pool, cpu_milli, memory_mib, gpu_model, gpu_memory_mib, gpu_count, on_loan }
+            JobSpec { name, tenant, kind, qos, priority, workers, min_workers, max_workers, cpu_milli, memory_mib,
+                gpus_per_worker, gpu_milli, gpu_memory_mib, gpu_model_mask, submit_ms, estimate_ms, deadline_ms,
+                checkpointed }
+            GpuMetric { gpu, utilization_pct, sm_activity_pct, memory_used_mib }
+            WorkloadProfile { job, utilization_pct, sm_activity_pct, memory_mib, throughput }
+            MatchRequest { epoch, online, offline, profiles }
+            GpuStatus { index, utilization_pct, sm_activity_pct, sm_clock_mhz, max_sm_clock_mhz, memory_used_mib,
+                memory_total_mib, health }
+            WorkloadStatus { id, gpu, role, memory_used_mib, memory_limit_mib, compute_share, launches,
+                pacing_delay_us, iteration_ms, frozen }
+            NodeView { now_ms, gpus, workloads }
+        }
+        arbiter_policy_sdk::__wit_lift_records! {
+            ReclaimPlan { nodes, decisions }
+        }
+        arbiter_policy_sdk::__wit_lift_variant! { Decision {
+            Unreserve(a), Preempt(a);
+            Place(a, b), Reserve(a, b), ScaleOut(a, b), ScaleIn(a, b), SetQos(a, b), Migrate(a, b)
+        } }
+        arbiter_policy_sdk::__wit_lift_variant! { NodeAction {
+            Freeze(a), Resume(a), Evict(a);
+            SetMemoryLimit(a, b), SetComputeShare(a, b), SetMpsThreadPct(a, b), SetHealth(a, b)
+        } }
 
-        impl From<model::JobColumns> for wit::JobColumns {
-            fn from(c: model::JobColumns) -> Self {
-                // 0.1 has no progress columns; its `estimate-ms` meant the
-                // same (the estimate as submitted).
-                wit::JobColumns {
-                    name: c.name,
-                    tenant: c.tenant,
-                    phase: c.phase,
-                    kind: c.kind,
-                    qos: c.qos,
-                    priority: c.priority,
-                    workers: c.workers,
-                    min_workers: c.min_workers,
-                    max_workers: c.max_workers,
-                    cpu_milli: c.cpu_milli,
+        impl From<wit::Pairing> for model::Pairing {
+            fn from(p: wit::Pairing) -> Self {
+                model::Pairing {
+                    online: p.online,
+                    offline: p.offline,
+                    gpu: crate::runtime::bindings::LEGACY_PAIRING_GPU,
+                    sm_percent: p.sm_percent,
+                }
+            }
+        }
+
+        impl From<model::GpuColumns> for wit::GpuColumns {
+            fn from(c: model::GpuColumns) -> Self {
+                // A 0.2 mirror charges every worker to one account: all use.
+                let add = |a: Vec<u32>, b: &[u32]| -> Vec<u32> {
+                    a.into_iter()
+                        .zip(b.iter().copied().chain(std::iter::repeat(0)))
+                        .map(|(x, y)| x.saturating_add(y))
+                        .collect()
+                };
+                wit::GpuColumns {
+                    milli_used: add(c.milli_used, &c.shared_milli),
+                    memory_used_mib: add(c.memory_used_mib, &c.shared_memory_mib),
+                    node: c.node,
+                    model: c.model,
                     memory_mib: c.memory_mib,
-                    gpus_per_worker: c.gpus_per_worker,
-                    gpu_milli: c.gpu_milli,
-                    gpu_memory_mib: c.gpu_memory_mib,
-                    gpu_model_mask: c.gpu_model_mask,
-                    submit_ms: c.submit_ms,
-                    estimate_ms: c.estimate_ms,
-                    deadline_ms: c.deadline_ms,
-                    checkpointed: c.checkpointed,
                 }
             }
         }
@@ -76,6 +116,7 @@ pub mod v0_1 {
                     now_ms: s.now_ms,
                     strings: s.strings,
                     gpu_models: s.gpu_models,
+                    gpu_model_speed: s.gpu_model_speed,
                     nodes: s.nodes.into(),
                     gpus: s.gpus.into(),
                     jobs: s.jobs.into(),
@@ -84,16 +125,13 @@ pub mod v0_1 {
             }
         }
 
-        /// The 0.1 form of an event, or `None` for what 0.1 cannot express
-        /// (GPU speeds, job progress): a 0.1 mirror never had those columns.
-        pub(in crate::runtime) fn lower_event(e: model::Event) -> Option<wit::Event> {
+        /// The 0.2 form of an event, or `None` for what 0.2 cannot express.
+        fn lower_event(e: model::Event) -> Option<wit::Event> {
             use model::Event as E;
             Some(match e {
                 E::StringsAdded(a) => wit::Event::StringsAdded(a),
-                E::GpuModelsAdded(models) => {
-                    wit::Event::GpuModelsAdded(models.into_iter().map(|(name, _)| name).collect())
-                }
-                E::GpuModelSpeedChanged(..) | E::JobProgress(_) => return None,
+                E::GpuModelsAdded(a) => wit::Event::GpuModelsAdded(a),
+                E::GpuModelSpeedChanged(a, b) => wit::Event::GpuModelSpeedChanged((a, b)),
                 E::NodeAdded(a) => wit::Event::NodeAdded(a.into()),
                 E::NodeStateChanged(a, b) => wit::Event::NodeStateChanged((a, b)),
                 E::NodeLoanChanged(a, b) => wit::Event::NodeLoanChanged((a, b)),
@@ -106,6 +144,17 @@ pub mod v0_1 {
                 E::JobQosChanged(a, b) => wit::Event::JobQosChanged((a, b)),
                 E::JobReserved(a, b) => wit::Event::JobReserved((a, b)),
                 E::GpuMetrics(a) => wit::Event::GpuMetrics(a.into_iter().map(Into::into).collect()),
+                E::JobProgress(a) => {
+                    wit::Event::JobProgress(a.into_iter().map(Into::into).collect())
+                }
+                E::TenantQuotaChanged(..)
+                | E::TenantQuotaRemoved(_)
+                | E::SharingChanged(_)
+                | E::GpuHealthChanged(..)
+                | E::JobReservedGpus(..)
+                | E::JobMetrics(_)
+                | E::ServiceMetrics(_)
+                | E::NodeMetrics(_) => return None,
             })
         }
 
@@ -116,17 +165,6 @@ pub mod v0_1 {
                     epoch: d.epoch,
                     now_ms: d.now_ms,
                     events: d.events.into_iter().filter_map(lower_event).collect(),
-                }
-            }
-        }
-
-        impl From<model::ReclaimRequest> for wit::ReclaimRequest {
-            fn from(r: model::ReclaimRequest) -> Self {
-                // 0.1 has no limit field; the host still enforces it on the plan.
-                wit::ReclaimRequest {
-                    epoch: r.epoch,
-                    candidates: r.candidates,
-                    count: r.count,
                 }
             }
         }

@@ -1,8 +1,8 @@
 //! The contract versions a component may be built against, behind one API.
 //!
-//! The host serves the current minor (`0.2`) and the previous one (`0.1`,
-//! through the adapter in [`super::bindings::v0_1`]). At load,
-//! [`ContractIndices::find`] looks for `meta@0.2.x` first, then `meta@0.1.x`;
+//! The host serves the current minor (`0.3`) and the previous one (`0.2`,
+//! through the adapter in [`super::bindings::v0_2`]). At load,
+//! [`ContractIndices::find`] looks for `meta@0.3.x` first, then `meta@0.2.x`;
 //! from then on an instance's calls take and return SDK model types whatever
 //! its version, so the round driver, the validator and the journal have one
 //! path. Anything else is refused with an error naming every version served.
@@ -13,7 +13,7 @@ use wasmtime::Store;
 use wasmtime::component::{Instance, InstancePre};
 
 /// Contract versions the host serves, newest first.
-pub const SERVED_VERSIONS: [&str; 2] = ["0.2.0", "0.1.0"];
+pub const SERVED_VERSIONS: [&str; 2] = ["0.3.0", "0.2.0"];
 
 /// A guest call's outcome: a trap or host error outside, the policy's own
 /// answer inside.
@@ -189,30 +189,30 @@ macro_rules! versioned {
     };
 }
 
+versioned!(serve_v0_3 = v0_3);
 versioned!(serve_v0_2 = v0_2);
-versioned!(serve_v0_1 = v0_1);
 
 /// The roles a component exports, under the contract version it was built for.
 #[derive(Clone)]
 pub(crate) enum ContractIndices {
+    V0_3(serve_v0_3::Indices),
     V0_2(serve_v0_2::Indices),
-    V0_1(serve_v0_1::Indices),
 }
 
 /// A loaded instance's exports, under its contract version.
 pub(crate) enum ContractExports {
+    V0_3(serve_v0_3::Exports),
     V0_2(serve_v0_2::Exports),
-    V0_1(serve_v0_1::Exports),
 }
 
 impl ContractIndices {
     /// The newest served version the component exports `meta` of; the
     /// error says what it exports instead.
     pub(crate) fn find(pre: &InstancePre<HostState>, exported: &[&String]) -> Result<Self, String> {
-        match serve_v0_2::Indices::new(pre) {
-            Ok(i) => Ok(ContractIndices::V0_2(i)),
-            Err(newest) => match serve_v0_1::Indices::new(pre) {
-                Ok(i) => Ok(ContractIndices::V0_1(i)),
+        match serve_v0_3::Indices::new(pre) {
+            Ok(i) => Ok(ContractIndices::V0_3(i)),
+            Err(newest) => match serve_v0_2::Indices::new(pre) {
+                Ok(i) => Ok(ContractIndices::V0_2(i)),
                 Err(_) => {
                     let served: Vec<String> = SERVED_VERSIONS
                         .iter()
@@ -230,15 +230,15 @@ impl ContractIndices {
     /// The contract version the component was built against.
     pub(crate) fn version(&self) -> &'static str {
         match self {
-            ContractIndices::V0_2(_) => SERVED_VERSIONS[0],
-            ContractIndices::V0_1(_) => SERVED_VERSIONS[1],
+            ContractIndices::V0_3(_) => SERVED_VERSIONS[0],
+            ContractIndices::V0_2(_) => SERVED_VERSIONS[1],
         }
     }
 
     pub(crate) fn exports(&self, role: Role) -> bool {
         match self {
+            ContractIndices::V0_3(i) => i.exports(role),
             ContractIndices::V0_2(i) => i.exports(role),
-            ContractIndices::V0_1(i) => i.exports(role),
         }
     }
 
@@ -248,8 +248,8 @@ impl ContractIndices {
         instance: &Instance,
     ) -> wasmtime::Result<ContractExports> {
         Ok(match self {
+            ContractIndices::V0_3(i) => ContractExports::V0_3(i.load(store, instance)?),
             ContractIndices::V0_2(i) => ContractExports::V0_2(i.load(store, instance)?),
-            ContractIndices::V0_1(i) => ContractExports::V0_1(i.load(store, instance)?),
         })
     }
 }
@@ -261,8 +261,8 @@ macro_rules! forward {
             $(
                 pub(crate) fn $name(&self, store: &mut Store<HostState>, $($arg: $ty),*) -> $out {
                     match self {
+                        ContractExports::V0_3(e) => e.$name(store, $($arg),*),
                         ContractExports::V0_2(e) => e.$name(store, $($arg),*),
-                        ContractExports::V0_1(e) => e.$name(store, $($arg),*),
                     }
                 }
             )*

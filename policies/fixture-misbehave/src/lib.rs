@@ -9,7 +9,9 @@
 //! releases the queue in submit order. `evacuate` is well-behaved: it
 //! migrates every running job off node 0 (each worker to the first other
 //! node where it fits), then places like `ok` — a policy that moves running
-//! work, for the control plane's reconcile tests.
+//! work, for the control plane's reconcile tests. `upgrade` is
+//! well-behaved too: it upgrades every running opportunistic or best-effort
+//! job to guaranteed where the plan allows, then places like `ok`.
 //!
 //! The **persona** changes what the component is before any configuration
 //! reaches it: its manifest, and how `configure` answers. It is read from
@@ -59,6 +61,25 @@ fn recurse(depth: u64) -> u64 {
 
 fn first_fit_one(cluster: &Cluster) -> Vec<Decision> {
     let mut plan = Plan::new(cluster);
+    if let Some(job) = cluster.pending_jobs().next() {
+        let index = job.index();
+        let _ = plan.place_gang(index, job.workers(), |p| p.first_fit_anywhere(index));
+    }
+    plan.into_decisions()
+}
+
+/// Upgrades every running opportunistic or best-effort job to guaranteed
+/// where the plan allows (AntMan's upgrade), then places like `ok`.
+fn upgrade_running(cluster: &Cluster, round: &RoundInfo) -> Vec<Decision> {
+    let mut plan = Plan::new(cluster).with_max_decisions(round.max_decisions);
+    let shared: Vec<u32> = cluster
+        .running_jobs()
+        .filter(|j| j.qos() != qos::GUARANTEED)
+        .map(|j| j.index())
+        .collect();
+    for job in shared {
+        let _ = plan.apply(Decision::SetQos(job, qos::GUARANTEED));
+    }
     if let Some(job) = cluster.pending_jobs().next() {
         let index = job.index();
         let _ = plan.place_gang(index, job.workers(), |p| p.first_fit_anywhere(index));
@@ -178,6 +199,7 @@ impl Policy for Misbehave {
             "hang-flap" if round.epoch.is_multiple_of(2) => spin(),
             "flap" | "hang-flap" => Ok(first_fit_one(cluster)),
             "evacuate" => Ok(evacuate_node_zero(cluster, round)),
+            "upgrade" => Ok(upgrade_running(cluster, round)),
             "recurse" => Ok(vec![Decision::Preempt(recurse(0) as u32)]),
             "alloc" => {
                 let mut hoard: Vec<Vec<u8>> = Vec::new();

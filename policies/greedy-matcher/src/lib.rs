@@ -3,7 +3,7 @@
 //!
 //! The quietest online job (lowest SM activity alone) gets the busiest
 //! offline job, the next quietest the next busiest, and so on: one offline
-//! job per online job. The offline job's SM share is what the online job
+//! job per online job, on the online job's first GPU. The offline job's SM share is what the online job
 //! leaves (`100 − its SM activity`), kept within `[min_sm, max_sm]`
 //! (defaults 10 and 90; configuration keys of the same names). A job with no
 //! profile counts as fully active online (it is paired last) or idle offline.
@@ -69,7 +69,7 @@ impl Policy for GreedyMatcher {
 
     fn match_workloads(
         &mut self,
-        _cluster: &Cluster,
+        cluster: &Cluster,
         request: &MatchRequest,
     ) -> Result<Vec<Pairing>, PolicyError> {
         let mut online: Vec<(u8, u32)> = request
@@ -86,12 +86,20 @@ impl Policy for GreedyMatcher {
             .collect();
         offline.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
         offline.dedup_by_key(|(_, j)| *j);
+        // Online jobs that are not running (no GPU to join) are skipped.
+        let first_gpu = |job: u32| -> Option<u32> {
+            (job < cluster.job_count() as u32)
+                .then(|| cluster.job(job).placement().first()?.gpus.first().copied())
+                .flatten()
+        };
         Ok(online
             .iter()
+            .filter_map(|&(busy, on)| Some((busy, on, first_gpu(on)?)))
             .zip(&offline)
-            .map(|(&(busy, on), &(_, off))| Pairing {
+            .map(|((busy, on, gpu), &(_, off))| Pairing {
                 online: on,
                 offline: off,
+                gpu,
                 sm_percent: (100 - busy).clamp(self.min_sm, self.max_sm),
             })
             .collect())
@@ -111,12 +119,34 @@ mod tests {
             sm_activity_pct: sm,
             memory_mib: 1024,
             throughput: 1.0,
+            ..WorkloadProfile::default()
         }
+    }
+
+    /// `online` running guaranteed jobs, one per GPU, then `offline`
+    /// pending best-effort ones.
+    fn cluster(online: u32, offline: u32) -> TestCluster {
+        let mut c = TestCluster::new();
+        c.node("n0", "p", 64_000, 512_000, "T4", 16_384, online);
+        for j in 0..online {
+            let job = c.job_on_one_gpu(&format!("on{j}"), "t", qos::GUARANTEED, 1000, 0);
+            c.run(
+                job,
+                vec![WorkerPlacement {
+                    node: 0,
+                    gpus: vec![j],
+                }],
+            );
+        }
+        for j in 0..offline {
+            c.job_on_one_gpu(&format!("off{j}"), "t", qos::BEST_EFFORT, 1000, 1024);
+        }
+        c
     }
 
     #[test]
     fn the_quietest_online_job_gets_the_busiest_offline_one() {
-        let c = TestCluster::new();
+        let c = cluster(3, 2);
         let mut rt = Runtime::<GreedyMatcher>::new();
         rt.resync(c.snapshot()).unwrap();
         let request = MatchRequest {
@@ -138,11 +168,13 @@ mod tests {
                 Pairing {
                     online: 1,
                     offline: 4,
+                    gpu: 1,
                     sm_percent: 80
                 },
                 Pairing {
                     online: 0,
                     offline: 3,
+                    gpu: 0,
                     sm_percent: 30
                 },
             ]
@@ -151,7 +183,7 @@ mod tests {
 
     #[test]
     fn shares_stay_within_the_configured_bounds() {
-        let c = TestCluster::new();
+        let c = cluster(2, 2);
         let mut rt = Runtime::<GreedyMatcher>::new();
         rt.configure("min_sm = 25\nmax_sm = 60").unwrap();
         rt.resync(c.snapshot()).unwrap();

@@ -7,6 +7,7 @@
 //! and of the resource accounting.
 
 use crate::model::*;
+use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -69,13 +70,30 @@ pub struct Cluster {
     gpu_models: Vec<u32>,
     /// Per model slot: its speed in permille of the reference model.
     gpu_model_speed: Vec<u32>,
+    /// The operator's sharing rules (contract 0.3 `sharing-rules`).
+    pub(crate) sharing: SharingRules,
+    /// Tenants with a quota, and each one's row by tenant string id.
+    tenants: TenantColumns,
+    tenant_row: HashMap<u32, usize>,
+    metric_window_ms: u32,
     pub(crate) nodes: NodeColumns,
     pub(crate) gpus: GpuColumns,
     /// Per GPU: its model's slot in `gpu_models` (for model masks).
     gpu_model_slot: Vec<u8>,
     gpu_utilization: Vec<u8>,
     gpu_sm_activity: Vec<u8>,
+    gpu_sm_occupancy: Vec<u8>,
+    /// Per GPU: the job holding it (`reserve-gpus`) as `job index + 1`, 0 = none.
+    pub(crate) gpu_reserved_by: Vec<u32>,
+    /// Per node: latest host-side metrics.
+    node_metrics: Vec<NodeMetric>,
     pub(crate) jobs: JobColumns,
+    /// Per job: latest runtime statistics and service load (default: none
+    /// reported; the `job` field is not kept up to date, the row is the job).
+    job_metrics: Vec<JobMetric>,
+    job_service: Vec<ServiceMetric>,
+    /// Per job: the GPUs it holds by `reserve-gpus`.
+    pub(crate) job_reserved_gpus: Vec<Vec<u32>>,
     /// Per job: its running workers.
     pub(crate) job_workers: Vec<Vec<WorkerPlacement>>,
     /// Per node: the jobs with at least one running worker there, each once,
@@ -125,7 +143,8 @@ pub(crate) struct NodeRoom {
     pub memory_free: u32,
     /// Free milli-GPU summed over the node's GPUs.
     pub free_milli: u32,
-    /// GPUs with nothing on them (whole-GPU workers fit exactly these).
+    /// GPUs with no guaranteed work and no reservation (whole-GPU
+    /// guaranteed workers of jobs without reservations fit exactly these).
     pub idle_gpus: u32,
     /// Who may place work here: [`OPEN`] anyone, `job index + 1` only the
     /// job holding a reservation, [`CLOSED`] nobody (the node is not ready).
@@ -157,7 +176,7 @@ impl NodeRoom {
         for g in first..first + count {
             let (milli, memory) = gpu_used(g);
             free_milli += FULL_GPU_MILLI.saturating_sub(milli);
-            idle_gpus += u32::from(milli == 0 && memory == 0);
+            idle_gpus += u32::from(milli == 0 && memory == 0 && cluster.gpu_reserved_by[g] == 0);
         }
         NodeRoom {
             cpu_free: nc.cpu_milli[node].saturating_sub(cpu_used),
@@ -202,6 +221,7 @@ impl Cluster {
                 nc.first_gpu.len(),
                 nc.gpu_count.len(),
                 nc.on_loan.len(),
+                nc.fabric.len(),
             ],
         )?;
         let g = s.gpus.node.len();
@@ -214,6 +234,10 @@ impl Cluster {
                 gc.memory_mib.len(),
                 gc.milli_used.len(),
                 gc.memory_used_mib.len(),
+                gc.shared_milli.len(),
+                gc.shared_memory_mib.len(),
+                gc.shared_workers.len(),
+                gc.health.len(),
             ],
         )?;
         let j = s.jobs.name.len();
@@ -245,7 +269,16 @@ impl Cluster {
                 jc.remaining_ms.len(),
                 jc.remaining_workers.len(),
                 jc.reported_ms.len(),
+                jc.gpu_milli_limit.len(),
+                jc.locality.len(),
+                jc.slo_ms.len(),
+                jc.group.len(),
             ],
+        )?;
+        check_len(
+            "tenants",
+            s.tenants.name.len(),
+            &[s.tenants.gpu_quota_milli.len()],
         )?;
         check_len("gpu models", s.gpu_models.len(), &[s.gpu_model_speed.len()])?;
         let pc = &s.placements;
@@ -304,22 +337,54 @@ impl Cluster {
                 }
             }
         }
+        let mut job_reserved = vec![Vec::new(); j];
+        let mut node_reserved_by = vec![0; n];
+        let mut job_reserved_gpus = vec![Vec::new(); j];
+        let mut gpu_reserved_by = vec![0; g];
+        for r in &s.reservations {
+            let job = in_range("reservation job", r.job, j)?;
+            for &node in &r.nodes {
+                node_reserved_by[in_range("reserved node", node, n)?] = job as u32 + 1;
+            }
+            for &gpu in &r.gpus {
+                gpu_reserved_by[in_range("reserved gpu", gpu, g)?] = job as u32 + 1;
+            }
+            job_reserved[job] = r.nodes.clone();
+            job_reserved_gpus[job] = r.gpus.clone();
+        }
+        let tenant_row = s
+            .tenants
+            .name
+            .iter()
+            .enumerate()
+            .map(|(row, &name)| (name, row))
+            .collect();
         let mut cluster = Cluster {
             epoch: s.epoch,
             now_ms: s.now_ms,
             strings: s.strings,
             gpu_models: s.gpu_models,
             gpu_model_speed: s.gpu_model_speed,
+            sharing: s.sharing,
+            tenants: s.tenants,
+            tenant_row,
+            metric_window_ms: s.metric_window_ms,
             nodes: s.nodes,
             gpus: s.gpus,
             gpu_model_slot: Vec::new(),
             gpu_utilization: vec![0; g],
             gpu_sm_activity: vec![0; g],
+            gpu_sm_occupancy: vec![0; g],
+            gpu_reserved_by,
+            node_metrics: vec![NodeMetric::default(); n],
             jobs: s.jobs,
+            job_metrics: vec![JobMetric::default(); j],
+            job_service: vec![ServiceMetric::default(); j],
+            job_reserved_gpus,
             job_workers,
             node_jobs,
-            job_reserved: vec![Vec::new(); j],
-            node_reserved_by: vec![0; n],
+            job_reserved,
+            node_reserved_by,
             node_room: vec![NodeRoom::default(); n],
             node_version: (0..n).map(|_| fresh_version()).collect(),
         };
@@ -348,16 +413,28 @@ impl Cluster {
                 placements.gpus.extend_from_slice(&w.gpus);
             }
         }
+        let reservations = (0..self.job_count())
+            .filter(|&j| !self.job_reserved[j].is_empty() || !self.job_reserved_gpus[j].is_empty())
+            .map(|j| Reservation {
+                job: j as u32,
+                nodes: self.job_reserved[j].clone(),
+                gpus: self.job_reserved_gpus[j].clone(),
+            })
+            .collect();
         Snapshot {
             epoch: self.epoch,
             now_ms: self.now_ms,
             strings: self.strings.clone(),
             gpu_models: self.gpu_models.clone(),
             gpu_model_speed: self.gpu_model_speed.clone(),
+            sharing: self.sharing,
+            tenants: self.tenants.clone(),
+            metric_window_ms: self.metric_window_ms,
             nodes: self.nodes.clone(),
             gpus: self.gpus.clone(),
             jobs: self.jobs.clone(),
             placements,
+            reservations,
         }
     }
 
@@ -457,23 +534,108 @@ impl Cluster {
             }
             Event::JobQosChanged(job, qos) => {
                 let j = in_range("job", *job, self.job_count())?;
+                // A running job's charge moves between the guaranteed and
+                // shared accounts when its QoS crosses them.
+                let workers = std::mem::take(&mut self.job_workers[j]);
+                for w in &workers {
+                    self.charge_worker(j, w, false);
+                }
                 self.jobs.qos[j] = *qos;
+                for w in &workers {
+                    self.charge_worker(j, w, true);
+                }
+                self.job_workers[j] = workers;
             }
             Event::JobReserved(job, nodes) => {
                 let j = in_range("job", *job, self.job_count())?;
                 for &node in nodes {
                     in_range("node", node, self.node_count())?;
                 }
-                self.clear_reservation(j);
+                self.clear_node_reservation(j);
                 for &node in nodes {
                     self.node_reserved_by[node as usize] = j as u32 + 1;
                     self.touch(node as usize);
                 }
                 self.job_reserved[j] = nodes.clone();
-                if !nodes.is_empty() && self.jobs.phase[j] == job_phase::PENDING {
-                    self.jobs.phase[j] = job_phase::RESERVED;
-                } else if nodes.is_empty() && self.jobs.phase[j] == job_phase::RESERVED {
-                    self.jobs.phase[j] = job_phase::PENDING;
+                self.settle_reserved_phase(j);
+            }
+            Event::JobReservedGpus(job, gpus) => {
+                let j = in_range("job", *job, self.job_count())?;
+                for &gpu in gpus {
+                    in_range("gpu", gpu, self.gpu_count())?;
+                }
+                self.clear_gpu_reservation(j);
+                for &gpu in gpus {
+                    self.gpu_reserved_by[gpu as usize] = j as u32 + 1;
+                    self.touch(self.gpus.node[gpu as usize] as usize);
+                }
+                self.job_reserved_gpus[j] = gpus.clone();
+                self.settle_reserved_phase(j);
+            }
+            Event::TenantQuotaChanged(tenant, quota) => match self.tenant_row.get(tenant) {
+                Some(&row) => self.tenants.gpu_quota_milli[row] = *quota,
+                None => {
+                    self.tenant_row.insert(*tenant, self.tenants.name.len());
+                    self.tenants.name.push(*tenant);
+                    self.tenants.gpu_quota_milli.push(*quota);
+                }
+            },
+            Event::TenantQuotaRemoved(tenant) => {
+                if let Some(row) = self.tenant_row.remove(tenant) {
+                    self.tenants.name.swap_remove(row);
+                    self.tenants.gpu_quota_milli.swap_remove(row);
+                    if let Some(&moved) = self.tenants.name.get(row) {
+                        self.tenant_row.insert(moved, row);
+                    }
+                }
+            }
+            Event::SharingChanged(rules) => {
+                // Every running worker is re-charged under the new rules.
+                let running: Vec<usize> = (0..self.job_count())
+                    .filter(|&j| !self.job_workers[j].is_empty())
+                    .collect();
+                for &j in &running {
+                    for w in self.job_workers[j].clone() {
+                        self.charge_worker(j, &w, false);
+                    }
+                }
+                self.sharing = *rules;
+                for &j in &running {
+                    for w in self.job_workers[j].clone() {
+                        self.charge_worker(j, &w, true);
+                    }
+                }
+                for n in 0..self.node_count() {
+                    self.touch(n);
+                }
+            }
+            Event::GpuHealthChanged(gpu, health) => {
+                let g = in_range("gpu", *gpu, self.gpu_count())?;
+                self.gpus.health[g] = *health;
+                self.touch(self.gpus.node[g] as usize);
+            }
+            Event::JobMetrics(metrics) => {
+                for m in metrics {
+                    in_range("job", m.job, self.job_count())?;
+                }
+                for m in metrics {
+                    self.job_metrics[m.job as usize] = *m;
+                }
+            }
+            Event::ServiceMetrics(metrics) => {
+                for m in metrics {
+                    in_range("job", m.job, self.job_count())?;
+                }
+                for m in metrics {
+                    self.job_service[m.job as usize] = *m;
+                }
+            }
+            Event::NodeMetrics(metrics) => {
+                for m in metrics {
+                    in_range("node", m.node, self.node_count())?;
+                }
+                for m in metrics {
+                    self.node_metrics[m.node as usize] = *m;
                 }
             }
             Event::JobProgress(progress) => {
@@ -492,6 +654,7 @@ impl Cluster {
                     let g = m.gpu as usize;
                     self.gpu_utilization[g] = m.utilization_pct;
                     self.gpu_sm_activity[g] = m.sm_activity_pct;
+                    self.gpu_sm_occupancy[g] = m.sm_occupancy_pct;
                 }
             }
         }
@@ -512,17 +675,26 @@ impl Cluster {
         n.first_gpu.push(first_gpu);
         n.gpu_count.push(spec.gpu_count);
         n.on_loan.push(spec.on_loan);
+        n.fabric.push(spec.fabric);
         let slot = self.slot_of_model(spec.gpu_model);
         for _ in 0..spec.gpu_count {
-            self.gpus.node.push(node);
-            self.gpus.model.push(spec.gpu_model);
-            self.gpus.memory_mib.push(spec.gpu_memory_mib);
-            self.gpus.milli_used.push(0);
-            self.gpus.memory_used_mib.push(0);
+            let gc = &mut self.gpus;
+            gc.node.push(node);
+            gc.model.push(spec.gpu_model);
+            gc.memory_mib.push(spec.gpu_memory_mib);
+            gc.milli_used.push(0);
+            gc.memory_used_mib.push(0);
+            gc.shared_milli.push(0);
+            gc.shared_memory_mib.push(0);
+            gc.shared_workers.push(0);
+            gc.health.push(health::HEALTHY);
             self.gpu_model_slot.push(slot);
             self.gpu_utilization.push(0);
             self.gpu_sm_activity.push(0);
+            self.gpu_sm_occupancy.push(0);
+            self.gpu_reserved_by.push(0);
         }
+        self.node_metrics.push(NodeMetric::default());
         self.node_reserved_by.push(0);
         self.node_jobs.push(Vec::new());
         let room = self.room_of(node as usize);
@@ -551,6 +723,10 @@ impl Cluster {
         j.estimate_ms.push(s.estimate_ms);
         j.deadline_ms.push(s.deadline_ms);
         j.checkpointed.push(s.checkpointed);
+        j.gpu_milli_limit.push(s.gpu_milli_limit);
+        j.locality.push(s.locality);
+        j.slo_ms.push(s.slo_ms);
+        j.group.push(s.group);
         // Until the host reports progress, what is left is the estimate.
         let row = j.name.len() as u32 - 1;
         j.push_progress(&JobProgress::submitted(
@@ -561,6 +737,9 @@ impl Cluster {
         ));
         self.job_workers.push(Vec::new());
         self.job_reserved.push(Vec::new());
+        self.job_reserved_gpus.push(Vec::new());
+        self.job_metrics.push(JobMetric::default());
+        self.job_service.push(ServiceMetric::default());
     }
 
     fn swap_remove_job(&mut self, j: usize) {
@@ -590,11 +769,21 @@ impl Cluster {
         jc.remaining_ms.swap_remove(j);
         jc.remaining_workers.swap_remove(j);
         jc.reported_ms.swap_remove(j);
+        jc.gpu_milli_limit.swap_remove(j);
+        jc.locality.swap_remove(j);
+        jc.slo_ms.swap_remove(j);
+        jc.group.swap_remove(j);
         self.job_workers.swap_remove(j);
         self.job_reserved.swap_remove(j);
+        self.job_reserved_gpus.swap_remove(j);
+        self.job_metrics.swap_remove(j);
+        self.job_service.swap_remove(j);
         if j != last {
             for &node in &self.job_reserved[j] {
                 self.node_reserved_by[node as usize] = j as u32 + 1;
+            }
+            for &gpu in &self.job_reserved_gpus[j] {
+                self.gpu_reserved_by[gpu as usize] = j as u32 + 1;
             }
             // The last job is now job `j`: renumber it in the node index.
             for w in &self.job_workers[j] {
@@ -631,11 +820,18 @@ impl Cluster {
         };
         update(&mut self.nodes.cpu_used_milli[n], cpu);
         update(&mut self.nodes.memory_used_mib[n], mem);
+        let shared = self.sharing.is_shared(self.jobs.qos[j]);
         for &gpu in &w.gpus {
             let g = gpu as usize;
             let (milli, gmem) = self.worker_gpu_share(j, g);
-            update(&mut self.gpus.milli_used[g], milli);
-            update(&mut self.gpus.memory_used_mib[g], gmem);
+            if shared {
+                update(&mut self.gpus.shared_milli[g], milli);
+                update(&mut self.gpus.shared_memory_mib[g], gmem);
+                update(&mut self.gpus.shared_workers[g], 1);
+            } else {
+                update(&mut self.gpus.milli_used[g], milli);
+                update(&mut self.gpus.memory_used_mib[g], gmem);
+            }
             let owner = self.gpus.node[g] as usize;
             if owner != n {
                 self.touch(owner);
@@ -691,21 +887,56 @@ impl Cluster {
         }
     }
 
+    /// Drops everything job `j` holds (nodes and GPUs); it is pending again.
     fn clear_reservation(&mut self, j: usize) {
+        self.clear_node_reservation(j);
+        self.clear_gpu_reservation(j);
+        self.settle_reserved_phase(j);
+    }
+
+    fn clear_node_reservation(&mut self, j: usize) {
         for node in std::mem::take(&mut self.job_reserved[j]) {
             if self.node_reserved_by[node as usize] == j as u32 + 1 {
                 self.node_reserved_by[node as usize] = 0;
                 self.touch(node as usize);
             }
         }
-        if self.jobs.phase[j] == job_phase::RESERVED {
-            self.jobs.phase[j] = job_phase::PENDING;
+    }
+
+    fn clear_gpu_reservation(&mut self, j: usize) {
+        for gpu in std::mem::take(&mut self.job_reserved_gpus[j]) {
+            let g = gpu as usize;
+            if self.gpu_reserved_by[g] == j as u32 + 1 {
+                self.gpu_reserved_by[g] = 0;
+                self.touch(self.gpus.node[g] as usize);
+            }
         }
     }
 
-    /// What one worker of job `j` takes from GPU `g`.
+    /// A waiting job is `reserved` exactly while it holds nodes or GPUs.
+    fn settle_reserved_phase(&mut self, j: usize) {
+        let holds = !self.job_reserved[j].is_empty() || !self.job_reserved_gpus[j].is_empty();
+        match self.jobs.phase[j] {
+            job_phase::PENDING if holds => self.jobs.phase[j] = job_phase::RESERVED,
+            job_phase::RESERVED if !holds => self.jobs.phase[j] = job_phase::PENDING,
+            _ => {}
+        }
+    }
+
+    /// What one worker of job `j` takes from GPU `g`, in the account its
+    /// QoS is charged to ([`gpu_share`] or [`shared_gpu_share`]).
     pub(crate) fn worker_gpu_share(&self, j: usize, g: usize) -> (u32, u32) {
-        gpu_share(
+        self.worker_gpu_share_as(j, g, self.jobs.qos[j])
+    }
+
+    /// [`Cluster::worker_gpu_share`] as if job `j` had QoS `qos`.
+    pub(crate) fn worker_gpu_share_as(&self, j: usize, g: usize, qos: u8) -> (u32, u32) {
+        let share = if self.sharing.is_shared(qos) {
+            shared_gpu_share
+        } else {
+            gpu_share
+        };
+        share(
             self.jobs.gpus_per_worker[j],
             self.jobs.gpu_milli[j],
             self.jobs.gpu_memory_mib[j],
@@ -816,6 +1047,42 @@ impl Cluster {
             _ => None,
         }
     }
+    /// The job that holds GPU `gpu` (`reserve-gpus`), if any.
+    pub fn gpu_reserved_by(&self, gpu: u32) -> Option<u32> {
+        match self.gpu_reserved_by.get(gpu as usize) {
+            Some(&r) if r > 0 => Some(r - 1),
+            _ => None,
+        }
+    }
+    /// The operator's sharing rules.
+    pub fn sharing(&self) -> SharingRules {
+        self.sharing
+    }
+    /// A tenant's GPU quota in milli-GPU (tenant string id), `None` = unlimited.
+    pub fn tenant_quota_milli(&self, tenant: u32) -> Option<u64> {
+        self.tenant_row
+            .get(&tenant)
+            .map(|&row| self.tenants.gpu_quota_milli[row])
+    }
+    /// Tenants with a quota.
+    pub fn tenant_columns(&self) -> &TenantColumns {
+        &self.tenants
+    }
+    /// The span metric samples are averaged over, ms (0 = instantaneous).
+    pub fn metric_window_ms(&self) -> u32 {
+        self.metric_window_ms
+    }
+    /// Sets the metric window (the host's configuration; not an event).
+    pub fn set_metric_window_ms(&mut self, window_ms: u32) {
+        self.metric_window_ms = window_ms;
+    }
+    /// Latest host-side metrics of `node` (zeros until reported).
+    pub fn node_metrics(&self, node: u32) -> NodeMetric {
+        self.node_metrics
+            .get(node as usize)
+            .copied()
+            .unwrap_or_default()
+    }
     pub(crate) fn gpu_allowed_for(&self, j: usize, g: usize) -> bool {
         let slot = self.gpu_model_slot[g];
         model_allowed(
@@ -850,6 +1117,17 @@ impl<'a> Node<'a> {
     }
     pub fn is_ready(&self) -> bool {
         self.state() == node_state::READY
+    }
+    /// Interconnect or topology group ("" unknown).
+    pub fn fabric(&self) -> &'a str {
+        self.cluster.string(
+            self.cluster
+                .nodes
+                .fabric
+                .get(self.i())
+                .copied()
+                .unwrap_or(u32::MAX),
+        )
     }
     pub fn on_loan(&self) -> bool {
         self.cluster.nodes.on_loan[self.i()]
@@ -933,6 +1211,29 @@ impl<'a> Gpu<'a> {
     }
     pub fn sm_activity_pct(&self) -> u8 {
         self.cluster.gpu_sm_activity[self.i()]
+    }
+    pub fn sm_occupancy_pct(&self) -> u8 {
+        self.cluster.gpu_sm_occupancy[self.i()]
+    }
+    /// Shared (qos >= 1) work on the GPU: milli-GPU, memory, workers.
+    pub fn shared_milli(&self) -> u32 {
+        self.cluster.gpus.shared_milli[self.i()]
+    }
+    pub fn shared_memory_mib(&self) -> u32 {
+        self.cluster.gpus.shared_memory_mib[self.i()]
+    }
+    pub fn shared_workers(&self) -> u32 {
+        self.cluster.gpus.shared_workers[self.i()]
+    }
+    pub fn health(&self) -> u8 {
+        self.cluster.gpus.health[self.i()]
+    }
+    pub fn is_healthy(&self) -> bool {
+        self.health() == health::HEALTHY
+    }
+    /// The job holding this GPU by `reserve-gpus`, if any.
+    pub fn reserved_by(&self) -> Option<u32> {
+        self.cluster.gpu_reserved_by(self.index)
     }
 }
 
@@ -1062,6 +1363,49 @@ impl<'a> Job<'a> {
     /// Nodes reserved for this job.
     pub fn reserved_nodes(&self) -> &'a [u32] {
         &self.cluster.job_reserved[self.i()]
+    }
+    /// GPUs this job holds by `reserve-gpus`.
+    pub fn reserved_gpus(&self) -> &'a [u32] {
+        &self.cluster.job_reserved_gpus[self.i()]
+    }
+    /// The most milli-GPU a fractional worker may burst to (the request
+    /// when no limit was given).
+    pub fn gpu_milli_limit(&self) -> u32 {
+        match self.cols().gpu_milli_limit[self.i()] {
+            0 => self.gpu_milli(),
+            limit => limit,
+        }
+    }
+    /// `locality` code.
+    pub fn locality(&self) -> u8 {
+        self.cols().locality[self.i()]
+    }
+    /// Latency objective, if any.
+    pub fn slo_ms(&self) -> Option<u32> {
+        Some(self.cols().slo_ms[self.i()]).filter(|&v| v > 0)
+    }
+    /// Recurrence group name ("" = none).
+    pub fn group(&self) -> &'a str {
+        self.cluster.string(self.cols().group[self.i()])
+    }
+    /// Whether the job's workers are charged as shared work (qos >= 1
+    /// while sharing is on).
+    pub fn is_shared(&self) -> bool {
+        self.cluster.sharing.is_shared(self.qos())
+    }
+    /// Latest runtime statistics (zeros until reported).
+    pub fn metrics(&self) -> JobMetric {
+        JobMetric {
+            job: self.index,
+            ..self.cluster.job_metrics[self.i()]
+        }
+    }
+    /// Latest service load (zeros until reported).
+    pub fn service(&self) -> ServiceMetric {
+        ServiceMetric {
+            job: self.index,
+            ..self.cluster.job_service[self.i()]
+        }
     }
     /// Whether GPU `gpu`'s model is allowed for this job.
     pub fn allows_gpu(&self, gpu: u32) -> bool {

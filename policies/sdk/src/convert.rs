@@ -43,63 +43,140 @@ macro_rules! wit_conversions {
     () => {
         $crate::wit_conversions_shared!();
         $crate::__wit_records! {
+            NodeColumns { name, pool, state, cpu_milli, memory_mib, cpu_used_milli, memory_used_mib, first_gpu,
+                gpu_count, on_loan, fabric }
+            GpuColumns { node, model, memory_mib, milli_used, memory_used_mib, shared_milli, shared_memory_mib,
+                shared_workers, health }
             JobColumns { name, tenant, phase, kind, qos, priority, workers, min_workers, max_workers, cpu_milli,
                 memory_mib, gpus_per_worker, gpu_milli, gpu_memory_mib, gpu_model_mask, submit_ms, estimate_ms,
-                deadline_ms, checkpointed, started_ms, attained_ms, remaining_ms, remaining_workers, reported_ms }
-            Snapshot { epoch, now_ms, strings, gpu_models, gpu_model_speed, nodes, gpus, jobs, placements }
+                deadline_ms, checkpointed, started_ms, attained_ms, remaining_ms, remaining_workers, reported_ms,
+                gpu_milli_limit, locality, slo_ms, group }
+            SharingRules { oversub_milli, max_shared_workers, host_spill }
+            TenantColumns { name, gpu_quota_milli }
+            Reservation { job, nodes, gpus }
+            Snapshot { epoch, now_ms, strings, gpu_models, gpu_model_speed, sharing, tenants, metric_window_ms,
+                nodes, gpus, jobs, placements, reservations }
+            NodeSpec { name, pool, cpu_milli, memory_mib, gpu_model, gpu_memory_mib, gpu_count, on_loan, fabric }
+            JobSpec { name, tenant, kind, qos, priority, workers, min_workers, max_workers, cpu_milli, memory_mib,
+                gpus_per_worker, gpu_milli, gpu_memory_mib, gpu_model_mask, submit_ms, estimate_ms, deadline_ms,
+                checkpointed, gpu_milli_limit, locality, slo_ms, group }
+            GpuMetric { gpu, utilization_pct, sm_activity_pct, memory_used_mib, sm_occupancy_pct }
+            JobMetric { job, iteration_ms, peak_memory_mib, min_memory_mib, host_memory_mib, utilization_pct,
+                sm_activity_pct }
+            ServiceMetric { job, requests_per_s, p50_latency_ms, p99_latency_ms }
+            NodeMetric { node, cpu_utilization_pct, host_memory_used_mib, swap_in_per_s }
             Delta { base_epoch, epoch, now_ms, events }
-            ReclaimRequest { epoch, candidates, count, max_decisions }
-            JobProgress { job, started_ms, attained_ms, remaining_ms, remaining_workers, reported_ms }
+            ReclaimPlan { nodes, decisions }
+            WorkloadProfile { job, utilization_pct, sm_activity_pct, memory_mib, throughput, sm_occupancy_pct,
+                solo_iteration_ms }
+            MatchRequest { epoch, online, offline, profiles }
+            Pairing { online, offline, gpu, sm_percent }
+            GpuStatus { index, utilization_pct, sm_activity_pct, sm_clock_mhz, max_sm_clock_mhz, memory_used_mib,
+                memory_total_mib, health, observed_ok, xid_errors, throttle_reasons, power_mw, temperature_c }
+            WorkloadStatus { id, gpu, role, memory_used_mib, memory_limit_mib, compute_share, launches,
+                pacing_delay_us, iteration_ms, frozen, job, qos, request_permille, limit_permille, quota_denials }
+            NodeView { now_ms, gpus, workloads, monotonic_ms, host_memory_used_mib, host_memory_total_mib,
+                swap_in_per_s, cpu_utilization_pct }
         }
         $crate::__wit_variant! { Event {
             StringsAdded(a), GpuModelsAdded(a), NodeAdded(a), JobAdded(a), JobRemoved(a), JobEvicted(a),
-            GpuMetrics(a), JobProgress(a);
+            GpuMetrics(a), JobProgress(a), TenantQuotaRemoved(a), SharingChanged(a), JobMetrics(a),
+            ServiceMetrics(a), NodeMetrics(a);
             GpuModelSpeedChanged(a, b), NodeStateChanged(a, b), NodeLoanChanged(a, b), JobPlaced(a, b),
-            JobQosChanged(a, b), JobReserved(a, b)
+            JobQosChanged(a, b), JobReserved(a, b), TenantQuotaChanged(a, b), GpuHealthChanged(a, b),
+            JobReservedGpus(a, b)
+        } }
+        $crate::__wit_variant! { Decision {
+            Unreserve(a), Preempt(a);
+            Place(a, b), Reserve(a, b), ScaleOut(a, b), ScaleIn(a, b), SetQos(a, b), Migrate(a, b),
+            ReserveGpus(a, b)
+        } }
+        $crate::__wit_variant! { NodeAction {
+            Freeze(a), Resume(a), Evict(a), RestartMps(a);
+            SetMemoryLimit(a, b), SetComputeShare(a, b), SetMpsThreadPct(a, b), SetHealth(a, b)
         } }
     };
 }
 
-/// The conversions of the types contract 0.1 and 0.2 share, field for field.
-/// [`wit_conversions!`](crate::wit_conversions) uses them; the host's 0.1
+/// The conversions of the types contract 0.2 and 0.3 share, field for field.
+/// [`wit_conversions!`](crate::wit_conversions) uses them; the host's 0.2
 /// adapter uses them alone and writes the changed types' conversions itself.
 #[macro_export]
 macro_rules! wit_conversions_shared {
     () => {
         $crate::__wit_records! {
-            NodeColumns { name, pool, state, cpu_milli, memory_mib, cpu_used_milli, memory_used_mib, first_gpu, gpu_count, on_loan }
-            GpuColumns { node, model, memory_mib, milli_used, memory_used_mib }
             WorkerPlacement { node, gpus }
             PlacementColumns { job, node, gpu_start, gpu_len, gpus }
-            NodeSpec { name, pool, cpu_milli, memory_mib, gpu_model, gpu_memory_mib, gpu_count, on_loan }
-            JobSpec { name, tenant, kind, qos, priority, workers, min_workers, max_workers, cpu_milli, memory_mib,
-                gpus_per_worker, gpu_milli, gpu_memory_mib, gpu_model_mask, submit_ms, estimate_ms, deadline_ms,
-                checkpointed }
-            GpuMetric { gpu, utilization_pct, sm_activity_pct, memory_used_mib }
             RoundInfo { epoch, now_ms, max_decisions }
-            ReclaimPlan { nodes, decisions }
-            WorkloadProfile { job, utilization_pct, sm_activity_pct, memory_mib, throughput }
-            MatchRequest { epoch, online, offline, profiles }
-            Pairing { online, offline, sm_percent }
-            GpuStatus { index, utilization_pct, sm_activity_pct, sm_clock_mhz, max_sm_clock_mhz, memory_used_mib,
-                memory_total_mib, health }
-            WorkloadStatus { id, gpu, role, memory_used_mib, memory_limit_mib, compute_share, launches,
-                pacing_delay_us, iteration_ms, frozen }
-            NodeView { now_ms, gpus, workloads }
+            ReclaimRequest { epoch, candidates, count, max_decisions }
+            JobProgress { job, started_ms, attained_ms, remaining_ms, remaining_workers, reported_ms }
             TenantJob { position, name, gpus, priority, submit_ms, estimate_ms, deadline_ms, running }
             TenantView { now_ms, tenant, gpu_quota, gpus_in_use, jobs }
             TenantVerdict { order, hold }
             Manifest { name, version, roles, description, default_config }
         }
-        $crate::__wit_variant! { Decision {
-            Unreserve(a), Preempt(a);
-            Place(a, b), Reserve(a, b), ScaleOut(a, b), ScaleIn(a, b), SetQos(a, b), Migrate(a, b)
-        } }
-        $crate::__wit_variant! { NodeAction {
-            Freeze(a), Resume(a), Evict(a);
-            SetMemoryLimit(a, b), SetComputeShare(a, b), SetMpsThreadPct(a, b), SetHealth(a, b)
-        } }
         $crate::__wit_variant! { PolicyError { Stale(a), Unsupported(a), Failed(a); } }
+    };
+}
+
+/// For an adapter of an older contract: `From<model>` for the old record
+/// with the listed fields (the model's other fields are left out).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __wit_lower_records {
+    ($( $name:ident { $($field:ident),* $(,)? } )*) => { $(
+        impl From<$crate::model::$name> for wit::$name {
+            fn from(v: $crate::model::$name) -> Self {
+                wit::$name { $($field: $crate::convert::Conv::conv(v.$field)),* }
+            }
+        }
+        impl $crate::convert::Conv<wit::$name> for $crate::model::$name {
+            fn conv(self) -> wit::$name { self.into() }
+        }
+    )* };
+}
+
+/// For an adapter of an older contract: `From<old record>` for the model,
+/// with the listed fields and the model's defaults for the others.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __wit_lift_records {
+    ($( $name:ident { $($field:ident),* $(,)? } )*) => { $(
+        impl From<wit::$name> for $crate::model::$name {
+            // Records whose fields did not change list them all.
+            #[allow(clippy::needless_update)]
+            fn from(v: wit::$name) -> Self {
+                $crate::model::$name {
+                    $($field: $crate::convert::Conv::conv(v.$field),)*
+                    ..Default::default()
+                }
+            }
+        }
+        impl $crate::convert::Conv<$crate::model::$name> for wit::$name {
+            fn conv(self) -> $crate::model::$name { self.into() }
+        }
+    )* };
+}
+
+/// For an adapter of an older contract: `From<old variant>` for the model's
+/// (a superset of its cases).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __wit_lift_variant {
+    ($name:ident { $($one:ident($a:ident)),* ; $($two:ident($x:ident, $y:ident)),* $(,)? }) => {
+        impl From<wit::$name> for $crate::model::$name {
+            fn from(v: wit::$name) -> Self {
+                match v {
+                    $(wit::$name::$one($a) => $crate::model::$name::$one($crate::convert::Conv::conv($a)),)*
+                    $(wit::$name::$two(($x, $y)) => $crate::model::$name::$two(
+                        $crate::convert::Conv::conv($x), $crate::convert::Conv::conv($y)
+                    ),)*
+                }
+            }
+        }
+        impl $crate::convert::Conv<$crate::model::$name> for wit::$name {
+            fn conv(self) -> $crate::model::$name { self.into() }
+        }
     };
 }
 

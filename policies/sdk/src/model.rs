@@ -31,6 +31,25 @@ pub mod qos {
 pub mod job_kind {
     pub const TRAINING: u8 = 0;
     pub const INFERENCE: u8 = 1;
+    /// A notebook or modeling session (since 0.3).
+    pub const INTERACTIVE: u8 = 2;
+}
+
+/// `types.locality` codes (since 0.3).
+pub mod locality {
+    pub const ANY: u8 = 0;
+    /// A hint: one node if possible.
+    pub const PREFER_ONE_NODE: u8 = 1;
+    /// Every worker on one node; the validator refuses anything else.
+    pub const REQUIRE_ONE_NODE: u8 = 2;
+}
+
+/// `workload-status.role` codes (node-local).
+pub mod workload_role {
+    /// Latency-critical, the GPU's owner.
+    pub const ONLINE: u8 = 0;
+    /// Best effort beside an online workload.
+    pub const OFFLINE: u8 = 1;
 }
 
 /// `types.health` codes (MuxFlow SysMonitor states).
@@ -59,6 +78,9 @@ pub struct NodeColumns {
     pub first_gpu: Vec<u32>,
     pub gpu_count: Vec<u32>,
     pub on_loan: Vec<bool>,
+    // Since 0.3; absent from what an older host journaled (`fill_absent_columns`).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub fabric: Vec<u32>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -70,6 +92,15 @@ pub struct GpuColumns {
     pub memory_mib: Vec<u32>,
     pub milli_used: Vec<u32>,
     pub memory_used_mib: Vec<u32>,
+    // Since 0.3 (`fill_absent_columns`).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub shared_milli: Vec<u32>,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub shared_memory_mib: Vec<u32>,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub shared_workers: Vec<u32>,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub health: Vec<u8>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -106,6 +137,15 @@ pub struct JobColumns {
     pub remaining_workers: Vec<u32>,
     #[cfg_attr(feature = "serde", serde(default))]
     pub reported_ms: Vec<u64>,
+    // Since 0.3 (`fill_absent_columns`).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub gpu_milli_limit: Vec<u32>,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub locality: Vec<u8>,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub slo_ms: Vec<u32>,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub group: Vec<u32>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -127,6 +167,49 @@ pub struct PlacementColumns {
     pub gpus: Vec<u32>,
 }
 
+/// `types.sharing-rules`: the operator's rules for sharing GPUs by QoS.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub struct SharingRules {
+    /// Most shared milli-GPU on one GPU; 0 = sharing off.
+    pub oversub_milli: u32,
+    /// Most shared workers on one GPU; 0 = no limit.
+    pub max_shared_workers: u32,
+    pub host_spill: bool,
+}
+
+impl SharingRules {
+    /// Sharing is on: qos >= 1 work is charged apart from guaranteed work.
+    pub fn enabled(&self) -> bool {
+        self.oversub_milli > 0
+    }
+
+    /// Whether a worker of this QoS is charged as shared under these rules.
+    pub fn is_shared(&self, qos: u8) -> bool {
+        self.enabled() && qos != qos::GUARANTEED
+    }
+}
+
+/// `types.tenant-columns`: tenants with a quota.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub struct TenantColumns {
+    pub name: Vec<u32>,
+    pub gpu_quota_milli: Vec<u64>,
+}
+
+/// `types.reservation`: what a reserved job holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub struct Reservation {
+    pub job: u32,
+    pub nodes: Vec<u32>,
+    pub gpus: Vec<u32>,
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
@@ -137,10 +220,18 @@ pub struct Snapshot {
     pub gpu_models: Vec<u32>,
     #[cfg_attr(feature = "serde", serde(default))]
     pub gpu_model_speed: Vec<u32>,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub sharing: SharingRules,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub tenants: TenantColumns,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub metric_window_ms: u32,
     pub nodes: NodeColumns,
     pub gpus: GpuColumns,
     pub jobs: JobColumns,
     pub placements: PlacementColumns,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub reservations: Vec<Reservation>,
 }
 
 impl Snapshot {
@@ -171,6 +262,54 @@ impl Snapshot {
                 };
                 let p = JobProgress::submitted(i as u32, estimate, workers, submit);
                 j.push_progress(&p);
+            }
+        }
+        // 0.3 columns, as a 0.3 host starts them: no fabric known, nothing
+        // shared, GPUs healthy, no burst, no locality, SLO or group. The
+        // fabric and group "" must be interned for their ids to mean "".
+        let n = self.nodes.name.len();
+        let g = self.gpus.node.len();
+        let jobs = self.jobs.name.len();
+        if self.nodes.fabric.is_empty() && n > 0 {
+            let empty = self.intern_empty();
+            self.nodes.fabric = vec![empty; n];
+        }
+        let gc = &mut self.gpus;
+        for col in [
+            &mut gc.shared_milli,
+            &mut gc.shared_memory_mib,
+            &mut gc.shared_workers,
+        ] {
+            if col.is_empty() {
+                *col = vec![0; g];
+            }
+        }
+        if gc.health.is_empty() {
+            gc.health = vec![health::HEALTHY; g];
+        }
+        let jc = &mut self.jobs;
+        if jc.gpu_milli_limit.is_empty() {
+            jc.gpu_milli_limit = vec![0; jobs];
+        }
+        if jc.locality.is_empty() {
+            jc.locality = vec![locality::ANY; jobs];
+        }
+        if jc.slo_ms.is_empty() {
+            jc.slo_ms = vec![0; jobs];
+        }
+        if self.jobs.group.is_empty() && jobs > 0 {
+            let empty = self.intern_empty();
+            self.jobs.group = vec![empty; jobs];
+        }
+    }
+
+    /// The id of "" in the string table, appended if absent.
+    fn intern_empty(&mut self) -> u32 {
+        match self.strings.iter().position(|s| s.is_empty()) {
+            Some(i) => i as u32,
+            None => {
+                self.strings.push(String::new());
+                (self.strings.len() - 1) as u32
             }
         }
     }
@@ -209,6 +348,10 @@ pub struct NodeSpec {
     pub gpu_memory_mib: u32,
     pub gpu_count: u32,
     pub on_loan: bool,
+    /// Since 0.3; a 0.2 journal's nodes read as string id 0 (see
+    /// `fill_absent_columns` for snapshots).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub fabric: u32,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -233,6 +376,15 @@ pub struct JobSpec {
     pub estimate_ms: u64,
     pub deadline_ms: u64,
     pub checkpointed: bool,
+    // Since 0.3.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub gpu_milli_limit: u32,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub locality: u8,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub slo_ms: u32,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub group: u32,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -243,6 +395,44 @@ pub struct GpuMetric {
     pub utilization_pct: u8,
     pub sm_activity_pct: u8,
     pub memory_used_mib: u32,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub sm_occupancy_pct: u8,
+}
+
+/// `types.job-metric`: runtime statistics of a running job (since 0.3).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub struct JobMetric {
+    pub job: u32,
+    pub iteration_ms: u32,
+    pub peak_memory_mib: u32,
+    pub min_memory_mib: u32,
+    pub host_memory_mib: u32,
+    pub utilization_pct: u8,
+    pub sm_activity_pct: u8,
+}
+
+/// `types.service-metric`: load of an inference job (since 0.3).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub struct ServiceMetric {
+    pub job: u32,
+    pub requests_per_s: f32,
+    pub p50_latency_ms: u32,
+    pub p99_latency_ms: u32,
+}
+
+/// `types.node-metric`: host-side load of a node (since 0.3).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub struct NodeMetric {
+    pub node: u32,
+    pub cpu_utilization_pct: u8,
+    pub host_memory_used_mib: u32,
+    pub swap_in_per_s: u32,
 }
 
 /// Where a job stands: `types.job-progress`. The host is its only source;
@@ -315,7 +505,7 @@ pub const MAX_NODE_GPUS: u32 = 1024;
 /// Speed of a GPU model no one gave a speed for: the reference speed.
 pub const REFERENCE_SPEED_PERMILLE: u32 = 1000;
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum Event {
@@ -339,6 +529,15 @@ pub enum Event {
     JobReserved(u32, Vec<u32>),
     GpuMetrics(Vec<GpuMetric>),
     JobProgress(Vec<JobProgress>),
+    // Since 0.3.
+    TenantQuotaChanged(u32, u64),
+    TenantQuotaRemoved(u32),
+    SharingChanged(SharingRules),
+    GpuHealthChanged(u32, u8),
+    JobReservedGpus(u32, Vec<u32>),
+    JobMetrics(Vec<JobMetric>),
+    ServiceMetrics(Vec<ServiceMetric>),
+    NodeMetrics(Vec<NodeMetric>),
 }
 
 /// Reads `gpu-models-added` as written by 0.2 (`[[id, speed], …]`) or by a
@@ -363,7 +562,7 @@ fn models_added_compat<'de, D: serde::Deserializer<'de>>(
         .collect())
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct Delta {
@@ -385,6 +584,8 @@ pub enum Decision {
     ScaleIn(u32, Vec<u32>),
     SetQos(u32, u8),
     Migrate(u32, Vec<WorkerPlacement>),
+    /// Since 0.3.
+    ReserveGpus(u32, Vec<u32>),
 }
 
 impl Decision {
@@ -398,7 +599,8 @@ impl Decision {
             | Decision::ScaleOut(j, _)
             | Decision::ScaleIn(j, _)
             | Decision::SetQos(j, _)
-            | Decision::Migrate(j, _) => *j,
+            | Decision::Migrate(j, _)
+            | Decision::ReserveGpus(j, _) => *j,
         }
     }
 }
@@ -460,6 +662,10 @@ pub struct WorkloadProfile {
     pub sm_activity_pct: u8,
     pub memory_mib: u32,
     pub throughput: f32,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub sm_occupancy_pct: u8,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub solo_iteration_ms: u32,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -478,6 +684,8 @@ pub struct MatchRequest {
 pub struct Pairing {
     pub online: u32,
     pub offline: u32,
+    /// Since 0.3: the online job's GPU the offline job joins.
+    pub gpu: u32,
     pub sm_percent: u8,
 }
 
@@ -493,9 +701,20 @@ pub struct GpuStatus {
     pub memory_used_mib: u32,
     pub memory_total_mib: u32,
     pub health: u8,
+    // Since 0.3.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub observed_ok: bool,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub xid_errors: u32,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub throttle_reasons: u64,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub power_mw: u32,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub temperature_c: u8,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct WorkloadStatus {
@@ -509,6 +728,17 @@ pub struct WorkloadStatus {
     pub pacing_delay_us: u64,
     pub iteration_ms: u32,
     pub frozen: bool,
+    // Since 0.3.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub job: String,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub qos: u8,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub request_permille: u32,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub limit_permille: u32,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub quota_denials: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -518,6 +748,17 @@ pub struct NodeView {
     pub now_ms: u64,
     pub gpus: Vec<GpuStatus>,
     pub workloads: Vec<WorkloadStatus>,
+    // Since 0.3.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub monotonic_ms: u64,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub host_memory_used_mib: u32,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub host_memory_total_mib: u32,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub swap_in_per_s: u32,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub cpu_utilization_pct: u8,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -531,6 +772,8 @@ pub enum NodeAction {
     Resume(u32),
     Evict(u32),
     SetHealth(u32, u8),
+    /// Since 0.3.
+    RestartMps(u32),
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -656,6 +899,25 @@ pub fn gpu_share(
             as u32
     };
     (gpu_milli, memory)
+}
+
+/// What one *shared* worker (qos >= 1 while sharing is on) takes from one
+/// of its GPUs: the compute of [`gpu_share`], and its explicit
+/// `gpu_memory_mib` when set even for a whole GPU, since a shared worker
+/// declares what it will use beside the GPU's owner (AntMan's 3.5 GB
+/// opportunistic job on a 32 GB GPU), capped at the GPU's memory.
+pub fn shared_gpu_share(
+    gpus_per_worker: u32,
+    gpu_milli: u32,
+    gpu_memory_mib: u32,
+    gpu_total_mib: u32,
+) -> (u32, u32) {
+    let (milli, memory) = gpu_share(gpus_per_worker, gpu_milli, gpu_memory_mib, gpu_total_mib);
+    if gpu_memory_mib > 0 {
+        (milli, gpu_memory_mib.min(gpu_total_mib))
+    } else {
+        (milli, memory)
+    }
 }
 
 /// Whether `mask` (a job's `gpu-model-mask`) allows the model at `model_slot`

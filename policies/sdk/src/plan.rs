@@ -5,7 +5,7 @@
 //! policy returns by replaying it through a `Plan` too: a decision the plan
 //! refuses here is exactly a decision the host refuses.
 
-use crate::cluster::{Cluster, NodeRoom, OPEN};
+use crate::cluster::{CLOSED, Cluster, NodeRoom, OPEN};
 use crate::model::*;
 use std::collections::HashMap;
 
@@ -78,12 +78,32 @@ pub enum DecisionError {
         job: u32,
         worker: u32,
     },
-    /// Two decisions about the same job in one round.
+    /// Two decisions about the same job in one round (a `set-qos` may
+    /// precede one other).
     JobAlreadyDecided(u32),
     TooManyDecisions {
         limit: u32,
     },
     BadQos(u8),
+    /// Shared (qos >= 1) work on a GPU that is not healthy.
+    GpuNotHealthy {
+        gpu: u32,
+        health: u8,
+    },
+    /// A GPU held by another job's `reserve-gpus`.
+    GpuReservedForOther {
+        gpu: u32,
+        holder: u32,
+    },
+    /// The GPU already has the most shared workers the operator allows.
+    SharedWorkersFull {
+        gpu: u32,
+        limit: u32,
+    },
+    /// A job that requires one node, placed across several.
+    LocalityViolated {
+        job: u32,
+    },
 }
 
 impl core::fmt::Display for DecisionError {
@@ -163,6 +183,21 @@ impl core::fmt::Display for DecisionError {
             JobAlreadyDecided(j) => write!(f, "job {j} already has a decision this round"),
             TooManyDecisions { limit } => write!(f, "more than {limit} decisions in one round"),
             BadQos(q) => write!(f, "unknown QoS {q}"),
+            GpuNotHealthy { gpu, health } => {
+                write!(
+                    f,
+                    "GPU {gpu} is not healthy (health {health}): no shared work"
+                )
+            }
+            GpuReservedForOther { gpu, holder } => {
+                write!(f, "GPU {gpu} is reserved for job {holder}")
+            }
+            SharedWorkersFull { gpu, limit } => {
+                write!(f, "GPU {gpu} already has {limit} shared workers")
+            }
+            LocalityViolated { job } => {
+                write!(f, "job {job} requires all its workers on one node")
+            }
         }
     }
 }
@@ -179,6 +214,13 @@ pub struct JobFit {
     /// Milli-GPU of a fractional worker; 0 for whole GPUs.
     pub fractional_milli: u32,
     pub model_mask: u64,
+    /// The node rows cannot answer for the GPUs: shared work (which may use
+    /// reserved nodes and is checked per GPU against the sharing rules) or
+    /// a job holding GPU reservations. The node row still answers for
+    /// readiness, CPU, memory and model; each GPU is then checked.
+    pub scan_gpus: bool,
+    /// Shared work: node reservations do not apply.
+    pub shared: bool,
 }
 
 /// Tentative state of one round.
@@ -189,6 +231,13 @@ pub struct Plan<'a> {
     memory_used: Vec<u32>,
     milli_used: Vec<u32>,
     gpu_memory_used: Vec<u32>,
+    shared_milli: Vec<u32>,
+    shared_memory: Vec<u32>,
+    shared_workers: Vec<u32>,
+    /// Per job: its QoS under this plan (a `set-qos` changes it).
+    qos: Vec<u8>,
+    /// Per job: a `set-qos` was taken this round (one more decision may follow).
+    qos_set: Vec<bool>,
     /// Per node: its room under this plan (re-derived by `charge`).
     room: Vec<NodeRoom>,
     /// Per node: a fresh version once this plan changed the node, else 0.
@@ -211,6 +260,11 @@ impl<'a> Plan<'a> {
             memory_used: cluster.nodes.memory_used_mib.clone(),
             milli_used: cluster.gpus.milli_used.clone(),
             gpu_memory_used: cluster.gpus.memory_used_mib.clone(),
+            shared_milli: cluster.gpus.shared_milli.clone(),
+            shared_memory: cluster.gpus.shared_memory_mib.clone(),
+            shared_workers: cluster.gpus.shared_workers.clone(),
+            qos: cluster.jobs.qos.clone(),
+            qos_set: vec![false; cluster.job_count()],
             room: cluster.node_room.clone(),
             node_version: vec![0; cluster.node_count()],
             phase: cluster.jobs.phase.clone(),
@@ -221,6 +275,7 @@ impl<'a> Plan<'a> {
             max_decisions: u32::MAX,
             decisions: Vec::new(),
         }
+        .with_cluster_quotas()
     }
 
     /// Caps the number of decisions (the round's `max-decisions`).
@@ -229,16 +284,42 @@ impl<'a> Plan<'a> {
         self
     }
 
-    /// Enforces GPU quotas (milli-GPU) per tenant string id.
-    pub fn with_tenant_quotas(mut self, quotas: HashMap<u32, u64>) -> Self {
+    /// The tenants' quotas of the cluster view and what their guaranteed
+    /// work holds now (only guaranteed-charged work consumes quota).
+    fn with_cluster_quotas(mut self) -> Self {
+        let tenants = self.cluster.tenant_columns();
+        if tenants.name.is_empty() {
+            return self;
+        }
+        let quotas: HashMap<u32, u64> = tenants
+            .name
+            .iter()
+            .copied()
+            .zip(tenants.gpu_quota_milli.iter().copied())
+            .collect();
         let mut used: HashMap<u32, u64> = HashMap::new();
         for job in self.cluster.running_jobs() {
-            *used.entry(job.tenant_id()).or_default() +=
-                self.worker_milli(job.index()) * job.placement().len() as u64;
+            if quotas.contains_key(&job.tenant_id()) && !job.is_shared() {
+                *used.entry(job.tenant_id()).or_default() +=
+                    self.worker_milli(job.index()) * job.placement().len() as u64;
+            }
         }
         self.tenant_quota_milli = quotas;
         self.tenant_used_milli = used;
         self
+    }
+
+    /// A job's QoS under this plan.
+    pub fn qos(&self, job: u32) -> u8 {
+        self.qos
+            .get(job as usize)
+            .copied()
+            .unwrap_or(qos::GUARANTEED)
+    }
+
+    /// Whether `job`'s workers are charged as shared under this plan.
+    pub fn is_shared(&self, job: u32) -> bool {
+        self.cluster.sharing.is_shared(self.qos(job))
     }
 
     pub fn cluster(&self) -> &'a Cluster {
@@ -289,25 +370,84 @@ impl<'a> Plan<'a> {
         self.decided.get(job as usize).copied().unwrap_or(true)
     }
 
-    /// Whether node `node` can take new work for `job` at all.
+    /// Whether node `node` can take new work for `job` at all (shared work
+    /// may use reserved nodes).
     pub fn node_open_for(&self, job: u32, node: u32) -> bool {
         let n = self.cluster.node(node);
         n.is_ready()
-            && self
-                .cluster
-                .reserved_by(node)
-                .is_none_or(|holder| holder == job)
+            && (self.is_shared(job)
+                || self
+                    .cluster
+                    .reserved_by(node)
+                    .is_none_or(|holder| holder == job))
+    }
+
+    /// What one worker of `job` takes from GPU `gpu` under this plan's QoS.
+    fn share_on(&self, job: u32, gpu: u32) -> (u32, u32) {
+        self.cluster
+            .worker_gpu_share_as(job as usize, gpu as usize, self.qos(job))
     }
 
     /// Whether GPU `gpu` can take one more worker-share of `job`.
     pub fn gpu_fits(&self, job: u32, gpu: u32) -> bool {
-        let j = job as usize;
+        self.gpu_refusal(job, gpu).is_none()
+    }
+
+    /// Why GPU `gpu` cannot take one more worker-share of `job` (the model
+    /// aside), or `None` when it can: the one statement of the GPU rules
+    /// for guaranteed and shared work (`sharing-rules` in the WIT).
+    fn gpu_refusal(&self, job: u32, gpu: u32) -> Option<DecisionError> {
         let g = gpu as usize;
-        if !self.cluster.gpu_allowed_for(j, g) {
-            return false;
+        if !self.cluster.gpu_allowed_for(job as usize, g) {
+            return Some(DecisionError::ModelNotAllowed { job, gpu });
         }
-        let (milli, mem) = self.cluster.worker_gpu_share(j, g);
-        self.free_milli(gpu) >= milli && self.free_gpu_memory(gpu) >= mem
+        let (milli, mem) = self.share_on(job, gpu);
+        let total = self.cluster.gpus.memory_mib[g];
+        let over = |resource, need: u32, free: u32| {
+            Some(DecisionError::Overcommit {
+                resource,
+                at: gpu,
+                need: need.into(),
+                free: free.into(),
+            })
+        };
+        if self.is_shared(job) {
+            let rules = self.cluster.sharing;
+            let health = self.cluster.gpus.health[g];
+            if health != crate::model::health::HEALTHY {
+                return Some(DecisionError::GpuNotHealthy { gpu, health });
+            }
+            if rules.max_shared_workers > 0 && self.shared_workers[g] >= rules.max_shared_workers {
+                return Some(DecisionError::SharedWorkersFull {
+                    gpu,
+                    limit: rules.max_shared_workers,
+                });
+            }
+            let shared_free = rules.oversub_milli.saturating_sub(self.shared_milli[g]);
+            if shared_free < milli {
+                return over("shared gpu-milli", milli, shared_free);
+            }
+            let beside = if rules.host_spill {
+                0
+            } else {
+                self.gpu_memory_used[g]
+            };
+            let mem_free = total.saturating_sub(beside.saturating_add(self.shared_memory[g]));
+            if mem_free < mem {
+                return over("shared gpu-memory-mib", mem, mem_free);
+            }
+            return None;
+        }
+        if let Some(holder) = self.cluster.gpu_reserved_by(gpu).filter(|&h| h != job) {
+            return Some(DecisionError::GpuReservedForOther { gpu, holder });
+        }
+        if self.free_milli(gpu) < milli {
+            return over("gpu-milli", milli, self.free_milli(gpu));
+        }
+        if self.free_gpu_memory(gpu) < mem {
+            return over("gpu-memory-mib", mem, self.free_gpu_memory(gpu));
+        }
+        None
     }
 
     /// GPUs of `node` that can take one more worker-share of `job`.
@@ -328,6 +468,7 @@ impl<'a> Plan<'a> {
     /// [`Plan::fits`] can test thousands of nodes touching only node data.
     pub fn job_fit(&self, job: u32) -> JobFit {
         let j = self.cluster.job(job);
+        let shared = self.is_shared(job);
         JobFit {
             job,
             cpu_milli: j.cpu_milli(),
@@ -335,6 +476,8 @@ impl<'a> Plan<'a> {
             gpus: j.gpus_per_worker(),
             fractional_milli: if j.is_fractional() { j.gpu_milli() } else { 0 },
             model_mask: j.gpu_model_mask(),
+            scan_gpus: shared || !j.reserved_gpus().is_empty(),
+            shared,
         }
     }
 
@@ -350,8 +493,23 @@ impl<'a> Plan<'a> {
 
     /// [`Plan::fits`] on the node's row.
     fn room_fits(&self, fit: &JobFit, node: u32, room: &NodeRoom) -> bool {
-        room_admits(fit, room)
-            && (fit.fractional_milli == 0 || self.fitting_gpus(fit.job, node).next().is_some())
+        room_admits(fit, room) && self.gpus_fit(fit, node)
+    }
+
+    /// The per-GPU part of [`Plan::fits`], for the fits the node row cannot
+    /// answer alone: a fractional worker needs one GPU with its share, a
+    /// scanned one (`JobFit::scan_gpus`) its GPU count of fitting GPUs.
+    fn gpus_fit(&self, fit: &JobFit, node: u32) -> bool {
+        if fit.gpus == 0 {
+            true
+        } else if fit.scan_gpus {
+            self.fitting_gpus(fit.job, node)
+                .take(fit.gpus as usize)
+                .count()
+                == fit.gpus as usize
+        } else {
+            fit.fractional_milli == 0 || self.fitting_gpus(fit.job, node).next().is_some()
+        }
     }
 
     /// Calls `visit(node)` for every node where one worker of `fit` fits, in
@@ -371,7 +529,7 @@ impl<'a> Plan<'a> {
             while admitted != 0 {
                 let node = (chunk * 64) as u32 + admitted.trailing_zeros();
                 admitted &= admitted - 1;
-                if fit.fractional_milli == 0 || self.fitting_gpus(fit.job, node).next().is_some() {
+                if self.gpus_fit(fit, node) {
                     visit(node);
                 }
             }
@@ -471,8 +629,15 @@ impl<'a> Plan<'a> {
         if job as usize >= self.cluster.job_count() {
             return Err(DecisionError::UnknownJob(job));
         }
-        if self.decided[job as usize] {
+        if self.decided[job as usize]
+            || (matches!(decision, Decision::SetQos(..)) && self.qos_set[job as usize])
+        {
             return Err(DecisionError::JobAlreadyDecided(job));
+        }
+        match &decision {
+            Decision::Place(_, w) | Decision::Migrate(_, w) => self.check_locality(job, w, &[])?,
+            Decision::ScaleOut(_, w) => self.check_locality(job, &self.current_workers(job), w)?,
+            _ => {}
         }
         match &decision {
             Decision::Place(_, workers) => {
@@ -567,17 +732,17 @@ impl<'a> Plan<'a> {
                     if node as usize >= self.cluster.node_count() {
                         return Err(DecisionError::UnknownNode(node));
                     }
-                    if !self.node_open_for(job, node) {
-                        let n = self.cluster.node(node);
-                        return match self.cluster.reserved_by(node) {
-                            Some(holder) if holder != job => {
-                                Err(DecisionError::ReservedForOther { node, holder })
-                            }
-                            _ => Err(DecisionError::NodeNotSchedulable {
-                                node,
-                                state: n.state(),
-                            }),
-                        };
+                    // A reservation is exclusive whatever the holder's QoS
+                    // (shared work may *use* reserved nodes, not reserve them).
+                    let n = self.cluster.node(node);
+                    if let Some(holder) = self.cluster.reserved_by(node).filter(|&h| h != job) {
+                        return Err(DecisionError::ReservedForOther { node, holder });
+                    }
+                    if !n.is_ready() {
+                        return Err(DecisionError::NodeNotSchedulable {
+                            node,
+                            state: n.state(),
+                        });
                     }
                 }
             }
@@ -585,14 +750,101 @@ impl<'a> Plan<'a> {
                 self.expect_phase(job, &[job_phase::RESERVED], "unreserve")?;
             }
             Decision::SetQos(_, q) => {
-                if *q > qos::BEST_EFFORT {
-                    return Err(DecisionError::BadQos(*q));
+                self.set_qos(job, *q)?;
+                // One more decision about the job may follow, under the new QoS.
+                self.qos_set[job as usize] = true;
+                self.decisions.push(decision);
+                return Ok(());
+            }
+            Decision::ReserveGpus(_, gpus) => {
+                self.expect_phase(
+                    job,
+                    &[job_phase::PENDING, job_phase::RESERVED],
+                    "reserve-gpus",
+                )?;
+                for (i, &gpu) in gpus.iter().enumerate() {
+                    if gpu as usize >= self.cluster.gpu_count() {
+                        return Err(DecisionError::UnknownGpu(gpu));
+                    }
+                    if gpus[..i].contains(&gpu) {
+                        return Err(DecisionError::DuplicateGpu { job, gpu });
+                    }
+                    let node = self.cluster.gpu(gpu).node();
+                    let n = self.cluster.node(node);
+                    if !n.is_ready() {
+                        return Err(DecisionError::NodeNotSchedulable {
+                            node,
+                            state: n.state(),
+                        });
+                    }
+                    if let Some(holder) = self.cluster.gpu_reserved_by(gpu).filter(|&h| h != job) {
+                        return Err(DecisionError::GpuReservedForOther { gpu, holder });
+                    }
+                    if let Some(holder) = self.cluster.reserved_by(node).filter(|&h| h != job) {
+                        return Err(DecisionError::ReservedForOther { node, holder });
+                    }
                 }
             }
         }
         self.decided[job as usize] = true;
         self.decisions.push(decision);
         Ok(())
+    }
+
+    /// `set-qos`: a known code; a running job whose charge moves between
+    /// the guaranteed and shared accounts must fit the new one (and, moving
+    /// to guaranteed, its tenant's quota), checked as if its workers moved.
+    fn set_qos(&mut self, job: u32, q: u8) -> Result<(), DecisionError> {
+        if q > qos::BEST_EFFORT {
+            return Err(DecisionError::BadQos(q));
+        }
+        let old = self.qos(job);
+        let sharing = self.cluster.sharing;
+        if self.phase[job as usize] != job_phase::RUNNING
+            || sharing.is_shared(old) == sharing.is_shared(q)
+        {
+            self.qos[job as usize] = q;
+            return Ok(());
+        }
+        let workers = self.current_workers(job);
+        for w in &workers {
+            self.charge(job, w, false);
+        }
+        self.charge_quota(job, -(workers.len() as i64));
+        self.qos[job as usize] = q;
+        let checked = self
+            .check_quota(job, workers.len())
+            .and_then(|()| self.commit_workers(job, &workers));
+        if let Err(e) = checked {
+            self.qos[job as usize] = old;
+            for w in &workers {
+                self.charge(job, w, true);
+            }
+            self.charge_quota(job, workers.len() as i64);
+            return Err(e);
+        }
+        self.charge_quota(job, workers.len() as i64);
+        Ok(())
+    }
+
+    /// A job that requires one node gets all its workers (`kept` and
+    /// `added`) on one node.
+    fn check_locality(
+        &self,
+        job: u32,
+        kept: &[WorkerPlacement],
+        added: &[WorkerPlacement],
+    ) -> Result<(), DecisionError> {
+        if self.cluster.job(job).locality() != crate::model::locality::REQUIRE_ONE_NODE {
+            return Ok(());
+        }
+        let mut nodes = kept.iter().chain(added).map(|w| w.node);
+        let first = nodes.next();
+        if nodes.all(|n| Some(n) == first) {
+            Ok(())
+        } else {
+            Err(DecisionError::LocalityViolated { job })
+        }
     }
 
     fn expect_phase(
@@ -664,7 +916,7 @@ impl<'a> Plan<'a> {
     /// place it changes: place, migrate, scale-out/in, preempt).
     fn charge_quota(&mut self, job: u32, workers: i64) {
         let tenant = self.cluster.job(job).tenant_id();
-        if !self.tenant_quota_milli.contains_key(&tenant) {
+        if !self.tenant_quota_milli.contains_key(&tenant) || self.is_shared(job) {
             return;
         }
         let amount = self.worker_milli(job) * workers.unsigned_abs();
@@ -681,6 +933,9 @@ impl<'a> Plan<'a> {
         let Some(&quota) = self.tenant_quota_milli.get(&j.tenant_id()) else {
             return Ok(());
         };
+        if self.is_shared(job) {
+            return Ok(());
+        }
         let per_worker = self.worker_milli(job);
         let used = self
             .tenant_used_milli
@@ -731,7 +986,11 @@ impl<'a> Plan<'a> {
                 state: n.state(),
             });
         }
-        if let Some(holder) = self.cluster.reserved_by(node).filter(|&h| h != job) {
+        if let Some(holder) = self
+            .cluster
+            .reserved_by(node)
+            .filter(|&h| h != job && !self.is_shared(job))
+        {
             return Err(DecisionError::ReservedForOther { node, holder });
         }
         let j = self.cluster.job(job);
@@ -770,25 +1029,8 @@ impl<'a> Plan<'a> {
             if w.gpus[..i].contains(&gpu) {
                 return Err(DecisionError::DuplicateGpu { job, gpu });
             }
-            if !self.cluster.gpu_allowed_for(job as usize, gpu as usize) {
-                return Err(DecisionError::ModelNotAllowed { job, gpu });
-            }
-            let (milli, gmem) = self.cluster.worker_gpu_share(job as usize, gpu as usize);
-            if self.free_milli(gpu) < milli {
-                return Err(DecisionError::Overcommit {
-                    resource: "gpu-milli",
-                    at: gpu,
-                    need: milli.into(),
-                    free: self.free_milli(gpu).into(),
-                });
-            }
-            if self.free_gpu_memory(gpu) < gmem {
-                return Err(DecisionError::Overcommit {
-                    resource: "gpu-memory-mib",
-                    at: gpu,
-                    need: gmem.into(),
-                    free: self.free_gpu_memory(gpu).into(),
-                });
+            if let Some(refusal) = self.gpu_refusal(job, gpu) {
+                return Err(refusal);
             }
         }
         Ok(())
@@ -809,11 +1051,18 @@ impl<'a> Plan<'a> {
         if let Some(v) = self.node_version.get_mut(n) {
             *v = crate::cluster::fresh_version();
         }
+        let shared = self.is_shared(job);
         for &gpu in &w.gpus {
             let g = gpu as usize;
-            let (milli, mem) = self.cluster.worker_gpu_share(job as usize, g);
-            apply(&mut self.milli_used[g], milli);
-            apply(&mut self.gpu_memory_used[g], mem);
+            let (milli, mem) = self.share_on(job, gpu);
+            if shared {
+                apply(&mut self.shared_milli[g], milli);
+                apply(&mut self.shared_memory[g], mem);
+                apply(&mut self.shared_workers[g], 1);
+            } else {
+                apply(&mut self.milli_used[g], milli);
+                apply(&mut self.gpu_memory_used[g], mem);
+            }
         }
         if n < self.room.len() {
             self.room[n] = NodeRoom::of(
@@ -858,7 +1107,8 @@ fn admitted_rows(fit: &JobFit, rows: &[NodeRoom]) -> u64 {
 /// checks that per GPU). Branch-free on purpose (see `each_fitting_node`).
 #[inline(always)]
 fn room_admits(fit: &JobFit, room: &NodeRoom) -> bool {
-    if (room.holder != OPEN && room.holder != fit.job.wrapping_add(1))
+    if room.holder == CLOSED
+        || (room.holder != OPEN && room.holder != fit.job.wrapping_add(1) && !fit.shared)
         || room.cpu_free < fit.cpu_milli
         || room.memory_free < fit.memory_mib
     {
@@ -870,9 +1120,10 @@ fn room_admits(fit: &JobFit, room: &NodeRoom) -> bool {
     let slot = u32::from(room.model_slot);
     room.gpu_count > 0
         && (fit.model_mask == 0 || (slot < 64 && (fit.model_mask >> slot) & 1 == 1))
-        && if fit.fractional_milli > 0 {
-            room.free_milli >= fit.fractional_milli
-        } else {
-            room.idle_gpus >= fit.gpus
-        }
+        && (fit.scan_gpus
+            || if fit.fractional_milli > 0 {
+                room.free_milli >= fit.fractional_milli
+            } else {
+                room.idle_gpus >= fit.gpus
+            })
 }

@@ -68,6 +68,7 @@ impl TestCluster {
             gpu_memory_mib,
             gpu_count: gpus,
             on_loan: false,
+            fabric: self.intern(""),
         };
         let index = self.cluster.node_count() as u32;
         self.event(Event::NodeAdded(spec));
@@ -88,9 +89,59 @@ impl TestCluster {
             gpus_per_worker,
             gpu_milli: FULL_GPU_MILLI,
             submit_ms: self.cluster.job_count() as u64,
+            group: self.intern(""),
             ..JobSpec::default()
         };
         self.job_spec(spec)
+    }
+
+    /// Adds a pending one-worker job of one GPU with this QoS, compute share
+    /// (milli-GPU; 1000 = the whole GPU) and declared GPU memory (0 = by
+    /// share); returns its index.
+    pub fn job_on_one_gpu(
+        &mut self,
+        name: &str,
+        tenant: &str,
+        qos: u8,
+        gpu_milli: u32,
+        gpu_memory_mib: u32,
+    ) -> u32 {
+        let spec = JobSpec {
+            name: self.intern(name),
+            tenant: self.intern(tenant),
+            qos,
+            workers: 1,
+            min_workers: 1,
+            max_workers: 1,
+            cpu_milli: 1000,
+            memory_mib: 1024,
+            gpus_per_worker: 1,
+            gpu_milli,
+            gpu_memory_mib,
+            submit_ms: self.cluster.job_count() as u64,
+            group: self.intern(""),
+            ..JobSpec::default()
+        };
+        self.job_spec(spec)
+    }
+
+    /// Sets the operator's sharing rules.
+    pub fn sharing(&mut self, rules: SharingRules) {
+        self.event(Event::SharingChanged(rules));
+    }
+
+    /// Sets a tenant's GPU quota in milli-GPU (`None`: unlimited).
+    pub fn quota(&mut self, tenant: &str, milli: Option<u64>) {
+        let id = self.intern(tenant);
+        self.event(match milli {
+            Some(q) => Event::TenantQuotaChanged(id, q),
+            None => Event::TenantQuotaRemoved(id),
+        });
+    }
+
+    /// Publishes a GPU's health.
+    pub fn health(&mut self, gpu: u32, health: u8) {
+        self.event(Event::GpuHealthChanged(gpu, health));
     }
 
     /// Adds a job from a full spec; returns its index.

@@ -294,6 +294,8 @@ mod tests {
             memory_used_mib: used,
             memory_total_mib: 1000,
             health: health::HEALTHY,
+            observed_ok: true,
+            ..GpuStatus::default()
         }
     }
 

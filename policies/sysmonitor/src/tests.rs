@@ -15,6 +15,8 @@ fn gpu(index: u32, util: u8, sm: u8, clock: u32, used_mib: u32) -> GpuStatus {
         memory_used_mib: used_mib,
         memory_total_mib: TOTAL_MIB,
         health: health::HEALTHY,
+        observed_ok: true,
+        ..GpuStatus::default()
     }
 }
 
@@ -34,6 +36,7 @@ fn workload(id: u32, gpu: u32, role: u8) -> WorkloadStatus {
         pacing_delay_us: 0,
         iteration_ms: 0,
         frozen: false,
+        ..WorkloadStatus::default()
     }
 }
 
@@ -63,6 +66,7 @@ impl Sim {
             now_ms: self.now_ms,
             gpus: self.gpus.clone(),
             workloads: self.workloads.clone(),
+            ..NodeView::default()
         }
     }
 
@@ -80,7 +84,9 @@ impl Sim {
                 NodeAction::SetMemoryLimit(w, m) => self.w(w).memory_limit_mib = m,
                 NodeAction::Freeze(w) => self.w(w).frozen = true,
                 NodeAction::Resume(w) => self.w(w).frozen = false,
-                NodeAction::Evict(_) | NodeAction::SetMpsThreadPct(..) => {}
+                NodeAction::Evict(_)
+                | NodeAction::SetMpsThreadPct(..)
+                | NodeAction::RestartMps(_) => {}
             }
         }
         self.now_ms += 100;
@@ -116,7 +122,7 @@ fn touching(actions: &[NodeAction], id: u32) -> Vec<NodeAction> {
             | NodeAction::Freeze(w)
             | NodeAction::Resume(w)
             | NodeAction::Evict(w) => w == id,
-            NodeAction::SetHealth(..) => false,
+            NodeAction::SetHealth(..) | NodeAction::RestartMps(_) => false,
         })
         .collect()
 }

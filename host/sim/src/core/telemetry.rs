@@ -58,6 +58,8 @@ pub fn allocation_metrics(ctx: &SimCtx, now: u64) -> Vec<GpuMetric> {
                 utilization_pct: pct,
                 sm_activity_pct: pct,
                 memory_used_mib: mem.min(cluster.gpu(gpu as u32).memory_mib()),
+                // This model has no warp-level view; 0 = unknown (contract).
+                sm_occupancy_pct: 0,
             }
         })
         .collect()

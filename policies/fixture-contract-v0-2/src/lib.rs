@@ -1,15 +1,15 @@
-//! Test fixture: a policy built against the frozen contract 0.1.0
-//! (`wit/v0.1/policy.wit`) with raw `wit-bindgen`, as a third party's
-//! compiled `.wasm` from before 0.2.0 would be. The host must load it and
-//! serve it through its 0.1 adapter.
+//! Test fixture: a policy built against the frozen contract 0.2.0
+//! (`wit/v0.2/policy.wit`) with raw `wit-bindgen`, as a third party's
+//! compiled `.wasm` from before 0.3.0 would be. The host must load it and
+//! serve it through its 0.2 adapter.
 //!
 //! It keeps its own small mirror (nodes, free whole GPUs, jobs) from the
-//! 0.1 snapshot and deltas, and schedules oldest-first, first-fit, whole
-//! GPUs. It fails loudly on anything a 0.1 host would never send, so a test
-//! sees when the adapter leaks 0.2 shapes.
+//! 0.2 snapshot and deltas, and schedules oldest-first, first-fit, whole
+//! GPUs. A GPU anything runs on is used: the adapter must show it so, shared
+//! work included, or this policy would stack guaranteed work on it.
 #![cfg(target_arch = "wasm32")]
 
-wit_bindgen::generate!({ path: "../../wit/v0.1", world: "scheduler-policy" });
+wit_bindgen::generate!({ path: "../../wit/v0.2", world: "scheduler-policy" });
 
 use arbiter::policy::types::*;
 use exports::arbiter::policy::{meta, scheduler, sync};
@@ -93,6 +93,8 @@ impl Mirror {
             | Event::NodeLoanChanged(_)
             | Event::JobQosChanged(_)
             | Event::JobReserved(_)
+            | Event::GpuModelSpeedChanged(_)
+            | Event::JobProgress(_)
             | Event::GpuMetrics(_) => {}
         }
         Ok(())
@@ -148,10 +150,10 @@ struct FirstFit;
 impl meta::Guest for FirstFit {
     fn describe() -> Manifest {
         Manifest {
-            name: "contract-v0-1".into(),
+            name: "contract-v0-2".into(),
             version: "1.0.0".into(),
             roles: vec!["scheduler".into()],
-            description: "first fit, built against arbiter:policy@0.1.0".into(),
+            description: "first fit, built against arbiter:policy@0.2.0".into(),
             default_config: String::new(),
         }
     }
