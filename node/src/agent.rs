@@ -36,7 +36,8 @@
 //! * **Coordinator.** Every control period the [`Coordinator`] (the built-in `sysmonitor` Wasm
 //!   policy by default) runs against the node; a workload it evicts makes the agent evict the
 //!   job's other ranks and report `EVICTED` once they are gone (the host reschedules it).
-//! * **Heartbeat.** Every `heartbeat_ms` a `Heartbeat` with one `GpuSample` per GPU.
+//! * **Heartbeat.** Every `heartbeat_ms` a `Heartbeat` with one `GpuSample` per GPU and the
+//!   host's load (CPU %, memory, swap-ins per second over the period, from `/proc`).
 //!
 //! The control loop runs on its own thread (so it keeps enforcing while the link is down);
 //! the link runs on a current-thread tokio runtime; both share the [`Node`] behind a mutex.
@@ -44,6 +45,7 @@
 
 use crate::coordinator::Coordinator;
 use crate::enforcer::Node;
+use crate::hostload::HostSampler;
 use crate::supervisor::{ExitOutcome, ExitReport, ShareTerms, WorkloadSpec};
 use anyhow::Context;
 use arbiter_policy_sdk::model::{NodeAction, health, qos};
@@ -148,6 +150,8 @@ struct State {
     /// Recently finished jobs (job, exit code), for the next hello.
     finished: VecDeque<(u64, i32)>,
     workload_env: Vec<(String, String)>,
+    /// Host load for heartbeats (rates over the heartbeat period).
+    host: HostSampler,
 }
 
 fn event(
@@ -181,6 +185,7 @@ impl State {
             by_workload: HashMap::new(),
             finished: VecDeque::new(),
             workload_env,
+            host: HostSampler::default(),
         };
         // Workloads adopted from the state dir: rebuild the job table from their tags.
         let adopted: Vec<(u32, u64, u32)> = s
@@ -259,7 +264,7 @@ impl State {
         }
     }
 
-    fn heartbeat(&self, seq: u64) -> v1::Heartbeat {
+    fn heartbeat(&mut self, seq: u64) -> v1::Heartbeat {
         let backend = self.node.backend();
         let count = backend.device_count().unwrap_or(0);
         let gpus = (0..count)
@@ -294,7 +299,17 @@ impl State {
                 }
             })
             .collect();
-        v1::Heartbeat { seq, gpus }
+        let load = self.host.sample();
+        v1::Heartbeat {
+            seq,
+            gpus,
+            host: Some(v1::HostLoad {
+                cpu_utilization_pct: u32::from(load.cpu_utilization_pct),
+                memory_used_mib: load.memory_used_mib,
+                memory_total_mib: load.memory_total_mib,
+                swap_in_per_s: load.swap_in_per_s,
+            }),
+        }
     }
 
     /// Carry out a `Launch`; returns the event to send.

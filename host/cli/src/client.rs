@@ -145,9 +145,26 @@ pub struct SubmitArgs {
     /// Deadline, counted from submission.
     #[arg(long, value_parser = parse_duration)]
     pub deadline: Option<Duration>,
-    /// Opportunistic QoS (may be preempted).
-    #[arg(long)]
+    /// Opportunistic QoS (may be preempted; with sharing on, runs beside
+    /// guaranteed work). Same as `--qos 1`.
+    #[arg(long, conflicts_with = "qos")]
     pub opportunistic: bool,
+    /// QoS: 0 guaranteed, 1 opportunistic, 2 best effort (offline).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=2))]
+    pub qos: Option<u32>,
+    /// Most of the GPU, in milli, a fractional job may burst to when the
+    /// GPU is idle (its `--gpu-milli` is the guaranteed request).
+    #[arg(long)]
+    pub gpu_milli_limit: Option<u32>,
+    /// Keep every worker on one node (`require`) or prefer it (`prefer`).
+    #[arg(long, value_parser = ["any", "prefer", "require"], default_value = "any")]
+    pub locality: String,
+    /// Latency objective of an inference job.
+    #[arg(long, value_parser = parse_duration)]
+    pub slo: Option<Duration>,
+    /// Recurrence group: reruns of the same work share one.
+    #[arg(long)]
+    pub group: Option<String>,
     /// Host CPU to reserve, in milli-cores (default: none).
     #[arg(long, default_value_t = 0)]
     pub cpu_milli: u32,
@@ -171,7 +188,17 @@ pub async fn submit(a: &SubmitArgs) -> anyhow::Result<()> {
         cpu_milli: a.cpu_milli,
         memory_mib: a.memory_mib,
         priority: a.priority,
-        qos: u32::from(a.opportunistic),
+        qos: a.qos.unwrap_or(u32::from(a.opportunistic)),
+        gpu_milli_limit: a.gpu_milli_limit.unwrap_or(0),
+        locality: match a.locality.as_str() {
+            "prefer" => 1,
+            "require" => 2,
+            _ => 0,
+        },
+        slo_ms: a
+            .slo
+            .map_or(0, |d| u32::try_from(d.as_millis()).unwrap_or(u32::MAX)),
+        group: a.group.clone().unwrap_or_default(),
         duration_ms: a.duration.map_or(0, |d| d.as_millis() as u64),
         deadline_ms: a.deadline.map_or(0, |d| d.as_millis() as u64),
         command: a.command.clone(),

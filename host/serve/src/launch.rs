@@ -80,7 +80,7 @@ pub fn resolve(
                 mps_thread_pct: 0,
                 qos: u32::from(spec.qos),
                 request_permille: milli.min(FULL_GPU_MILLI),
-                limit_permille: 0,
+                limit_permille: spec.gpu_milli_limit,
             },
         });
         rank_base += count;
@@ -123,6 +123,7 @@ mod tests {
             command: vec!["true".into()],
             gpu_models: Vec::new(),
             gpu_memory_mib: memory,
+            ..JobSpecRecord::default()
         }
     }
 

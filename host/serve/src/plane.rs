@@ -30,7 +30,7 @@ use arbiter_host::roles::reclaim::ReclaimDriver;
 use arbiter_host::roles::scheduler::{RoundDriver, Served};
 use arbiter_host::roles::tenant::{self, AdmissionRequest};
 use arbiter_host::runtime::{CompiledPolicy, MemoryAccount, PolicyEngine, RuntimeConfig};
-use arbiter_host::state::{Applied, ClusterState, JobId, JobRequest, NodeRequest};
+use arbiter_host::state::{Applied, ClusterState, JobId, JobRequest, JobTraits, NodeRequest};
 use arbiter_policy_sdk::model::{
     self, Decision, Role, RoundInfo, TenantJob, TenantView, WorkerPlacement,
 };
@@ -1703,13 +1703,27 @@ impl Plane {
         self.nodes
             .iter()
             .map(|n| {
-                let (arm, free) = self
+                let (arm, free, gpu_health, host) = self
                     .cells
                     .iter()
                     .find_map(|c| {
                         c.state.node_index(&n.request.name).map(|i| {
-                            let plan = Plan::new(c.state.cluster());
-                            (c.arm.clone(), plan.node_idle_gpus(i))
+                            let cluster = c.state.cluster();
+                            let plan = Plan::new(cluster);
+                            let health = cluster
+                                .node(i)
+                                .gpus()
+                                .map(|g| u32::from(g.health()))
+                                .collect();
+                            let m = cluster.node_metrics(i);
+                            let host = (m.host_memory_used_mib > 0).then(|| v1::HostLoad {
+                                cpu_utilization_pct: u32::from(m.cpu_utilization_pct),
+                                memory_used_mib: m.host_memory_used_mib,
+                                // Not part of the cluster view's node metric.
+                                memory_total_mib: 0,
+                                swap_in_per_s: m.swap_in_per_s,
+                            });
+                            (c.arm.clone(), plan.node_idle_gpus(i), health, host)
                         })
                     })
                     .unwrap_or_default();
@@ -1738,6 +1752,8 @@ impl Plane {
                         NodeKind::Agent => "agent",
                     }
                     .into(),
+                    gpu_health,
+                    host,
                 }
             })
             .collect()
@@ -2376,6 +2392,17 @@ impl Plane {
                     sm_occupancy_pct: 0, // not in the heartbeat
                 })
                 .collect();
+            if let Some(h) = &hb.host {
+                let metric = model::NodeMetric {
+                    node: index,
+                    cpu_utilization_pct: h.cpu_utilization_pct.min(100) as u8,
+                    host_memory_used_mib: h.memory_used_mib,
+                    swap_in_per_s: h.swap_in_per_s,
+                };
+                if let Err(e) = cell.state.record_node_metrics(vec![metric]) {
+                    tracing::warn!(node = name, error = %e, "host load refused");
+                }
+            }
             // Per-GPU health into the cluster view (contract 0.3's G8: shared
             // work only on healthy GPUs).
             for g in hb.gpus.iter().filter(|g| g.index < range.len() as u32) {
@@ -2715,7 +2742,7 @@ impl Plane {
                 .or_else(|| cells.iter().position(|c| c.arm == routed))
                 .unwrap_or(0);
             let cell = &mut cells[cell_index];
-            let local = match cell.state.submit(job_request(&job)) {
+            let local = match cell.state.submit_with(job_request(&job), job_traits(&job)) {
                 Ok(local) => local,
                 Err(e) => {
                     tracing::error!(job = id, error = %e, "job refused by its cell; marking it failed");
@@ -2977,7 +3004,7 @@ impl Plane {
         let Some(cell) = self.cells.iter_mut().find(|c| c.arm == arm) else {
             return;
         };
-        match cell.state.submit(job_request(&job)) {
+        match cell.state.submit_with(job_request(&job), job_traits(&job)) {
             Ok(local) => {
                 cell.local.insert(id, local);
                 cell.global.insert(local, id);
@@ -3343,6 +3370,17 @@ pub fn unit_hash(id: u64) -> f64 {
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^= z >> 31;
     (z >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// The contract-0.3 traits of a stored job.
+fn job_traits(job: &StoredJob) -> JobTraits {
+    let s = &job.spec;
+    JobTraits {
+        gpu_milli_limit: s.gpu_milli_limit,
+        locality: s.locality,
+        slo_ms: s.slo_ms,
+        group: s.group.clone(),
+    }
 }
 
 fn job_request(job: &StoredJob) -> JobRequest {

@@ -87,7 +87,7 @@ pub struct ProgressRecord {
 }
 
 /// A validated job specification.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobSpecRecord {
     pub name: String,
     pub gpus: u32,
@@ -103,6 +103,15 @@ pub struct JobSpecRecord {
     pub gpu_models: Vec<String>,
     #[serde(default)]
     pub gpu_memory_mib: u32,
+    /// Contract 0.3 job traits (absent from stores written before them).
+    #[serde(default)]
+    pub gpu_milli_limit: u32,
+    #[serde(default)]
+    pub locality: u8,
+    #[serde(default)]
+    pub slo_ms: u32,
+    #[serde(default)]
+    pub group: String,
 }
 
 /// Longest job name accepted.
@@ -151,6 +160,25 @@ impl JobSpecRecord {
         if spec.qos > 2 {
             return Err("qos must be 0 (guaranteed), 1 (opportunistic) or 2 (best effort)".into());
         }
+        if spec.locality > 2 {
+            return Err(
+                "locality must be 0 (any), 1 (prefer one node) or 2 (require one node)".into(),
+            );
+        }
+        if spec.gpu_milli_limit > 0
+            && (spec.gpu_milli == 0
+                || spec.gpu_milli_limit < spec.gpu_milli
+                || spec.gpu_milli_limit > 1000)
+        {
+            return Err(
+                "gpu_milli_limit must be within gpu_milli..=1000 of a fractional job".into(),
+            );
+        }
+        if spec.group.len() > MAX_NAME || spec.group.chars().any(|c| c.is_control()) {
+            return Err(format!(
+                "group must be at most {MAX_NAME} bytes without control characters"
+            ));
+        }
         Ok(JobSpecRecord {
             name: spec.name.clone(),
             gpus,
@@ -165,6 +193,10 @@ impl JobSpecRecord {
             command: spec.command.clone(),
             gpu_models: spec.gpu_models.clone(),
             gpu_memory_mib: spec.gpu_memory_mib,
+            gpu_milli_limit: spec.gpu_milli_limit,
+            locality: spec.locality as u8,
+            slo_ms: spec.slo_ms,
+            group: spec.group.clone(),
         })
     }
 
@@ -197,6 +229,10 @@ impl StoredJob {
                 command: s.command.clone(),
                 gpu_models: s.gpu_models.clone(),
                 gpu_memory_mib: s.gpu_memory_mib,
+                gpu_milli_limit: s.gpu_milli_limit,
+                locality: u32::from(s.locality),
+                slo_ms: s.slo_ms,
+                group: s.group.clone(),
             }),
             state: self.status.to_proto() as i32,
             submit_ms: self.submit_ms,

@@ -130,6 +130,53 @@ async fn malformed_requests_get_clear_status_codes() {
         .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
     assert!(e.message().contains("gpus_per_worker"), "{}", e.message());
+    // Contract 0.3 traits: a burst limit below the request, or an unknown
+    // locality, is refused; valid traits come back as submitted.
+    for (limit, locality, field) in [(200, 0, "gpu_milli_limit"), (0, 3, "locality")] {
+        let mut bad = spec("traits", 1, 100);
+        bad.gpu_milli = 500;
+        bad.gpu_milli_limit = limit;
+        bad.locality = locality;
+        let e = admin
+            .jobs
+            .submit(v1::SubmitJobRequest { spec: Some(bad) })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument);
+        assert!(e.message().contains(field), "{}", e.message());
+    }
+    let mut traits = spec("traits", 1, 100);
+    traits.gpu_milli = 250;
+    traits.gpu_milli_limit = 500;
+    traits.locality = 2;
+    traits.slo_ms = 80;
+    traits.group = "nightly-eval".into();
+    let id = admin
+        .jobs
+        .submit(v1::SubmitJobRequest {
+            spec: Some(traits.clone()),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .id;
+    let back = admin
+        .jobs
+        .get(v1::JobRef { id })
+        .await
+        .unwrap()
+        .into_inner()
+        .spec
+        .unwrap();
+    assert_eq!(
+        (
+            back.gpu_milli_limit,
+            back.locality,
+            back.slo_ms,
+            back.group.as_str()
+        ),
+        (500, 2, 80, "nightly-eval")
+    );
 
     // Not a component at all.
     let e = admin

@@ -95,6 +95,12 @@ impl Agent {
                 memory_used_mib: 1000,
                 health,
             }],
+            host: Some(v1::HostLoad {
+                cpu_utilization_pct: 35,
+                memory_used_mib: 20_000,
+                memory_total_mib: 64_000,
+                swap_in_per_s: 7,
+            }),
         }))
         .await;
     }
@@ -230,6 +236,25 @@ async fn agents_register_run_jobs_get_lost_and_are_adopted() {
     // there until every GPU has recovered.
     a.heartbeat_with_health(3).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
+    // The GPU's health and the host's load reach the cluster view (contract
+    // 0.3: per-GPU health, node metrics), as the node list shows them.
+    let listed = v1::nodes_client::NodesClient::new(channel(&running).await)
+        .list(bearer(&token, v1::ListNodesRequest {}))
+        .await
+        .unwrap()
+        .into_inner()
+        .nodes;
+    let node_a = listed.iter().find(|n| n.name == "node-a").expect("node-a");
+    assert_eq!(node_a.gpu_health.first(), Some(&3), "{node_a:?}");
+    let host = node_a.host.as_ref().expect("host load");
+    assert_eq!(
+        (
+            host.cpu_utilization_pct,
+            host.memory_used_mib,
+            host.swap_in_per_s
+        ),
+        (35, 20_000, 7)
+    );
     let held = submit(
         &running,
         &token,
