@@ -170,3 +170,50 @@ pub mod v0_2 {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::v0_2::wit as v2;
+    use arbiter_policy_sdk::model::{self, Event, GpuColumns};
+
+    /// A 0.2 mirror has one account: it sees guaranteed plus shared use, so
+    /// a 0.2 policy never stacks guaranteed work on a GPU shared work uses.
+    #[test]
+    fn a_0_2_view_counts_shared_use_as_used() {
+        let columns = GpuColumns {
+            node: vec![0, 0],
+            model: vec![1, 1],
+            memory_mib: vec![32_768, 32_768],
+            milli_used: vec![1000, 0],
+            memory_used_mib: vec![30_720, 0],
+            shared_milli: vec![1000, 500],
+            shared_memory_mib: vec![3_584, 2_048],
+            shared_workers: vec![1, 1],
+            health: vec![1, 1],
+        };
+        let lowered: v2::GpuColumns = columns.into();
+        assert_eq!(lowered.milli_used, vec![2000, 500]);
+        assert_eq!(lowered.memory_used_mib, vec![34_304, 2_048]);
+    }
+
+    /// What 0.2 has no words for is left out of its deltas; what it has
+    /// passes unchanged.
+    #[test]
+    fn a_0_2_delta_leaves_out_0_3_events() {
+        let delta = model::Delta {
+            base_epoch: 1,
+            epoch: 2,
+            now_ms: 5,
+            events: vec![
+                Event::TenantQuotaChanged(3, 1000),
+                Event::GpuHealthChanged(0, model::health::UNHEALTHY),
+                Event::JobReservedGpus(0, vec![1]),
+                Event::JobEvicted(0),
+                Event::SharingChanged(model::SharingRules::default()),
+            ],
+        };
+        let lowered: v2::Delta = delta.into();
+        assert_eq!(lowered.events.len(), 1);
+        assert!(matches!(lowered.events[0], v2::Event::JobEvicted(0)));
+    }
+}

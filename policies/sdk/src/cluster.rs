@@ -930,18 +930,19 @@ impl Cluster {
     }
 
     /// [`Cluster::worker_gpu_share`] as if job `j` had QoS `qos`.
+    #[inline]
     pub(crate) fn worker_gpu_share_as(&self, j: usize, g: usize, qos: u8) -> (u32, u32) {
-        let share = if self.sharing.is_shared(qos) {
-            shared_gpu_share
-        } else {
-            gpu_share
-        };
-        share(
+        let (per_worker, milli, memory, total) = (
             self.jobs.gpus_per_worker[j],
             self.jobs.gpu_milli[j],
             self.jobs.gpu_memory_mib[j],
             self.gpus.memory_mib[g],
-        )
+        );
+        if self.sharing.is_shared(qos) {
+            shared_gpu_share(per_worker, milli, memory, total)
+        } else {
+            gpu_share(per_worker, milli, memory, total)
+        }
     }
 
     // ---- queries ----

@@ -883,6 +883,7 @@ pub fn gpu_demand_milli(workers: u32, gpus_per_worker: u32, gpu_milli: u32) -> u
 /// A whole-GPU request (`gpus_per_worker > 1` or `gpu_milli >= 1000`) takes
 /// the GPU entirely; a fractional one takes `gpu_milli` and either the
 /// explicit memory or the same fraction of the GPU's memory.
+#[inline]
 pub fn gpu_share(
     gpus_per_worker: u32,
     gpu_milli: u32,

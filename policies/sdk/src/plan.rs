@@ -236,8 +236,6 @@ pub struct Plan<'a> {
     shared_workers: Vec<u32>,
     /// Per job: its QoS under this plan (a `set-qos` changes it).
     qos: Vec<u8>,
-    /// Per job: a `set-qos` was taken this round (one more decision may follow).
-    qos_set: Vec<bool>,
     /// Per node: its room under this plan (re-derived by `charge`).
     room: Vec<NodeRoom>,
     /// Per node: a fresh version once this plan changed the node, else 0.
@@ -245,7 +243,9 @@ pub struct Plan<'a> {
     phase: Vec<u8>,
     /// Workers of jobs whose placement this plan changed.
     workers: HashMap<u32, Vec<WorkerPlacement>>,
-    decided: Vec<bool>,
+    /// Per job: [`UNDECIDED`], [`QOS_SET`] (a `set-qos` was taken; one more
+    /// decision may follow) or [`DECIDED`].
+    decided: Vec<u8>,
     tenant_quota_milli: HashMap<u32, u64>,
     tenant_used_milli: HashMap<u32, u64>,
     max_decisions: u32,
@@ -260,16 +260,16 @@ impl<'a> Plan<'a> {
             memory_used: cluster.nodes.memory_used_mib.clone(),
             milli_used: cluster.gpus.milli_used.clone(),
             gpu_memory_used: cluster.gpus.memory_used_mib.clone(),
-            shared_milli: cluster.gpus.shared_milli.clone(),
-            shared_memory: cluster.gpus.shared_memory_mib.clone(),
-            shared_workers: cluster.gpus.shared_workers.clone(),
+            // Never read while sharing is off: nothing is charged as shared.
+            shared_milli: shared_or_empty(cluster, &cluster.gpus.shared_milli),
+            shared_memory: shared_or_empty(cluster, &cluster.gpus.shared_memory_mib),
+            shared_workers: shared_or_empty(cluster, &cluster.gpus.shared_workers),
             qos: cluster.jobs.qos.clone(),
-            qos_set: vec![false; cluster.job_count()],
             room: cluster.node_room.clone(),
             node_version: vec![0; cluster.node_count()],
             phase: cluster.jobs.phase.clone(),
             workers: HashMap::new(),
-            decided: vec![false; cluster.job_count()],
+            decided: vec![UNDECIDED; cluster.job_count()],
             tenant_quota_milli: HashMap::new(),
             tenant_used_milli: HashMap::new(),
             max_decisions: u32::MAX,
@@ -367,7 +367,7 @@ impl<'a> Plan<'a> {
         self.phase[job as usize]
     }
     pub fn is_decided(&self, job: u32) -> bool {
-        self.decided.get(job as usize).copied().unwrap_or(true)
+        self.decided.get(job as usize).is_none_or(|&d| d == DECIDED)
     }
 
     /// Whether node `node` can take new work for `job` at all (shared work
@@ -389,20 +389,23 @@ impl<'a> Plan<'a> {
     }
 
     /// Whether GPU `gpu` can take one more worker-share of `job`.
+    #[inline]
     pub fn gpu_fits(&self, job: u32, gpu: u32) -> bool {
         self.gpu_refusal(job, gpu).is_none()
     }
 
-    /// Why GPU `gpu` cannot take one more worker-share of `job` (the model
-    /// aside), or `None` when it can: the one statement of the GPU rules
-    /// for guaranteed and shared work (`sharing-rules` in the WIT).
+    /// Why GPU `gpu` cannot take one more worker-share of `job`, or `None`
+    /// when it can: the one statement of the GPU rules for guaranteed and
+    /// shared work (`sharing-rules` in the WIT). Inlined so that callers
+    /// asking only *whether* it fits (the placement scans) build no error.
+    #[inline(always)]
     fn gpu_refusal(&self, job: u32, gpu: u32) -> Option<DecisionError> {
         let g = gpu as usize;
         if !self.cluster.gpu_allowed_for(job as usize, g) {
             return Some(DecisionError::ModelNotAllowed { job, gpu });
         }
-        let (milli, mem) = self.share_on(job, gpu);
-        let total = self.cluster.gpus.memory_mib[g];
+        let q = self.qos(job);
+        let (milli, mem) = self.cluster.worker_gpu_share_as(job as usize, g, q);
         let over = |resource, need: u32, free: u32| {
             Some(DecisionError::Overcommit {
                 resource,
@@ -411,41 +414,50 @@ impl<'a> Plan<'a> {
                 free: free.into(),
             })
         };
-        if self.is_shared(job) {
-            let rules = self.cluster.sharing;
-            let health = self.cluster.gpus.health[g];
-            if health != crate::model::health::HEALTHY {
-                return Some(DecisionError::GpuNotHealthy { gpu, health });
-            }
-            if rules.max_shared_workers > 0 && self.shared_workers[g] >= rules.max_shared_workers {
-                return Some(DecisionError::SharedWorkersFull {
+        if !self.cluster.sharing.is_shared(q) {
+            // Guaranteed: against guaranteed use and GPU reservations only.
+            let holder = self.cluster.gpu_reserved_by[g];
+            if holder != 0 && holder != job + 1 {
+                return Some(DecisionError::GpuReservedForOther {
                     gpu,
-                    limit: rules.max_shared_workers,
+                    holder: holder - 1,
                 });
             }
-            let shared_free = rules.oversub_milli.saturating_sub(self.shared_milli[g]);
-            if shared_free < milli {
-                return over("shared gpu-milli", milli, shared_free);
+            if self.free_milli(gpu) < milli {
+                return over("gpu-milli", milli, self.free_milli(gpu));
             }
-            let beside = if rules.host_spill {
-                0
-            } else {
-                self.gpu_memory_used[g]
-            };
-            let mem_free = total.saturating_sub(beside.saturating_add(self.shared_memory[g]));
-            if mem_free < mem {
-                return over("shared gpu-memory-mib", mem, mem_free);
+            if self.free_gpu_memory(gpu) < mem {
+                return over("gpu-memory-mib", mem, self.free_gpu_memory(gpu));
             }
             return None;
         }
-        if let Some(holder) = self.cluster.gpu_reserved_by(gpu).filter(|&h| h != job) {
-            return Some(DecisionError::GpuReservedForOther { gpu, holder });
+        // Shared: healthy GPUs, the shared-worker cap, the shared compute
+        // cap, and memory beside guaranteed use (or, with host spill, beside
+        // other shared work only); never blocked by reservations.
+        let rules = self.cluster.sharing;
+        let health = self.cluster.gpus.health[g];
+        if health != crate::model::health::HEALTHY {
+            return Some(DecisionError::GpuNotHealthy { gpu, health });
         }
-        if self.free_milli(gpu) < milli {
-            return over("gpu-milli", milli, self.free_milli(gpu));
+        if rules.max_shared_workers > 0 && self.shared_workers[g] >= rules.max_shared_workers {
+            return Some(DecisionError::SharedWorkersFull {
+                gpu,
+                limit: rules.max_shared_workers,
+            });
         }
-        if self.free_gpu_memory(gpu) < mem {
-            return over("gpu-memory-mib", mem, self.free_gpu_memory(gpu));
+        let shared_free = rules.oversub_milli.saturating_sub(self.shared_milli[g]);
+        if shared_free < milli {
+            return over("shared gpu-milli", milli, shared_free);
+        }
+        let beside = if rules.host_spill {
+            0
+        } else {
+            self.gpu_memory_used[g]
+        };
+        let total = self.cluster.gpus.memory_mib[g];
+        let mem_free = total.saturating_sub(beside.saturating_add(self.shared_memory[g]));
+        if mem_free < mem {
+            return over("shared gpu-memory-mib", mem, mem_free);
         }
         None
     }
@@ -629,9 +641,8 @@ impl<'a> Plan<'a> {
         if job as usize >= self.cluster.job_count() {
             return Err(DecisionError::UnknownJob(job));
         }
-        if self.decided[job as usize]
-            || (matches!(decision, Decision::SetQos(..)) && self.qos_set[job as usize])
-        {
+        let state = self.decided[job as usize];
+        if state == DECIDED || (matches!(decision, Decision::SetQos(..)) && state == QOS_SET) {
             return Err(DecisionError::JobAlreadyDecided(job));
         }
         match &decision {
@@ -752,7 +763,7 @@ impl<'a> Plan<'a> {
             Decision::SetQos(_, q) => {
                 self.set_qos(job, *q)?;
                 // One more decision about the job may follow, under the new QoS.
-                self.qos_set[job as usize] = true;
+                self.decided[job as usize] = QOS_SET;
                 self.decisions.push(decision);
                 return Ok(());
             }
@@ -786,7 +797,7 @@ impl<'a> Plan<'a> {
                 }
             }
         }
-        self.decided[job as usize] = true;
+        self.decided[job as usize] = DECIDED;
         self.decisions.push(decision);
         Ok(())
     }
@@ -1073,6 +1084,20 @@ impl<'a> Plan<'a> {
                 self.memory_used[n],
             );
         }
+    }
+}
+
+/// [`Plan::decided`] states.
+const UNDECIDED: u8 = 0;
+const QOS_SET: u8 = 1;
+const DECIDED: u8 = 2;
+
+/// A plan's copy of a shared-account column, or nothing while sharing is off.
+fn shared_or_empty(cluster: &Cluster, column: &[u32]) -> Vec<u32> {
+    if cluster.sharing.enabled() {
+        column.to_vec()
+    } else {
+        Vec::new()
     }
 }
 
