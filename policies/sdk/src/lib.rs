@@ -49,6 +49,112 @@
 //!
 //! Export it with [`export_policy!`]; build with
 //! `cargo build --target wasm32-wasip2 --profile policy` (see `docs/writing-policies.md`).
+//!
+//! ## Co-location by QoS (contract 0.3)
+//!
+//! With the operator's sharing rules on, an opportunistic job may join a GPU
+//! a guaranteed job holds; the same [`Plan`] checks it (healthy GPU, the
+//! shared caps, memory beside guaranteed use unless the host spills):
+//!
+//! ```
+//! use arbiter_policy_sdk::prelude::*;
+//!
+//! let mut c = TestCluster::new();
+//! c.node("n0", "p", 64_000, 512_000, "V100M32", 32_768, 1);
+//! c.sharing(SharingRules { oversub_milli: 1000, max_shared_workers: 1, host_spill: true });
+//! let guaranteed = c.job_on_one_gpu("resnet", "a", qos::GUARANTEED, 1000, 30_720);
+//! let opportunistic = c.job_on_one_gpu("gcn", "b", qos::OPPORTUNISTIC, 1000, 3_584);
+//! let on_gpu_0 = || vec![WorkerPlacement { node: 0, gpus: vec![0] }];
+//! let another = c.job_on_one_gpu("bert", "a", qos::GUARANTEED, 1000, 0);
+//! let mut plan = Plan::new(c.cluster());
+//! plan.apply(Decision::Place(guaranteed, on_gpu_0())).unwrap();
+//! plan.apply(Decision::Place(opportunistic, on_gpu_0())).unwrap();
+//! // A second guaranteed job on the same GPU is genuinely impossible.
+//! assert!(!plan.gpu_fits(another, 0));
+//! assert!(plan.apply(Decision::Place(another, on_gpu_0())).is_err());
+//! ```
+//!
+//! ## The other roles
+//!
+//! A `matcher` pairs offline jobs with online ones on one of the online
+//! job's GPUs (the host turns each pairing into a validated placement); a
+//! `coordinator` acts on one node's workloads; a `tenant` policy orders its
+//! own queue; a `reclaim` policy picks servers to return. Each is one method
+//! of [`Policy`], tested natively the same way:
+//!
+//! ```
+//! use arbiter_policy_sdk::prelude::*;
+//!
+//! struct Roles;
+//!
+//! impl Policy for Roles {
+//!     fn manifest() -> Manifest {
+//!         manifest("roles", "0.1.0",
+//!             &[Role::Matcher, Role::Coordinator, Role::Tenant, Role::Reclaim], "One of each.")
+//!     }
+//!     fn create() -> Self {
+//!         Roles
+//!     }
+//!     // Matcher: the first offline job beside the first online job, on its first GPU.
+//!     fn match_workloads(&mut self, cluster: &Cluster, r: &MatchRequest)
+//!         -> Result<Vec<Pairing>, PolicyError> {
+//!         let (Some(&online), Some(&offline)) = (r.online.first(), r.offline.first()) else {
+//!             return Ok(Vec::new());
+//!         };
+//!         let Some(gpu) = cluster.job(online).placement().first().and_then(|w| w.gpus.first()) else {
+//!             return Ok(Vec::new());
+//!         };
+//!         Ok(vec![Pairing { online, offline, gpu: *gpu, sm_percent: 30 }])
+//!     }
+//!     // Coordinator: offline workloads run at a fifth of the GPU.
+//!     fn tick(&mut self, view: &NodeView) -> Result<Vec<NodeAction>, PolicyError> {
+//!         Ok(view.workloads.iter()
+//!             .filter(|w| w.role == workload_role::OFFLINE && w.compute_share != 200)
+//!             .map(|w| NodeAction::SetComputeShare(w.id, 200))
+//!             .collect())
+//!     }
+//!     // Tenant: shortest estimate first, nothing held back.
+//!     fn order(&mut self, view: &TenantView) -> Result<TenantVerdict, PolicyError> {
+//!         let mut pending: Vec<&TenantJob> = view.jobs.iter().filter(|j| !j.running).collect();
+//!         pending.sort_by_key(|j| (j.estimate_ms, j.position));
+//!         Ok(TenantVerdict { order: pending.iter().map(|j| j.position).collect(), hold: Vec::new() })
+//!     }
+//!     // Reclaim: the first `count` candidates, preempting what runs there.
+//!     fn reclaim(&mut self, cluster: &Cluster, r: &ReclaimRequest)
+//!         -> Result<ReclaimPlan, PolicyError> {
+//!         let nodes: Vec<u32> = r.candidates.iter().copied().take(r.count as usize).collect();
+//!         let mut decisions: Vec<Decision> = nodes.iter()
+//!             .flat_map(|&n| cluster.jobs_on(n).map(|j| Decision::Preempt(j.index())))
+//!             .collect();
+//!         decisions.dedup();
+//!         Ok(ReclaimPlan { nodes, decisions })
+//!     }
+//! }
+//!
+//! let mut c = TestCluster::new();
+//! c.node("n0", "p", 64_000, 512_000, "T4", 16_384, 2);
+//! c.sharing(SharingRules { oversub_milli: 1000, max_shared_workers: 1, host_spill: false });
+//! let online = c.job_on_one_gpu("serve", "a", qos::GUARANTEED, 1000, 0);
+//! c.run(online, vec![WorkerPlacement { node: 0, gpus: vec![1] }]);
+//! let offline = c.job_on_one_gpu("train", "b", qos::BEST_EFFORT, 300, 0);
+//! let mut rt = Runtime::<Roles>::new();
+//! rt.resync(c.snapshot()).unwrap();
+//! let request = MatchRequest { epoch: 0, online: vec![online], offline: vec![offline], profiles: Vec::new() };
+//! assert_eq!(rt.match_workloads(request).unwrap()[0].gpu, 1);
+//!
+//! let view = NodeView {
+//!     workloads: vec![WorkloadStatus { id: 7, role: workload_role::OFFLINE, compute_share: 1000, ..Default::default() }],
+//!     ..Default::default()
+//! };
+//! assert_eq!(rt.tick(view).unwrap(), vec![NodeAction::SetComputeShare(7, 200)]);
+//!
+//! let job = |position, estimate_ms| TenantJob { position, estimate_ms, ..Default::default() };
+//! let tenant = TenantView { jobs: vec![job(0, 900), job(1, 100)], ..Default::default() };
+//! assert_eq!(rt.order(tenant).unwrap().order, vec![1, 0]);
+//!
+//! let plan = rt.reclaim(ReclaimRequest { epoch: 0, candidates: vec![0], count: 1, max_decisions: 10 }).unwrap();
+//! assert_eq!(plan.decisions, vec![Decision::Preempt(online)]);
+//! ```
 
 pub mod cluster;
 pub mod convert;
