@@ -217,6 +217,23 @@ impl Cluster {
         self.cli(&args)["id"].as_u64().expect("job id")
     }
 
+    /// Loads the `misbehave` fixture in `mode` into the default slot.
+    fn load_misbehave(&self, mode: &str) {
+        let policy = self.dir.join(format!("{mode}.wasm"));
+        std::fs::write(&policy, arbiter_policies::fixture("misbehave").unwrap()).unwrap();
+        let config = self.dir.join(format!("{mode}.toml"));
+        std::fs::write(&config, format!("mode = \"{mode}\"\n")).unwrap();
+        self.cli(&[
+            "policy",
+            "load",
+            policy.to_str().unwrap(),
+            "--slot",
+            "default",
+            "--config",
+            config.to_str().unwrap(),
+        ]);
+    }
+
     /// Workload records in a node's state dir.
     fn records(&self, node: &str) -> Vec<Value> {
         let dir = self.state_dir(node).join("workloads");
@@ -644,7 +661,6 @@ fn one_resolved_launch_per_job_per_node() {
         node_b,
         ..
     } = two_nodes("cli-launch-e2e");
-    let dir = c.dir.clone();
     let wl = c.workload.display().to_string();
     let finished = |c: &Cluster, id: u64| {
         wait_until_or(
@@ -719,19 +735,7 @@ fn one_resolved_launch_per_job_per_node() {
     }
 
     // 4. A policy that moves running work off node 0.
-    let policy = dir.join("evacuate.wasm");
-    std::fs::write(&policy, arbiter_policies::fixture("misbehave").unwrap()).unwrap();
-    let config = dir.join("evacuate.toml");
-    std::fs::write(&config, "mode = \"evacuate\"\n").unwrap();
-    c.cli(&[
-        "policy",
-        "load",
-        policy.to_str().unwrap(),
-        "--slot",
-        "default",
-        "--config",
-        config.to_str().unwrap(),
-    ]);
+    c.load_misbehave("evacuate");
     let long = c.submit("long", &[&wl, "train"]);
     wait_until_or(
         "the long job to run on node-b with no copy left on node-a",
@@ -792,7 +796,6 @@ fn an_upgrade_reaches_the_running_workload() {
         "cli-update-e2e",
         &["--oversub-milli", "1000", "--host-spill"],
     );
-    let dir = c.dir.clone();
     let wl = c.workload.display().to_string();
     let job = c.cli(&[
         "submit",
@@ -829,19 +832,7 @@ fn an_upgrade_reaches_the_running_workload() {
     );
     let (node, before) = record_of(&c).expect("a record");
 
-    let policy = dir.join("upgrade.wasm");
-    std::fs::write(&policy, arbiter_policies::fixture("misbehave").unwrap()).unwrap();
-    let config = dir.join("upgrade.toml");
-    std::fs::write(&config, "mode = \"upgrade\"\n").unwrap();
-    c.cli(&[
-        "policy",
-        "load",
-        policy.to_str().unwrap(),
-        "--slot",
-        "default",
-        "--config",
-        config.to_str().unwrap(),
-    ]);
+    c.load_misbehave("upgrade");
     wait_until_or(
         "the running workload to become online and guaranteed, in place",
         Duration::from_secs(30),

@@ -2574,21 +2574,33 @@ impl Plane {
         }
     }
 
+    /// Job `id`'s launches where it is placed now, by the one launch rule
+    /// (`None`: no such job).
+    fn resolve_launches(&self, id: u64) -> Option<Result<Vec<launch::NodeLaunch>, String>> {
+        let job = self.jobs.get(&id)?;
+        let shared = self.cfg.sharing.is_shared(job.spec.qos);
+        Some(launch::resolve(
+            id,
+            &job.spec,
+            &job.placement,
+            shared,
+            |node| {
+                self.nodes
+                    .iter()
+                    .find(|n| n.request.name == node)
+                    .map(|n| n.request.gpu_memory_mib)
+            },
+        ))
+    }
+
     /// Sends the launch of a started job to the agents of its workers.
     /// Sends the job's resolved launches (one per agent node it is placed
     /// on, see [`crate::launch`]). A placement that cannot be resolved puts
     /// the job back in the queue with the reason.
     fn launch_on_agents(&mut self, id: u64) {
-        let Some(job) = self.jobs.get(&id) else {
+        let Some(resolved) = self.resolve_launches(id) else {
             return;
         };
-        let shared = self.cfg.sharing.is_shared(job.spec.qos);
-        let resolved = launch::resolve(id, &job.spec, &job.placement, shared, |node| {
-            self.nodes
-                .iter()
-                .find(|n| n.request.name == node)
-                .map(|n| n.request.gpu_memory_mib)
-        });
         match resolved {
             Ok(launches) => {
                 for l in launches {
@@ -3206,19 +3218,12 @@ impl Plane {
     /// with the role, QoS, memory quota and compute share the launch rule
     /// now resolves, applied to the live workloads (contract 0.3's G25).
     fn update_on_agents(&mut self, id: u64) {
-        let Some(job) = self.jobs.get(&id) else {
-            return;
-        };
-        if job.placement.is_empty() {
+        if self.jobs.get(&id).is_none_or(|j| j.placement.is_empty()) {
             return;
         }
-        let shared = self.cfg.sharing.is_shared(job.spec.qos);
-        let resolved = launch::resolve(id, &job.spec, &job.placement, shared, |node| {
-            self.nodes
-                .iter()
-                .find(|n| n.request.name == node)
-                .map(|n| n.request.gpu_memory_mib)
-        });
+        let Some(resolved) = self.resolve_launches(id) else {
+            return;
+        };
         match resolved {
             Ok(launches) => {
                 for l in launches {

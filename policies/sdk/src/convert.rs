@@ -180,30 +180,29 @@ macro_rules! __wit_lift_variant {
     };
 }
 
+/// Records both ways, field for field: the lowering above plus a lift that
+/// names every field (so a field added to the model but not to the WIT, or
+/// the other way round, does not compile).
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __wit_records {
-    ($( $name:ident { $($field:ident),* $(,)? } )*) => { $(
-        impl From<$crate::model::$name> for wit::$name {
-            fn from(v: $crate::model::$name) -> Self {
-                wit::$name { $($field: $crate::convert::Conv::conv(v.$field)),* }
+    ($( $name:ident { $($field:ident),* $(,)? } )*) => {
+        $crate::__wit_lower_records! { $( $name { $($field),* } )* }
+        $(
+            impl From<wit::$name> for $crate::model::$name {
+                fn from(v: wit::$name) -> Self {
+                    $crate::model::$name { $($field: $crate::convert::Conv::conv(v.$field)),* }
+                }
             }
-        }
-        impl From<wit::$name> for $crate::model::$name {
-            fn from(v: wit::$name) -> Self {
-                $crate::model::$name { $($field: $crate::convert::Conv::conv(v.$field)),* }
+            impl $crate::convert::Conv<$crate::model::$name> for wit::$name {
+                fn conv(self) -> $crate::model::$name { self.into() }
             }
-        }
-        impl $crate::convert::Conv<wit::$name> for $crate::model::$name {
-            fn conv(self) -> wit::$name { self.into() }
-        }
-        impl $crate::convert::Conv<$crate::model::$name> for wit::$name {
-            fn conv(self) -> $crate::model::$name { self.into() }
-        }
-    )* };
+        )*
+    };
 }
 
-/// Variants: one-payload cases before `;`, two-payload (tuple) cases after.
+/// Variants both ways: one-payload cases before `;`, two-payload (tuple)
+/// cases after. The lift is [`__wit_lift_variant!`](crate::__wit_lift_variant).
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __wit_variant {
@@ -218,21 +217,9 @@ macro_rules! __wit_variant {
                 }
             }
         }
-        impl From<wit::$name> for $crate::model::$name {
-            fn from(v: wit::$name) -> Self {
-                match v {
-                    $(wit::$name::$one($a) => $crate::model::$name::$one($crate::convert::Conv::conv($a)),)*
-                    $(wit::$name::$two(($x, $y)) => $crate::model::$name::$two(
-                        $crate::convert::Conv::conv($x), $crate::convert::Conv::conv($y)
-                    ),)*
-                }
-            }
-        }
         impl $crate::convert::Conv<wit::$name> for $crate::model::$name {
             fn conv(self) -> wit::$name { self.into() }
         }
-        impl $crate::convert::Conv<$crate::model::$name> for wit::$name {
-            fn conv(self) -> $crate::model::$name { self.into() }
-        }
+        $crate::__wit_lift_variant! { $name { $($one($a)),* ; $($two($x, $y)),* } }
     };
 }
