@@ -2905,9 +2905,19 @@ impl Plane {
         {
             tenants.entry(j.tenant.clone()).or_default().queued.push(j);
         }
+        let sharing = self.cfg.sharing;
+        // What a job takes from its tenant's quota: the validator's rule,
+        // guaranteed-charged work only (contract 0.3: shared work is exempt).
+        let quota_milli_of = |j: &StoredJob| {
+            if sharing.is_shared(j.spec.qos) {
+                0
+            } else {
+                j.spec.demand_milli()
+            }
+        };
         for j in self.released() {
             let t = tenants.entry(j.tenant.clone()).or_default();
-            t.claimed_milli += j.spec.demand_milli();
+            t.claimed_milli += quota_milli_of(j);
             t.claimed_gpus += j.spec.gpus;
             t.released.push(j);
         }
@@ -2933,7 +2943,11 @@ impl Plane {
                     if claimed_milli <= quota {
                         break;
                     }
-                    claimed_milli -= j.spec.demand_milli();
+                    let milli = quota_milli_of(j);
+                    if milli == 0 {
+                        continue;
+                    }
+                    claimed_milli -= milli;
                     withdraw.push(j.id);
                 }
             }
@@ -2956,7 +2970,7 @@ impl Plane {
                     gpus_in_use: jobs.claimed_gpus,
                     jobs: view_jobs,
                 },
-                demand_milli: jobs.queued.iter().map(|j| j.spec.demand_milli()).collect(),
+                demand_milli: jobs.queued.iter().map(|j| quota_milli_of(j)).collect(),
                 quota_milli,
                 claimed_milli,
             };

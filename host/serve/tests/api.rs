@@ -1201,3 +1201,38 @@ async fn generation_ids_survive_a_restart() {
     assert!(next.id > newest, "{} after {newest}", next.id);
     running.shutdown().await.unwrap();
 }
+
+/// Contract 0.3: with sharing on, only guaranteed work consumes a tenant's
+/// quota — at admission as in the validator. A tenant at its quota still
+/// runs opportunistic work (AntMan: quota-less jobs run opportunistically),
+/// while its next guaranteed job waits in its queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opportunistic_work_runs_past_a_full_quota_when_sharing_is_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = server_with(
+        dir.path(),
+        PlaneConfig {
+            nodes: default_pool(1, 8),
+            default_duration: Duration::from_secs(600),
+            sharing: arbiter_policy_sdk::model::SharingRules {
+                oversub_milli: 1000,
+                max_shared_workers: 0,
+                host_spill: true,
+            },
+            ..PlaneConfig::default()
+        },
+    )
+    .await;
+    let (admin, mut a, _b) = two_tenants_with_quotas(&running, 1, 1).await;
+    let first = submit(&mut a, spec("first", 1, 600_000)).await;
+    wait_state(&admin, first, v1::JobState::Running).await;
+    let second = submit(&mut a, spec("second", 1, 600_000)).await;
+    let mut opp = spec("opp", 1, 600_000);
+    opp.qos = 1;
+    opp.gpu_memory_mib = 2_048;
+    let opp = submit(&mut a, opp).await;
+    wait_state(&admin, opp, v1::JobState::Running).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(job_state(&mut a, second).await, v1::JobState::Queued);
+    running.shutdown().await.unwrap();
+}

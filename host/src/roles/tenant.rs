@@ -69,11 +69,19 @@ pub fn admit(slot: Option<&PolicySlot>, epoch: u64, request: &AdmissionRequest) 
         .quota_milli
         .map(|q| q.saturating_sub(request.claimed_milli));
     let mut release = Vec::new();
+    // In order while the quota lasts: the first job that does not fit holds
+    // the ones behind it (no small job overtakes a large one for quota).
+    // Work that takes no quota (CPU-only, or shared work under contract 0.3's
+    // sharing rules) is never held by quota, wherever it stands.
+    let mut blocked = false;
     for position in answer.value {
         let demand = request.demand_milli[position as usize];
         if let Some(left) = budget.as_mut() {
-            if demand > *left {
-                break;
+            if blocked || demand > *left {
+                blocked = true;
+                if demand > 0 {
+                    continue;
+                }
             }
             *left -= demand;
         }
@@ -178,5 +186,13 @@ mod tests {
     fn the_first_job_past_the_quota_blocks_those_behind_it() {
         let a = admit(None, 1, &request(&[500, 2000, 500], Some(1500), 0));
         assert_eq!(a.release, vec![0]);
+    }
+
+    /// Work that takes no quota (shared work, CPU-only jobs) is released
+    /// even behind a blocked job; quota-taking work behind it still waits.
+    #[test]
+    fn work_that_takes_no_quota_is_never_held_by_it() {
+        let a = admit(None, 1, &request(&[500, 2000, 0, 500, 0], Some(1500), 0));
+        assert_eq!(a.release, vec![0, 2, 4]);
     }
 }
