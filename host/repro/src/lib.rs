@@ -18,16 +18,31 @@
 
 pub mod aryl;
 pub mod fgd;
+pub mod pai;
 
 use anyhow::{Context, bail};
 use arbiter_host::runtime::{CompiledPolicy, PolicyEngine};
 use arbiter_sim::models::{fgd::FgdConfig, replay::ReplayConfig};
+use arbiter_sim::prediction::Prediction;
 use arbiter_sim::{
     ModelConfig, Protocol, ScenarioSummary, SimOutput, TraceFormat, engine, fgd_summary,
     parallel_map, report, run_many, scenario,
 };
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+
+/// A `--prediction` name.
+fn parse_prediction(s: &str) -> Result<Prediction, String> {
+    match s {
+        "none" => Ok(Prediction::None),
+        "oracle" => Ok(Prediction::Oracle),
+        "best" => Ok(Prediction::Best),
+        "group-only" => Ok(Prediction::GroupOnly),
+        other => Err(format!(
+            "`{other}`: expected none, oracle, best or group-only"
+        )),
+    }
+}
 
 /// `arbiter sim` flags.
 #[derive(clap::Args, Clone, Debug)]
@@ -66,6 +81,11 @@ pub struct SimArgs {
     /// (the `gpu-metrics` a node agent sends); 0 = never.
     #[arg(long, default_value_t = 0.0)]
     pub gpu_metrics_s: f64,
+    /// Replay: what a job's `estimate-ms` says — `none` (the trace's own),
+    /// `oracle` (its true run time), `best` (within 25 % for 78 % of jobs,
+    /// "MLaaS in the Wild"'s best predictor) or `group-only` (50 %).
+    #[arg(long, value_parser = parse_prediction, default_value = "none")]
+    pub prediction: Prediction,
     /// Policy configuration (TOML) instead of the derived one (`seed`, FGD's workload).
     #[arg(long)]
     pub config: Option<String>,
@@ -112,6 +132,7 @@ impl Default for SimArgs {
             tune: 1.3,
             interval_s: 0.0,
             gpu_metrics_s: 0.0,
+            prediction: Prediction::None,
             config: None,
             deadline_ms: 10_000,
             threads: None,
@@ -236,6 +257,7 @@ pub fn run(args: &SimArgs) -> anyhow::Result<SimOutput> {
             round_interval_ms: (args.interval_s * 1000.0).round() as u64,
             gpu_metrics_period_ms: Some((args.gpu_metrics_s * 1000.0).round() as u64)
                 .filter(|&p| p > 0),
+            prediction: args.prediction,
         }),
     };
     let mut jobs = Vec::new();

@@ -15,7 +15,9 @@
 //!   ([`core::telemetry`], the `gpu-metrics` a node agent would send);
 //! * [`models`]: workload models behind [`core::WorkloadModel`] — the FGD
 //!   placement protocol, trace replay, Aryl's loaning pools — each with its
-//!   own configuration and its own ground truth.
+//!   own configuration and its own ground truth;
+//! * [`prediction`]: what a trace job's `estimate-ms` says — nothing, an
+//!   Oracle, or a predictor with a stated accuracy — never the truth.
 //!
 //! Invariants: the simulator depends on no policy crate and no CLI crate
 //! (policies arrive as compiled components with their configuration text);
@@ -46,6 +48,7 @@ pub mod core;
 pub mod metrics;
 pub mod models;
 pub mod output;
+pub mod prediction;
 pub mod report;
 pub mod run;
 pub mod scenario;

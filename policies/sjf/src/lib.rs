@@ -1,9 +1,12 @@
 //! `sjf`: shortest remaining run time first, each worker on the first node that fits.
 //!
 //! What a job has left is the host's latest progress report (contract 0.2
-//! `remaining-ms`), which starts as the submitted estimate: a preempted job
-//! that kept its progress goes ahead of a fresh one of the same size. Jobs
-//! with nothing known go after all others, in arrival order.
+//! `remaining-ms`), which starts as the submitted estimate — a *prediction*
+//! of the run time, never the truth (in the simulator, from
+//! `arbiter_sim::prediction`: an Oracle or a predictor with a stated
+//! accuracy, as in "MLaaS in the Wild" §5.2): a preempted job that kept its
+//! progress goes ahead of a fresh one of the same size. Jobs with nothing
+//! known go after all others, in arrival order.
 
 use arbiter_policy_sdk::prelude::*;
 

@@ -9,6 +9,7 @@ use crate::core::recorder::{FragmentationMeter, JobTimes, Series, fragmentation,
 use crate::core::{self, LoopRules, Progress, ProgressRules, RunPolicy, SimCtx, SimHost};
 use crate::metrics::{ReplayMetrics, SeriesPoint, TaskRecord, mean, percentile};
 use crate::models::ModelConfigFile;
+use crate::prediction::Prediction;
 use crate::run::{Protocol, RunOptions, RunOutput};
 use crate::scenario::{Scenario, SimTask};
 use anyhow::{Context, bail};
@@ -26,6 +27,10 @@ pub struct ReplayConfig {
     /// Report every GPU's metrics to the host this often (virtual ms), as
     /// a node agent would; `None`: never.
     pub gpu_metrics_period_ms: Option<u64>,
+    /// What a job's `estimate-ms` says when it arrives (the run time stays
+    /// the trace's): the trace's own estimate, an Oracle, or a predictor
+    /// with a stated accuracy (see [`crate::prediction`]).
+    pub prediction: Prediction,
 }
 
 impl ModelConfigFile for ReplayConfig {
@@ -35,12 +40,14 @@ impl ModelConfigFile for ReplayConfig {
         if self.gpu_metrics_period_ms == Some(0) {
             bail!("gpu_metrics_period_ms must be positive");
         }
-        Ok(())
+        self.prediction.check()
     }
 }
 
 struct ReplayModel<'a> {
     tasks: &'a [SimTask],
+    /// Each task's `estimate-ms` as submitted (`None`: the trace's own).
+    predicted: Option<Vec<u64>>,
     capacity: u64,
     next_arrival: usize,
     pending: usize,
@@ -89,10 +96,18 @@ impl core::WorkloadModel for ReplayModel<'_> {
             if task.arrival_ms > now {
                 break;
             }
+            let mut request = task.request.clone();
+            if let Some(p) = self
+                .predicted
+                .as_ref()
+                .and_then(|p| p.get(self.next_arrival))
+            {
+                request.estimate_ms = *p;
+            }
             let id = ctx
                 .host
                 .state
-                .submit(task.request.clone())
+                .submit(request)
                 .with_context(|| format!("submitting `{}`", task.request.name))?;
             ctx.progress.submitted(self.next_arrival, id);
             self.pending += 1;
@@ -183,8 +198,13 @@ pub fn run_replay(
         let all: Vec<&SimTask> = tasks.iter().collect();
         make(&all)
     });
+    let predicted = (cfg.prediction != Prediction::None).then(|| {
+        let truth: Vec<Option<u64>> = tasks.iter().map(|t| t.duration_ms).collect();
+        cfg.prediction.predict_all(&truth, opts.seed)
+    });
     let mut model = ReplayModel {
         tasks,
+        predicted,
         capacity: scenario.gpu_capacity_milli(),
         next_arrival: 0,
         pending: 0,
