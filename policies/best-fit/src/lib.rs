@@ -183,8 +183,7 @@ impl Policy for BestFit {
 /// node. `indexed` forces the node index on or off (tests); `None` chooses
 /// by the number of pending jobs.
 fn plan_round(cluster: &Cluster, max_decisions: u32, indexed: Option<bool>) -> Vec<Decision> {
-    let mut pending: Vec<Job<'_>> = cluster.pending_jobs().collect();
-    pending.sort_by_key(|j| (j.submit_ms(), j.index()));
+    let pending = cluster.pending_by_arrival();
     let mut plan = Plan::new(cluster).with_max_decisions(max_decisions);
     let mut index = indexed
         .unwrap_or(pending.len() >= INDEX_FROM_PENDING)

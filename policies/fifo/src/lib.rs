@@ -28,8 +28,7 @@ impl Policy for Fifo {
         cluster: &Cluster,
         round: &RoundInfo,
     ) -> Result<Vec<Decision>, PolicyError> {
-        let mut pending: Vec<Job<'_>> = cluster.pending_jobs().collect();
-        pending.sort_by_key(|j| (j.submit_ms(), j.index()));
+        let pending = cluster.pending_by_arrival();
         let mut plan = Plan::new(cluster).with_max_decisions(round.max_decisions);
         plan.place_each(pending, |plan, job| plan.first_fit_anywhere(job.index()));
         Ok(plan.into_decisions())

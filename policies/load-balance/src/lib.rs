@@ -61,8 +61,7 @@ impl Policy for LoadBalance {
         cluster: &Cluster,
         round: &RoundInfo,
     ) -> Result<Vec<Decision>, PolicyError> {
-        let mut pending: Vec<Job<'_>> = cluster.pending_jobs().collect();
-        pending.sort_by_key(|j| (j.submit_ms(), j.index()));
+        let pending = cluster.pending_by_arrival();
         let mut plan = Plan::new(cluster).with_max_decisions(round.max_decisions);
         plan.place_each(pending, |plan, job| {
             let node = least_loaded(plan, &plan.job_fit(job.index()))?;

@@ -433,8 +433,7 @@ impl<R: PlacementRule> Policy for Greedy<R> {
         cluster: &Cluster,
         round: &RoundInfo,
     ) -> Result<Vec<Decision>, PolicyError> {
-        let mut pending: Vec<Job<'_>> = cluster.pending_jobs().collect();
-        pending.sort_by_key(|j| (j.submit_ms(), j.index()));
+        let pending = cluster.pending_by_arrival();
         let mut plan = Plan::new(cluster).with_max_decisions(round.max_decisions);
         self.rule.begin_round(&plan);
         let mut touched: Vec<u32> = Vec::new();

@@ -154,8 +154,7 @@ impl Policy for ReservePack {
             high_tier.push(tier_of(&self.high_plan, model));
             low_tier.push(tier_of(&self.low_plan, model));
         }
-        let mut pending: Vec<Job<'_>> = cluster.pending_jobs().collect();
-        pending.sort_by_key(|j| (j.submit_ms(), j.index()));
+        let pending = cluster.pending_by_arrival();
         let mut plan = Plan::new(cluster).with_max_decisions(round.max_decisions);
         plan.place_each(pending, |plan, job| {
             let tiers = if self.is_high_gpu(&job) {

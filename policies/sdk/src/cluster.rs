@@ -1008,6 +1008,13 @@ impl Cluster {
     pub fn pending_jobs(&self) -> impl Iterator<Item = Job<'_>> + '_ {
         self.jobs().filter(|j| j.is_pending())
     }
+    /// Jobs waiting to start, oldest first (submit time, then index): the
+    /// arrival order most schedulers start from.
+    pub fn pending_by_arrival(&self) -> Vec<Job<'_>> {
+        let mut pending: Vec<Job<'_>> = self.pending_jobs().collect();
+        pending.sort_by_key(|j| (j.submit_ms(), j.index()));
+        pending
+    }
     pub fn running_jobs(&self) -> impl Iterator<Item = Job<'_>> + '_ {
         self.jobs().filter(|j| j.phase() == job_phase::RUNNING)
     }
