@@ -379,6 +379,42 @@ pub struct Opened {
     pub journal_path: PathBuf,
 }
 
+/// A data directory whose store was lost, emptied or replaced while the
+/// rest of the directory says the plane ran before: starting would mint new
+/// tokens over `admin.token`/`node.token` (locking every client and agent
+/// out) and write a second history into the old journal. Refused with what
+/// to do instead.
+fn refuse_a_lost_store(data: &Path, contents: &Contents) -> anyhow::Result<()> {
+    let store = data.join("arbiter.redb");
+    for kind in ["admin", "node"] {
+        let key = format!("meta/{kind}_token_sha256");
+        let file = data.join(format!("{kind}.token"));
+        if contents.get(&key).is_none() && file.exists() {
+            anyhow::bail!(
+                "{} has no {kind} token but {} exists: the store was lost, emptied or \
+                 replaced. Starting would mint new tokens (locking out every client and \
+                 agent) and start a second history. Restore the store, or move \
+                 admin.token, node.token and journal.jsonl out of {} to start afresh.",
+                store.display(),
+                file.display(),
+                data.display()
+            );
+        }
+    }
+    let journal = data.join("journal.jsonl");
+    let journaled = std::fs::metadata(&journal).is_ok_and(|m| m.len() > 0);
+    if contents.get("meta/admin_token_sha256").is_none() && journaled {
+        anyhow::bail!(
+            "{} is empty but {} holds a history: the store was lost, emptied or replaced. \
+             Restore the store, or move journal.jsonl out of {} to start afresh.",
+            store.display(),
+            journal.display(),
+            data.display()
+        );
+    }
+    Ok(())
+}
+
 impl Plane {
     /// Opens (or creates) the plane's data directory and restores everything in it.
     pub fn open(cfg: PlaneConfig, data: &Path) -> anyhow::Result<Opened> {
@@ -386,6 +422,7 @@ impl Plane {
             &std::path::absolute(data).with_context(|| format!("resolving {}", data.display()))?;
         let store = Store::open(data)?;
         let contents = store.read_all()?;
+        refuse_a_lost_store(data, &contents)?;
         let writer = store.writer()?;
         let mut runtime = cfg.runtime.clone();
         if runtime.cache_dir.is_none() {

@@ -1236,3 +1236,44 @@ async fn opportunistic_work_runs_past_a_full_quota_when_sharing_is_on() {
     assert_eq!(job_state(&mut a, second).await, v1::JobState::Queued);
     running.shutdown().await.unwrap();
 }
+
+/// Issue 14, item 4: a data directory whose store was lost or emptied is
+/// refused, not silently re-initialised with new tokens over the old ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_store_is_refused_not_reinitialised() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = server(dir.path(), 1, Duration::from_secs(600)).await;
+    let mut admin = client(&running, running.new_admin_token.as_deref()).await;
+    submit(&mut admin, spec("before", 1, 600_000)).await;
+    running.shutdown().await.unwrap();
+    let admin_token = std::fs::read_to_string(dir.path().join("admin.token")).unwrap();
+
+    std::fs::remove_file(dir.path().join("arbiter.redb")).unwrap();
+    let refused = arbiter_serve::server::start(ServeConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        data: dir.path().to_path_buf(),
+        metrics_listen: None,
+        plane: PlaneConfig::default(),
+    })
+    .await
+    .err()
+    .expect("a lost store must be refused");
+    let message = format!("{refused:#}");
+    assert!(
+        message.contains("admin.token") && message.contains("lost"),
+        "{message}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("admin.token")).unwrap(),
+        admin_token,
+        "the old token is left alone"
+    );
+
+    // Moving the old files away starts afresh, as the message says.
+    for f in ["admin.token", "node.token", "journal.jsonl"] {
+        let _ = std::fs::remove_file(dir.path().join(f));
+    }
+    let fresh = server(dir.path(), 1, Duration::from_secs(600)).await;
+    assert!(fresh.new_admin_token.is_some());
+    fresh.shutdown().await.unwrap();
+}
