@@ -2630,7 +2630,6 @@ impl Plane {
         ))
     }
 
-    /// Sends the launch of a started job to the agents of its workers.
     /// Sends the job's resolved launches (one per agent node it is placed
     /// on, see [`crate::launch`]). A placement that cannot be resolved puts
     /// the job back in the queue with the reason.
@@ -2946,10 +2945,10 @@ impl Plane {
         // What a job takes from its tenant's quota: the validator's rule,
         // guaranteed-charged work only (contract 0.3: shared work is exempt).
         let quota_milli_of = |j: &StoredJob| {
-            if sharing.is_shared(j.spec.qos) {
-                0
-            } else {
+            if sharing.takes_quota(j.spec.qos) {
                 j.spec.demand_milli()
+            } else {
+                0
             }
         };
         for j in self.released() {

@@ -189,6 +189,13 @@ impl SharingRules {
     pub fn is_shared(&self, qos: u8) -> bool {
         self.enabled() && qos != qos::GUARANTEED
     }
+
+    /// Whether work of this QoS consumes its tenant's GPU quota: only work
+    /// charged as guaranteed does. The one statement of the rule for the
+    /// validator (`Plan`) and the control plane's admission.
+    pub fn takes_quota(&self, qos: u8) -> bool {
+        !self.is_shared(qos)
+    }
 }
 
 /// `types.tenant-columns`: tenants with a quota.

@@ -299,7 +299,8 @@ impl<'a> Plan<'a> {
             .collect();
         let mut used: HashMap<u32, u64> = HashMap::new();
         for job in self.cluster.running_jobs() {
-            if quotas.contains_key(&job.tenant_id()) && !job.is_shared() {
+            if quotas.contains_key(&job.tenant_id()) && self.cluster.sharing.takes_quota(job.qos())
+            {
                 *used.entry(job.tenant_id()).or_default() +=
                     self.worker_milli(job.index()) * job.placement().len() as u64;
             }
@@ -917,6 +918,11 @@ impl<'a> Plan<'a> {
         Ok(())
     }
 
+    /// Whether `job` consumes its tenant's quota under this plan's QoS.
+    fn takes_quota(&self, job: u32) -> bool {
+        self.cluster.sharing.takes_quota(self.qos(job))
+    }
+
     /// What one worker of `job` charges against its tenant's quota.
     fn worker_milli(&self, job: u32) -> u64 {
         let j = self.cluster.job(job);
@@ -927,7 +933,7 @@ impl<'a> Plan<'a> {
     /// place it changes: place, migrate, scale-out/in, preempt).
     fn charge_quota(&mut self, job: u32, workers: i64) {
         let tenant = self.cluster.job(job).tenant_id();
-        if !self.tenant_quota_milli.contains_key(&tenant) || self.is_shared(job) {
+        if !self.tenant_quota_milli.contains_key(&tenant) || !self.takes_quota(job) {
             return;
         }
         let amount = self.worker_milli(job) * workers.unsigned_abs();
@@ -944,7 +950,7 @@ impl<'a> Plan<'a> {
         let Some(&quota) = self.tenant_quota_milli.get(&j.tenant_id()) else {
             return Ok(());
         };
-        if self.is_shared(job) {
+        if !self.takes_quota(job) {
             return Ok(());
         }
         let per_worker = self.worker_milli(job);
