@@ -17,6 +17,7 @@
 #![forbid(unsafe_code)]
 
 pub mod aryl;
+pub mod dynamoml;
 pub mod fgd;
 pub mod pai;
 

@@ -87,10 +87,20 @@ impl Default for Config {
 }
 
 impl Config {
-    /// Parses and checks a TOML document (missing keys keep their defaults).
+    /// Parses and checks a TOML document (missing keys keep the values of
+    /// [`Config::default`]).
     pub fn parse(text: &str) -> Result<Config, PolicyError> {
-        let cfg: Config = toml::from_str(text)
-            .map_err(|e| PolicyError::Failed(format!("bad configuration: {e}")))?;
+        Self::parse_over("", text)
+    }
+
+    /// Parses `text` over `defaults` (both TOML): a key `text` leaves out
+    /// keeps its value in `defaults`, then in [`Config::default`].
+    pub fn parse_over(defaults: &str, text: &str) -> Result<Config, PolicyError> {
+        let bad = |e: toml::de::Error| PolicyError::Failed(format!("bad configuration: {e}"));
+        let mut table: toml::Table = defaults.parse().map_err(bad)?;
+        let given: toml::Table = text.parse().map_err(bad)?;
+        table.extend(given);
+        let cfg: Config = table.try_into().map_err(|e: toml::de::Error| bad(e))?;
         if !(cfg.target_requests_per_replica.is_finite() && cfg.target_requests_per_replica > 0.0) {
             return Err(PolicyError::Failed(
                 "`target_requests_per_replica` must be positive".into(),
@@ -546,7 +556,7 @@ impl<P: Preset> Policy for Dynamo<P> {
 
     fn create() -> Self {
         Dynamo {
-            cfg: Config::parse(P::DEFAULT_CONFIG).unwrap_or_default(),
+            cfg: Config::parse_over(P::DEFAULT_CONFIG, "").unwrap_or_default(),
             initial: HashMap::new(),
             shrink_since: HashMap::new(),
             _preset: PhantomData,
@@ -554,7 +564,8 @@ impl<P: Preset> Policy for Dynamo<P> {
     }
 
     fn configure(&mut self, config: &str) -> Result<(), PolicyError> {
-        self.cfg = Config::parse(config)?;
+        // What the configuration leaves out keeps the preset's value.
+        self.cfg = Config::parse_over(P::DEFAULT_CONFIG, config)?;
         Ok(())
     }
 

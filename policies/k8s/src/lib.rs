@@ -40,4 +40,13 @@ mod tests {
         assert!(!cfg.training_scheduler && !cfg.inference_scaling && !cfg.gpu_sharing);
         assert!(!cfg.borrow_from_training);
     }
+
+    #[test]
+    fn a_configuration_changes_only_what_it_names() {
+        let mut p = KubernetesPolicy::create();
+        p.configure("inference_scaling = true").expect("config");
+        let cfg = p.config();
+        assert!(cfg.inference_scaling, "K8S+Scaling");
+        assert!(!cfg.training_scheduler && !cfg.gpu_sharing && !cfg.borrow_from_training);
+    }
 }

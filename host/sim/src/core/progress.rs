@@ -360,6 +360,22 @@ impl Progress {
         Ok(())
     }
 
+    /// A running job makes no progress until `until` (a rescale: workers
+    /// join or leave and the job re-forms; the model's cost). Its completion
+    /// is predicted again.
+    pub fn pause_until(&mut self, job: usize, now: u64, until: u64) {
+        let t = &mut self.tracks[job];
+        if !t.running {
+            return;
+        }
+        t.settle(now);
+        t.resume_at = t.resume_at.max(until);
+        t.stamp = t.stamp.wrapping_add(1);
+        if let Some(done) = t.completion(now) {
+            self.completions.push(Reverse((done, job, t.stamp)));
+        }
+    }
+
     /// Reports to the host what a waiting job has left at `throughput`
     /// (after a preemption with a checkpoint).
     pub fn report_waiting(
@@ -446,6 +462,23 @@ mod tests {
         p.preempted(id, 600);
         assert_eq!(p.track(0).remaining, 400.0);
         assert_eq!(p.track(0).preemptions, 1);
+    }
+
+    #[test]
+    fn a_pause_delays_completion_by_its_length() {
+        let mut state = ClusterState::new();
+        let id = state
+            .submit(arbiter_host::state::JobRequest::gpus("j", "t", 1, 1))
+            .expect("submit");
+        let mut p = Progress::new([(1000.0, true)], ProgressRules::default());
+        p.submitted(0, id);
+        p.started(id, 0);
+        p.set_rate(&mut state, 0, 1.0).expect("rate");
+        p.pause_until(0, 400, 700);
+        assert_eq!(p.remaining(0, 700), 600.0);
+        assert_eq!(p.next_completion(400), Some(1300));
+        assert!(p.take_finished(1000).is_empty());
+        assert_eq!(p.take_finished(1300), vec![(0, Some(id))]);
     }
 
     #[test]

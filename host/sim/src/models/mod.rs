@@ -6,9 +6,12 @@
 //!
 //! * [`fgd`]: the FGD paper's static placement protocol;
 //! * [`replay`]: time-based replay of a trace;
-//! * [`aryl`]: Aryl's training and inference pools with capacity loaning.
+//! * [`aryl`]: Aryl's training and inference pools with capacity loaning;
+//! * [`dynamoml`]: DynamoML's mixed pipeline — notebooks, an autoscaled
+//!   inference service with closed-loop clients, elastic training.
 
 pub mod aryl;
+pub mod dynamoml;
 pub mod fgd;
 pub mod replay;
 
