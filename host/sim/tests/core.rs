@@ -166,3 +166,46 @@ fn the_simulator_links_no_policy_and_no_cli_crate() {
     let bad: Vec<&String> = deps.keys().filter(|k| forbidden(k)).collect();
     assert!(bad.is_empty(), "arbiter-sim depends on {bad:?}");
 }
+
+/// A model that wants a round whenever asked until `until`, with nothing
+/// else happening (an autoscaler's sync period).
+struct AlwaysDue {
+    until: u64,
+}
+
+impl WorkloadModel for AlwaysDue {
+    fn next_event(&self, _ctx: &SimCtx, now: u64) -> Option<u64> {
+        (now < self.until).then_some(self.until)
+    }
+
+    fn on_events(&mut self, _ctx: &mut SimCtx, _now: u64) -> anyhow::Result<bool> {
+        Ok(false)
+    }
+
+    fn round_due(&self, ctx: &SimCtx, _changed: bool) -> bool {
+        ctx.host.state.now_ms() < self.until
+    }
+
+    fn rate(&self, _ctx: &SimCtx, _job: usize, _placement: &[WorkerPlacement]) -> f64 {
+        1.0
+    }
+}
+
+#[test]
+fn a_model_always_due_gets_one_round_per_grid_time() {
+    // Rounds at 0, 100, …, 900; without the core's guard the loop would
+    // run rounds at 0 forever.
+    let mut model = AlwaysDue { until: 1000 };
+    let mut ctx = SimCtx {
+        host: host(),
+        // One endless job, never submitted: the run is not over by itself.
+        progress: Progress::new([(f64::INFINITY, false)], ProgressRules::default()),
+    };
+    let rules = LoopRules {
+        round_interval_ms: 100,
+        horizon_ms: 10_000,
+        gpu_metrics_period_ms: None,
+    };
+    core::run(&mut model, &mut ctx, &rules).expect("run");
+    assert_eq!(ctx.host.stats.rounds, 10);
+}

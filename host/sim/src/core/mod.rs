@@ -17,8 +17,9 @@
 //! 4. on a telemetry tick the host hears the GPUs' metrics
 //!    ([`WorkloadModel::gpu_metrics`]) as the `gpu-metrics` event a node
 //!    agent would send;
-//! 5. when the model says a round is due and the time is on the grid, the
-//!    host runs a scheduling round through its [`RoundDriver`]; every change
+//! 5. when the model says a round is due and the time is on the grid (once
+//!    per grid time, however often the model says so), the host runs a
+//!    scheduling round through its [`RoundDriver`]; every change
 //!    it applied — starts, preemptions, resizes, migrations, QoS changes —
 //!    reaches the integrator and the model here, in [`apply`].
 //!
@@ -128,6 +129,9 @@ pub fn run<M: WorkloadModel>(
     let mut now = model.start_ms();
     let mut next_tick = period.map(|p| now.saturating_add(p));
     let mut changed = false;
+    // On a grid, at most one round per grid time: a model that wants a
+    // round on every tick must not get a second one at the same time.
+    let mut last_round: Option<u64> = None;
     loop {
         let mut t_next = u64::MAX;
         if let Some(t) = model.next_event(ctx, now) {
@@ -137,7 +141,11 @@ pub fn run<M: WorkloadModel>(
             t_next = t_next.min(t);
         }
         if interval > 0 && model.round_due(ctx, changed) {
-            t_next = t_next.min(now.div_ceil(interval).saturating_mul(interval));
+            let mut grid = now.div_ceil(interval).saturating_mul(interval);
+            if last_round == Some(grid) {
+                grid = grid.saturating_add(interval);
+            }
+            t_next = t_next.min(grid);
         }
         if t_next == u64::MAX || ctx.progress.all_finished() || t_next > rules.horizon_ms {
             break;
@@ -179,7 +187,11 @@ pub fn run<M: WorkloadModel>(
                 .context("recording GPU metrics")?;
             next_tick = Some(now.saturating_add(p));
         }
-        if model.round_due(ctx, changed) && (interval == 0 || now.is_multiple_of(interval)) {
+        let on_grid = interval == 0 || (now.is_multiple_of(interval) && last_round != Some(now));
+        if model.round_due(ctx, changed) && on_grid {
+            if interval > 0 {
+                last_round = Some(now);
+            }
             let report = ctx.host.round();
             apply(model, ctx, &report.applied, now)?;
             model.after_round(ctx, &report, now)?;

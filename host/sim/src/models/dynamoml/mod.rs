@@ -332,7 +332,6 @@ struct DynamoModel<'a> {
     window: Vec<(f64, f64)>,
     window_start: u64,
     next_tick: u64,
-    last_round: Option<u64>,
     requests: f64,
     over_slo: f64,
     bins: [f64; 4],
@@ -511,9 +510,9 @@ impl core::WorkloadModel for DynamoModel<'_> {
 
     /// A round runs on every tick of the grid while training is left (the
     /// autoscaler looks at the service each sync period whatever else
-    /// happened), once per tick.
-    fn round_due(&self, ctx: &SimCtx, _changed: bool) -> bool {
-        self.training_left > 0 && self.last_round.is_none_or(|t| ctx.host.state.now_ms() > t)
+    /// happened; the core runs one per grid time).
+    fn round_due(&self, _ctx: &SimCtx, _changed: bool) -> bool {
+        self.training_left > 0
     }
 
     fn rate(&self, _ctx: &SimCtx, job: usize, placement: &[WorkerPlacement]) -> f64 {
@@ -540,7 +539,6 @@ impl core::WorkloadModel for DynamoModel<'_> {
         report: &RoundReport,
         now: u64,
     ) -> anyhow::Result<()> {
-        self.last_round = Some(now);
         // Training jobs whose workers changed re-form.
         let until = now.saturating_add(self.cfg.rescale_pause_ms);
         for &id in &report.applied.resized {
@@ -688,7 +686,6 @@ pub fn run_dynamoml(
         window: Vec::new(),
         window_start: 0,
         next_tick: cfg.round_interval_ms,
-        last_round: None,
         requests: 0.0,
         over_slo: 0.0,
         bins: [0.0; 4],
