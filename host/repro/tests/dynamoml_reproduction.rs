@@ -59,7 +59,7 @@ fn inference_gets_eleven_gpus_under_dynamoml_and_four_under_k8s_scaling_at_the_f
 /// tolerance is what we reproduce — the ordering and a cut of at least
 /// 15 % — and `docs/reproductions/dynamoml.md` says why not more.
 #[test]
-fn dynamoml_finishes_the_workload_first_and_k8s_scaling_last() {
+fn dynamoml_finishes_well_before_k8s_scaling_which_finishes_last() {
     let c = comparison();
     let ratio = c.makespan_ratio().expect("ratio");
     assert!(ratio <= 0.85, "DynamoML / K8S+Scaling makespan {ratio:.2}");
