@@ -44,12 +44,12 @@ pub fn wrapper(sym: Sym) -> Option<*mut c_void> {
         cuMemAllocPitch_v2 => self::cuMemAllocPitch_v2 as *mut c_void,
         cuMemAllocManaged => self::cuMemAllocManaged as *mut c_void,
         cuMemAllocAsync => self::cuMemAllocAsync as *mut c_void,
-        cuMemAllocAsync_ptsa => self::cuMemAllocAsync_ptsa as *mut c_void,
+        cuMemAllocAsync_ptsz => self::cuMemAllocAsync_ptsz as *mut c_void,
         cuMemAllocFromPoolAsync => self::cuMemAllocFromPoolAsync as *mut c_void,
-        cuMemAllocFromPoolAsync_ptsa => self::cuMemAllocFromPoolAsync_ptsa as *mut c_void,
+        cuMemAllocFromPoolAsync_ptsz => self::cuMemAllocFromPoolAsync_ptsz as *mut c_void,
         cuMemFree_v2 => self::cuMemFree_v2 as *mut c_void,
         cuMemFreeAsync => self::cuMemFreeAsync as *mut c_void,
-        cuMemFreeAsync_ptsa => self::cuMemFreeAsync_ptsa as *mut c_void,
+        cuMemFreeAsync_ptsz => self::cuMemFreeAsync_ptsz as *mut c_void,
         cuMemCreate => self::cuMemCreate as *mut c_void,
         cuMemRelease => self::cuMemRelease as *mut c_void,
         cuMemGetInfo_v2 => self::cuMemGetInfo_v2 as *mut c_void,
@@ -280,13 +280,13 @@ pub unsafe extern "C" fn cuMemAllocAsync(dptr: *mut u64, size: usize, stream: Pt
 /// # Safety
 /// Driver API contract.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocAsync_ptsa(
+pub unsafe extern "C" fn cuMemAllocAsync_ptsz(
     dptr: *mut u64,
     size: usize,
     stream: Ptr,
 ) -> CUresult {
     guard(|| {
-        let f = real!(cuMemAllocAsync_ptsa: AllocAsyncFn);
+        let f = real!(cuMemAllocAsync_ptsz: AllocAsyncFn);
         alloc_with(size, Kind::Ptr, || {
             // SAFETY: forwarding.
             let r = unsafe { f(dptr, size, stream) };
@@ -317,14 +317,14 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
 /// # Safety
 /// Driver API contract.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsa(
+pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(
     dptr: *mut u64,
     size: usize,
     pool: Ptr,
     stream: Ptr,
 ) -> CUresult {
     guard(|| {
-        let f = real!(cuMemAllocFromPoolAsync_ptsa: AllocPoolFn);
+        let f = real!(cuMemAllocFromPoolAsync_ptsz: AllocPoolFn);
         alloc_with(size, Kind::Ptr, || {
             // SAFETY: forwarding.
             let r = unsafe { f(dptr, size, pool, stream) };
@@ -369,9 +369,9 @@ pub unsafe extern "C" fn cuMemFreeAsync(dptr: u64, stream: Ptr) -> CUresult {
 /// # Safety
 /// Driver API contract.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemFreeAsync_ptsa(dptr: u64, stream: Ptr) -> CUresult {
+pub unsafe extern "C" fn cuMemFreeAsync_ptsz(dptr: u64, stream: Ptr) -> CUresult {
     guard(|| {
-        let f = real!(cuMemFreeAsync_ptsa: unsafe extern "C" fn(u64, Ptr) -> CUresult);
+        let f = real!(cuMemFreeAsync_ptsz: unsafe extern "C" fn(u64, Ptr) -> CUresult);
         // SAFETY: forwarding.
         free_with(Kind::Ptr, dptr, || unsafe { f(dptr, stream) })
     })
@@ -418,7 +418,9 @@ pub unsafe extern "C" fn cuMemRelease(handle: u64) -> CUresult {
 }
 
 /// Quota view: `total = min(physical, quota)`, `free = min(physical free, total - used)`.
-/// NULL-safe: the driver always gets valid pointers, and only non-NULL outputs are written.
+/// NULL arguments: the driver sees the caller's own pointers first, so the result code is
+/// exactly the driver's (`CUDA_ERROR_INVALID_VALUE` for NULL today); only if it accepts them
+/// do we compute the view into locals and write the non-NULL outputs.
 ///
 /// # Safety
 /// Driver API contract.
@@ -429,6 +431,13 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
             panic!("ARBITER_INTERPOSE_TEST_PANIC: deliberate panic inside cuMemGetInfo_v2");
         }
         let f = real!(cuMemGetInfo_v2: unsafe extern "C" fn(*mut usize, *mut usize) -> CUresult);
+        if free.is_null() || total.is_null() {
+            // SAFETY: forwarding the caller's arguments unchanged.
+            let r = unsafe { f(free, total) };
+            if r != CUDA_SUCCESS {
+                return r;
+            }
+        }
         let (mut fr, mut to) = (0usize, 0usize);
         // SAFETY: valid local out-pointers.
         let r = unsafe { f(&mut fr, &mut to) };
@@ -463,6 +472,10 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
 pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: c_int) -> CUresult {
     guard(|| {
         let f = real!(cuDeviceTotalMem_v2: unsafe extern "C" fn(*mut usize, c_int) -> CUresult);
+        if bytes.is_null() {
+            // SAFETY: forwarding the caller's arguments unchanged (the driver's own NULL answer).
+            return unsafe { f(bytes, dev) };
+        }
         let mut t = 0usize;
         // SAFETY: valid local out-pointer.
         let r = unsafe { f(&mut t, dev) };
@@ -474,10 +487,8 @@ pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: c_int) -> C
         {
             t = (t as u64).min(b.limits.quota_bytes.load(Ordering::Relaxed)) as usize;
         }
-        if !bytes.is_null() {
-            // SAFETY: non-NULL caller pointer.
-            unsafe { *bytes = t };
-        }
+        // SAFETY: non-NULL caller pointer (checked above).
+        unsafe { *bytes = t };
         r
     })
 }
@@ -587,10 +598,13 @@ pub struct LaunchConfig {
     pub stream: Ptr,
 }
 
+/// Admit the launch (or return the pacer's refusal); evaluates to the [`pacer::Admission`]
+/// to settle with the driver's answer.
 macro_rules! admit_or_return {
     ($stream:expr, $kind:expr, $weight:expr) => {
-        if let Err(e) = pacer::admit($stream, $kind, $weight) {
-            return e;
+        match pacer::admit($stream, $kind, $weight) {
+            Ok(admission) => admission,
+            Err(e) => return e,
         }
     };
 }
@@ -612,10 +626,10 @@ pub unsafe extern "C" fn cuLaunchKernel(
     extra: Args,
 ) -> CUresult {
     guard(|| {
-        admit_or_return!(stream, StreamKind::Legacy, 1);
         let real = real!(cuLaunchKernel: LaunchFn);
+        let admission = admit_or_return!(stream, StreamKind::Legacy, 1);
         // SAFETY: forwarding.
-        unsafe { real(f, gx, gy, gz, bx, by, bz, shm, stream, params, extra) }
+        admission.settle(unsafe { real(f, gx, gy, gz, bx, by, bz, shm, stream, params, extra) })
     })
 }
 
@@ -636,10 +650,10 @@ pub unsafe extern "C" fn cuLaunchKernel_ptsz(
     extra: Args,
 ) -> CUresult {
     guard(|| {
-        admit_or_return!(stream, StreamKind::PerThread, 1);
         let real = real!(cuLaunchKernel_ptsz: LaunchFn);
+        let admission = admit_or_return!(stream, StreamKind::PerThread, 1);
         // SAFETY: forwarding.
-        unsafe { real(f, gx, gy, gz, bx, by, bz, shm, stream, params, extra) }
+        admission.settle(unsafe { real(f, gx, gy, gz, bx, by, bz, shm, stream, params, extra) })
     })
 }
 
@@ -661,10 +675,10 @@ pub unsafe extern "C" fn cuLaunchKernelEx(
     extra: Args,
 ) -> CUresult {
     guard(|| {
-        admit_or_return!(config_stream(cfg), StreamKind::Legacy, 1);
         let real = real!(cuLaunchKernelEx: LaunchExFn);
+        let admission = admit_or_return!(config_stream(cfg), StreamKind::Legacy, 1);
         // SAFETY: forwarding.
-        unsafe { real(cfg, f, params, extra) }
+        admission.settle(unsafe { real(cfg, f, params, extra) })
     })
 }
 
@@ -678,10 +692,10 @@ pub unsafe extern "C" fn cuLaunchKernelEx_ptsz(
     extra: Args,
 ) -> CUresult {
     guard(|| {
-        admit_or_return!(config_stream(cfg), StreamKind::PerThread, 1);
         let real = real!(cuLaunchKernelEx_ptsz: LaunchExFn);
+        let admission = admit_or_return!(config_stream(cfg), StreamKind::PerThread, 1);
         // SAFETY: forwarding.
-        unsafe { real(cfg, f, params, extra) }
+        admission.settle(unsafe { real(cfg, f, params, extra) })
     })
 }
 
@@ -701,10 +715,10 @@ pub unsafe extern "C" fn cuLaunchCooperativeKernel(
     params: Args,
 ) -> CUresult {
     guard(|| {
-        admit_or_return!(stream, StreamKind::Legacy, 1);
         let real = real!(cuLaunchCooperativeKernel: CoopFn);
+        let admission = admit_or_return!(stream, StreamKind::Legacy, 1);
         // SAFETY: forwarding.
-        unsafe { real(f, gx, gy, gz, bx, by, bz, shm, stream, params) }
+        admission.settle(unsafe { real(f, gx, gy, gz, bx, by, bz, shm, stream, params) })
     })
 }
 
@@ -724,10 +738,10 @@ pub unsafe extern "C" fn cuLaunchCooperativeKernel_ptsz(
     params: Args,
 ) -> CUresult {
     guard(|| {
-        admit_or_return!(stream, StreamKind::PerThread, 1);
         let real = real!(cuLaunchCooperativeKernel_ptsz: CoopFn);
+        let admission = admit_or_return!(stream, StreamKind::PerThread, 1);
         // SAFETY: forwarding.
-        unsafe { real(f, gx, gy, gz, bx, by, bz, shm, stream, params) }
+        admission.settle(unsafe { real(f, gx, gy, gz, bx, by, bz, shm, stream, params) })
     })
 }
 
@@ -742,10 +756,11 @@ pub unsafe extern "C" fn cuLaunchCooperativeKernelMultiDevice(
     flags: c_uint,
 ) -> CUresult {
     guard(|| {
-        admit_or_return!(std::ptr::null_mut(), StreamKind::None, u64::from(n.max(1)));
         let real = real!(cuLaunchCooperativeKernelMultiDevice: unsafe extern "C" fn(Ptr, c_uint, c_uint) -> CUresult);
+        let admission =
+            admit_or_return!(std::ptr::null_mut(), StreamKind::None, u64::from(n.max(1)));
         // SAFETY: forwarding.
-        unsafe { real(list, n, flags) }
+        admission.settle(unsafe { real(list, n, flags) })
     })
 }
 
@@ -756,10 +771,10 @@ pub unsafe extern "C" fn cuLaunchCooperativeKernelMultiDevice(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphLaunch(exec: Ptr, stream: Ptr) -> CUresult {
     guard(|| {
-        admit_or_return!(stream, StreamKind::Legacy, 1);
         let real = real!(cuGraphLaunch: GraphFn);
+        let admission = admit_or_return!(stream, StreamKind::Legacy, 1);
         // SAFETY: forwarding.
-        unsafe { real(exec, stream) }
+        admission.settle(unsafe { real(exec, stream) })
     })
 }
 
@@ -768,9 +783,9 @@ pub unsafe extern "C" fn cuGraphLaunch(exec: Ptr, stream: Ptr) -> CUresult {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphLaunch_ptsz(exec: Ptr, stream: Ptr) -> CUresult {
     guard(|| {
-        admit_or_return!(stream, StreamKind::PerThread, 1);
         let real = real!(cuGraphLaunch_ptsz: GraphFn);
+        let admission = admit_or_return!(stream, StreamKind::PerThread, 1);
         // SAFETY: forwarding.
-        unsafe { real(exec, stream) }
+        admission.settle(unsafe { real(exec, stream) })
     })
 }

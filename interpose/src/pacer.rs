@@ -32,9 +32,61 @@ pub enum StreamKind {
     None,
 }
 
+/// A launch we let through: what it took from the workload's budget, so that a launch the
+/// driver then rejects gives it back (a rejected launch does no work on the GPU and must not
+/// slow down the ones that do).
+#[must_use]
+pub struct Admission {
+    /// The block the launch was counted in (`None`: not enforcing, nothing to give back).
+    block: Option<&'static ControlBlock>,
+    weight: u64,
+    /// Pacer time reserved (`interval × weight`), 0 when unthrottled.
+    cost_ns: u64,
+    /// Rate epoch the slot was reserved under (a slot of an older epoch is already forgiven).
+    epoch: u64,
+}
+
+impl Admission {
+    const NONE: Admission = Admission {
+        block: None,
+        weight: 0,
+        cost_ns: 0,
+        epoch: 0,
+    };
+
+    /// Settle with the driver's answer: a rejected launch returns its slot and is not counted.
+    #[inline(always)]
+    pub fn settle(self, r: CUresult) -> CUresult {
+        if r != CUDA_SUCCESS {
+            self.give_back();
+        }
+        r
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn give_back(self) {
+        let Some(b) = self.block else { return };
+        let _ = b
+            .counters
+            .launches
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                Some(n.saturating_sub(self.weight))
+            });
+        if self.cost_ns > 0 && b.limits.pace_epoch.load(Ordering::Acquire) == self.epoch {
+            let _ = b
+                .shared
+                .pace_tat_ns
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
+                    Some(t.saturating_sub(self.cost_ns))
+                });
+        }
+    }
+}
+
 /// Admit a launch of `weight` kernels on `stream`.
 #[inline(always)]
-pub fn admit(stream: *mut c_void, kind: StreamKind, weight: u64) -> Result<(), CUresult> {
+pub fn admit(stream: *mut c_void, kind: StreamKind, weight: u64) -> Result<Admission, CUresult> {
     if state::mode() == ENFORCE
         && let Some(b) = state::block()
     {
@@ -42,11 +94,16 @@ pub fn admit(stream: *mut c_void, kind: StreamKind, weight: u64) -> Result<(), C
         let interval = b.limits.pace_interval_ns.load(Ordering::Relaxed);
         if flags | interval == 0 {
             b.counters.launches.fetch_add(weight, Ordering::Relaxed);
-            return Ok(());
+            return Ok(Admission {
+                block: Some(b),
+                weight,
+                cost_ns: 0,
+                epoch: 0,
+            });
         }
         return admit_slow(b, stream, kind, weight);
     }
-    admit_other()
+    admit_other().map(|()| Admission::NONE)
 }
 
 #[cold]
@@ -113,14 +170,20 @@ fn capturing(stream: *mut c_void, kind: StreamKind) -> bool {
 #[cold]
 #[inline(never)]
 fn admit_slow(
-    b: &ControlBlock,
+    b: &'static ControlBlock,
     stream: *mut c_void,
     kind: StreamKind,
     weight: u64,
-) -> Result<(), CUresult> {
+) -> Result<Admission, CUresult> {
+    let mut admission = Admission {
+        block: Some(b),
+        weight,
+        cost_ns: 0,
+        epoch: 0,
+    };
     if capturing(stream, kind) {
         b.counters.launches.fetch_add(weight, Ordering::Relaxed);
-        return Ok(());
+        return Ok(admission);
     }
     let start = monotonic_ns();
     let mut waited = false;
@@ -163,6 +226,8 @@ fn admit_slow(
                 Err(actual) => cur = actual,
             }
         };
+        admission.cost_ns = cost;
+        admission.epoch = epoch;
         let allowed_at = slot.saturating_sub(burst);
         while now < allowed_at {
             waited = true;
@@ -174,6 +239,7 @@ fn admit_slow(
                 || state::mode() != ENFORCE
             {
                 // The node changed something: drop this slot and plan again.
+                admission.cost_ns = 0;
                 continue 'plan;
             }
         }
@@ -192,7 +258,7 @@ fn admit_slow(
     if state::mode() == EXITING {
         hold_forever();
     }
-    Ok(())
+    Ok(admission)
 }
 
 /// First launch to see a new rate epoch resets the schedule to "now", so debt accumulated at

@@ -158,16 +158,21 @@ pub fn restore(kind: Kind, key: u64, charged: u64) {
     lock(shard(kind, key)).insert(key, charged);
 }
 
-/// The free succeeded: return the bytes.
+/// The free succeeded: return the bytes — at most what this process still holds. After
+/// [`release_all`] (exit) it holds nothing, so the frees that global destructors and earlier
+/// `atexit` handlers make later refund nothing: the quota counter is shared with the other
+/// processes of the workload, and refunding twice would hand their bytes out again.
 pub fn released(charged: Option<u64>) {
     let Some(b) = state::block() else { return };
     b.counters.frees.fetch_add(1, Ordering::Relaxed);
     if let Some(c) = charged {
         b.counters.bytes_freed.fetch_add(c, Ordering::Relaxed);
-        b.release(c);
+        let mut refund = 0;
         let _ = MY_USED.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |u| {
-            Some(u.saturating_sub(c))
+            refund = c.min(u);
+            Some(u - refund)
         });
+        b.release(refund);
     }
 }
 

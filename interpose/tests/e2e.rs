@@ -256,7 +256,18 @@ fn every_allocator_is_charged_and_released() {
             6,
             "OOMs were refused before the driver"
         );
-        assert!(fake.get(FakeSlot::VmmBytes) > 0 && fake.get(FakeSlot::AsyncBytes) > 0);
+        assert!(fake.get(FakeSlot::VmmBytes) > 0);
+        // The per-thread-stream flag reached the driver's real `_ptsz` allocators (and each
+        // was charged above: the quota denials count all six allocators).
+        let (legacy, per_thread) = (
+            fake.get(FakeSlot::AsyncBytes),
+            fake.get(FakeSlot::AsyncPtszBytes),
+        );
+        if resolve == "gpa-ptds" {
+            assert!(legacy == 0 && per_thread > 0, "{legacy} {per_thread}");
+        } else {
+            assert!(legacy > 0 && per_thread == 0, "{legacy} {per_thread}");
+        }
     }
 }
 
@@ -267,7 +278,8 @@ fn mem_info_reports_the_quota_view() {
     assert_eq!(field(&text, "total"), 100 * MIB);
     assert_eq!(field(&text, "free"), 99 * MIB);
     assert_eq!(field(&text, "devtotal"), 100 * MIB);
-    assert!(text.contains("null_rcs="), "NULL arguments did not crash");
+    // NULL arguments: the driver's own answer (CUDA_ERROR_INVALID_VALUE), not a success.
+    assert!(text.contains("null_rcs=1,1,1,1"), "{text}");
 
     // A quota above the physical memory never reports more than physical.
     let s =
@@ -335,6 +347,27 @@ fn pacing_delivers_target_share_within_5_percent() {
     eprintln!("measured shares: {a:.4} {b:.4}");
     assert!((a / 0.3 - 1.0).abs() <= 0.05, "30% tenant got {a}");
     assert!((b / 0.7 - 1.0).abs() <= 0.05, "70% tenant got {b}");
+}
+
+/// Ten launches the driver rejects at a 50 ms pacing interval: each waits for its slot (we
+/// cannot know in advance), but gives it back when rejected, so the ten share one slot
+/// (≈ 50 ms) instead of queueing for 500 ms, and none is counted as a launch.
+#[test]
+fn a_launch_the_driver_rejects_gives_its_pacing_slot_back() {
+    let s = Scenario::new(
+        "rejected",
+        Some(BlockInit {
+            pace_interval_ns: 50_000_000,
+            ..Default::default()
+        }),
+    );
+    let text = stdout(&s.run("gpa", &["rejected", "10"]));
+    let wall = Duration::from_nanos(field(&text, "wall_ns"));
+    assert_eq!(s.block().counters.launches.load(Ordering::Relaxed), 0);
+    assert!(
+        wall < Duration::from_millis(300),
+        "rejected launches queued behind each other: {wall:?}"
+    );
 }
 
 #[test]
@@ -432,6 +465,33 @@ fn assert_released(s: &Scenario) {
         0,
         "quota not returned"
     );
+}
+
+/// Two processes share one block. One holds 64 MiB; the other allocates 32 MiB and frees it
+/// after the interposer's exit handler already returned its share. The late free must not be
+/// refunded a second time, or the survivor's bytes would be handed out again.
+#[test]
+fn a_free_after_exit_is_not_refunded_twice() {
+    let s = Scenario::new("late-free", quota_block(256 * MIB));
+    let mut holder = KillOnDrop(s.spawn("gpa", &["train"]));
+    let _ = wait_for_line(&mut holder.0, "ready");
+    let used = || s.block().shared.used_bytes.load(Ordering::Relaxed);
+    assert_eq!(used(), 64 * MIB);
+    let out = s.run("gpa", &["free-after-exit", &(32 * MIB).to_string()]);
+    assert!(out.status.success());
+    assert!(stdout(&out).contains("late_free_rc=0"), "the late free ran");
+    assert_eq!(used(), 64 * MIB, "the holder's 64 MiB are still charged");
+}
+
+/// A spawned workload that is killed when the test ends, passed or failed (a survivor would
+/// keep the test harness's output pipe open).
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 #[test]

@@ -233,10 +233,10 @@ static int mode_allocators(size_t quota) {
     int fails = 0;
     RESOLVE(pitch, pitch_t, "cuMemAllocPitch", "cuMemAllocPitch_v2");
     RESOLVE(managed, managed_t, "cuMemAllocManaged", "cuMemAllocManaged");
-    RESOLVE(aasync, async_t, "cuMemAllocAsync", g_flags ? "cuMemAllocAsync_ptsa" : "cuMemAllocAsync");
+    RESOLVE(aasync, async_t, "cuMemAllocAsync", g_flags ? "cuMemAllocAsync_ptsz" : "cuMemAllocAsync");
     RESOLVE(pool, pool_t, "cuMemAllocFromPoolAsync",
-            g_flags ? "cuMemAllocFromPoolAsync_ptsa" : "cuMemAllocFromPoolAsync");
-    RESOLVE(fasync, freeasync_t, "cuMemFreeAsync", g_flags ? "cuMemFreeAsync_ptsa" : "cuMemFreeAsync");
+            g_flags ? "cuMemAllocFromPoolAsync_ptsz" : "cuMemAllocFromPoolAsync");
+    RESOLVE(fasync, freeasync_t, "cuMemFreeAsync", g_flags ? "cuMemFreeAsync_ptsz" : "cuMemFreeAsync");
     RESOLVE(create, create_t, "cuMemCreate", "cuMemCreate");
     RESOLVE(release, release_t, "cuMemRelease", "cuMemRelease");
     RESOLVE(info, meminfo_t, "cuMemGetInfo", "cuMemGetInfo_v2");
@@ -299,6 +299,17 @@ static int mode_pace(long n) {
     if (rc) die("sync", rc);
     u64 t1 = now_ns();
     printf("launched=%ld wall_ns=%llu\n", n, t1 - t0);
+    return 0;
+}
+
+/* Launches the driver rejects (NULL function: CUDA_ERROR_INVALID_VALUE). */
+static int mode_rejected(long n) {
+    u64 t0 = now_ns();
+    for (long i = 0; i < n; i++) {
+        CUresult rc = g_launch(NULL, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
+        if (rc != 1) die("rejected launch", rc);
+    }
+    printf("rejected=%ld wall_ns=%llu\n", n, now_ns() - t0);
     return 0;
 }
 
@@ -444,6 +455,20 @@ static int mode_panic(void) {
     return (rc2 == 0 && rc3 == 0) ? 0 : 1;
 }
 
+/* A free made after the interposer's own atexit handler (registered on cuInit) ran: global
+ * destructors and atexit handlers registered before CUDA was initialised do exactly this. */
+static u64 g_late_ptr;
+static void late_free(void) {
+    CUresult rc = g_free(g_late_ptr);
+    printf("late_free_rc=%d\n", rc);
+}
+
+static int mode_free_after_exit(size_t bytes) {
+    if (g_alloc(&g_late_ptr, bytes)) die("alloc", -1);
+    printf("allocated=%zu\n", bytes);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 2) {
@@ -453,6 +478,7 @@ int main(int argc, char **argv) {
     const char *m = argv[1];
     int own_handler = !strcmp(m, "train-handler");
     if (own_handler) mode_train(1);
+    if (!strcmp(m, "free-after-exit")) atexit(late_free);
     setup();
     common_init();
     if (!strcmp(m, "alloc-race")) return mode_alloc_race(atoi(argv[2]), (size_t)atoll(argv[3]));
@@ -460,11 +486,13 @@ int main(int argc, char **argv) {
     if (!strcmp(m, "meminfo")) return mode_meminfo();
     if (!strcmp(m, "pace")) return mode_pace(atol(argv[2]));
     if (!strcmp(m, "launch-loop")) return mode_launch_loop(atol(argv[2]));
+    if (!strcmp(m, "rejected")) return mode_rejected(atol(argv[2]));
     if (!strcmp(m, "variants")) return mode_variants();
     if (!strcmp(m, "capture")) return mode_capture(atol(argv[2]));
     if (!strcmp(m, "train") || own_handler) train_loop();
     if (!strcmp(m, "unknown")) return mode_unknown();
     if (!strcmp(m, "panic")) return mode_panic();
+    if (!strcmp(m, "free-after-exit")) return mode_free_after_exit((size_t)atoll(argv[2]));
     fprintf(stderr, "unknown mode %s\n", m);
     return 2;
 }

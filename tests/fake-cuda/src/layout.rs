@@ -27,6 +27,8 @@ pub enum Slot {
     ManagedBytes,
     AsyncBytes,
     PitchBytes,
+    /// Bytes allocated through the per-thread-default-stream (`_ptsz`) async allocators.
+    AsyncPtszBytes,
 }
 /// Number of u64 slots in the state file.
 pub const SLOTS: usize = 32;

@@ -8,7 +8,9 @@
 //!   wait for the timeline to drain;
 //! * contexts (created and primary), streams, stream capture and graph launch;
 //! * `cuGetProcAddress{,_v2}` resolving (name, version, flags) like the real driver does:
-//!   `_ptsz`/`_ptsa` for the per-thread default stream flag, `_v2` for new enough versions.
+//!   `_ptsz` for the per-thread default stream flag (the real names, cuda.h 12.9: also
+//!   `cuMemAllocAsync_ptsz`, `cuMemFreeAsync_ptsz`, `cuMemAllocFromPoolAsync_ptsz`), `_v2` for new
+//!   enough versions. It is linked `-Bsymbolic` like the real driver (see build.rs).
 //!
 //! Accounting of what reached the "device" is kept in [`Slot`] counters. When `FAKE_CUDA_STATE`
 //! names a file, the counters live in that file (mapped `MAP_SHARED`), so a test can read them
@@ -261,12 +263,12 @@ pub unsafe extern "C" fn cuMemAllocAsync(dptr: *mut u64, size: usize, _s: *mut c
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocAsync_ptsa(
+pub unsafe extern "C" fn cuMemAllocAsync_ptsz(
     dptr: *mut u64,
     size: usize,
     _s: *mut c_void,
 ) -> CUresult {
-    alloc_into(dptr, size, Some(Slot::AsyncBytes))
+    alloc_into(dptr, size, Some(Slot::AsyncPtszBytes))
 }
 
 #[unsafe(no_mangle)]
@@ -280,13 +282,13 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsa(
+pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(
     dptr: *mut u64,
     size: usize,
     _pool: *mut c_void,
     _s: *mut c_void,
 ) -> CUresult {
-    alloc_into(dptr, size, Some(Slot::AsyncBytes))
+    alloc_into(dptr, size, Some(Slot::AsyncPtszBytes))
 }
 
 #[unsafe(no_mangle)]
@@ -300,7 +302,7 @@ pub unsafe extern "C" fn cuMemFreeAsync(dptr: u64, _s: *mut c_void) -> CUresult 
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemFreeAsync_ptsa(dptr: u64, _s: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemFreeAsync_ptsz(dptr: u64, _s: *mut c_void) -> CUresult {
     free_addr(dptr)
 }
 
@@ -862,12 +864,12 @@ fn export(name: &[u8]) -> Option<*mut c_void> {
         cuMemAllocPitch_v2,
         cuMemAllocManaged,
         cuMemAllocAsync,
-        cuMemAllocAsync_ptsa,
+        cuMemAllocAsync_ptsz,
         cuMemAllocFromPoolAsync,
-        cuMemAllocFromPoolAsync_ptsa,
+        cuMemAllocFromPoolAsync_ptsz,
         cuMemFree_v2,
         cuMemFreeAsync,
-        cuMemFreeAsync_ptsa,
+        cuMemFreeAsync_ptsz,
         cuMemCreate,
         cuMemRelease,
         cuMemGetInfo_v2,
@@ -895,10 +897,8 @@ fn resolve(symbol: *const c_char, version: c_int, flags: u64) -> Option<*mut c_v
     let base = unsafe { CStr::from_ptr(symbol) }.to_bytes();
     let with = |suffix: &[u8]| -> Vec<u8> { [base, suffix].concat() };
     if flags & PTDS != 0 {
-        for s in [&b"_ptsz"[..], b"_ptsa"] {
-            if let Some(p) = export(&with(s)) {
-                return Some(p);
-            }
+        if let Some(p) = export(&with(b"_ptsz")) {
+            return Some(p);
         }
     }
     let v2_min = if base == b"cuGetProcAddress" {
