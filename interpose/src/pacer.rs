@@ -286,7 +286,7 @@ mod tests {
     // Pure GCRA check on a private block (no waiting: burst covers the whole run).
     #[test]
     fn gcra_slots_are_spaced_by_interval() {
-        let b = ControlBlock::default();
+        let b: &'static ControlBlock = Box::leak(Box::default());
         b.initialize(&BlockInit {
             pace_interval_ns: 1_000,
             pace_burst_ns: 1_000_000_000,
@@ -294,15 +294,21 @@ mod tests {
         });
         b.shared.pace_tat_ns.store(0, Ordering::Relaxed);
         let now = monotonic_ns();
-        apply_epoch(&b, 0, now);
+        apply_epoch(b, 0, now);
         for _ in 0..10 {
-            let r = admit_slow(&b, std::ptr::null_mut(), StreamKind::None, 1);
-            assert!(r.is_ok());
+            let r = admit_slow(b, std::ptr::null_mut(), StreamKind::None, 1);
+            assert!(r.is_ok_and(|a| a.settle(CUDA_SUCCESS) == CUDA_SUCCESS));
         }
         let tat = b.shared.pace_tat_ns.load(Ordering::Relaxed);
         assert!(tat >= now + 10_000, "ten slots of 1 µs were reserved");
         assert_eq!(b.counters.launches.load(Ordering::Relaxed), 10);
         assert_eq!(b.counters.throttled_launches.load(Ordering::Relaxed), 0);
+
+        // An eleventh launch the driver rejects gives its slot and its count back.
+        let admitted = admit_slow(b, std::ptr::null_mut(), StreamKind::None, 1);
+        assert!(admitted.is_ok_and(|a| a.settle(crate::CUDA_ERROR_INVALID_VALUE) != 0));
+        assert_eq!(b.shared.pace_tat_ns.load(Ordering::Relaxed), tat);
+        assert_eq!(b.counters.launches.load(Ordering::Relaxed), 10);
     }
 
     #[test]

@@ -191,13 +191,66 @@ const SYMS: [Sym; N] = {
     out
 };
 
-/// Our `dlsym`: always resolves with the caller's handle through the real `dlsym`, then
-/// swaps in our wrapper when the result is a real driver entry point we wrap.
+/// Our `dlsym`. Lookups in a handle (`dlopen`'s, `RTLD_DEFAULT`) go through
+/// [`dlsym_substituting`]; `RTLD_NEXT` lookups are forwarded to glibc's `dlsym` by a tail jump,
+/// so glibc still sees the *caller's* return address and searches after the caller's object.
+/// Forwarded from a Rust body, glibc would search after libarbiter instead, and an interposer
+/// loaded after us that looks up its own next definition (`dlsym(RTLD_NEXT, "f")` inside its
+/// `f`) would be handed itself and recurse until the stack overflows. An `RTLD_NEXT` result is
+/// not substituted: the caller asked for the definition after its own, and the CUDA programs
+/// we wrap never ask the driver that way.
 ///
 /// # Safety
 /// Same contract as glibc's `dlsym`.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
+    // At entry: rdi = handle, rsi = symbol, [rsp] = the caller's return address.
+    std::arch::naked_asm!(
+        "cmp rdi, -1", // RTLD_NEXT
+        "jne {substituting}",
+        // Resolve glibc's dlsym; keep the arguments and 16-byte stack alignment for the call.
+        "push rdi",
+        "push rsi",
+        "sub rsp, 8",
+        "call {real}",
+        "add rsp, 8",
+        "pop rsi",
+        "pop rdi",
+        "test rax, rax",
+        "jz 2f",
+        "jmp rax", // the stack is as the caller left it: glibc sees the caller
+        "2:",
+        "ret", // no real dlsym (cannot happen with glibc): NULL
+        substituting = sym dlsym_substituting,
+        real = sym real_dlsym_address,
+    )
+}
+
+/// Our `dlsym` where no trampoline is written: every lookup through [`dlsym_substituting`]
+/// (`RTLD_NEXT` then resolves relative to libarbiter, see the x86-64 version).
+///
+/// # Safety
+/// Same contract as glibc's `dlsym`.
+#[cfg(not(target_arch = "x86_64"))]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
+    // SAFETY: same contract.
+    unsafe { dlsym_substituting(handle, symbol) }
+}
+
+/// glibc's `dlsym`, or NULL (for the trampoline).
+extern "C" fn real_dlsym_address() -> *mut c_void {
+    real_dlsym().map_or(std::ptr::null_mut(), |f| f as *mut c_void)
+}
+
+/// Resolves with the caller's handle through the real `dlsym`, then swaps in our wrapper when
+/// the result is a real driver entry point we wrap.
+///
+/// # Safety
+/// Same contract as glibc's `dlsym`.
+unsafe extern "C" fn dlsym_substituting(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
     let Some(real) = real_dlsym() else {
         return std::ptr::null_mut();
     };

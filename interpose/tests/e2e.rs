@@ -575,6 +575,32 @@ fn unknown_symbols_pass_through_untouched() {
     }
 }
 
+/// Another interposer preloaded after us looks up its next definition with
+/// `dlsym(RTLD_NEXT, …)`. Our exported `dlsym` must resolve that relative to the *caller*, or
+/// the other interposer gets itself back and recurses (exit 97 in the fixture, a stack
+/// overflow in real life).
+#[test]
+fn an_interposer_after_us_finds_its_next_definition() {
+    let f = fixtures();
+    let s = Scenario::new("next-interposer", quota_block(UNLIMITED));
+    let mut preload = f.interposer.clone().into_os_string();
+    preload.push(" ");
+    preload.push(&f.next_interposer);
+    let out = s
+        .command("gpa", &["getppid"])
+        .env("LD_PRELOAD", preload)
+        .output()
+        .expect("spawn workload");
+    let text = stdout(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("getppid_ok=1"), "{text}");
+}
+
 #[test]
 fn panic_inside_a_hook_does_not_kill_the_workload() {
     let s = Scenario::new("panic", quota_block(UNLIMITED)).env("ARBITER_INTERPOSE_TEST_PANIC", 1);

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 typedef int CUresult;
@@ -469,6 +470,14 @@ static int mode_free_after_exit(size_t bytes) {
     return 0;
 }
 
+/* getppid through whatever interposers are loaded, against the kernel's answer. */
+static int mode_getppid(void) {
+    pid_t via = getppid();
+    pid_t raw = (pid_t)syscall(SYS_getppid);
+    printf("getppid_ok=%d\n", via == raw);
+    return via == raw ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 2) {
@@ -492,6 +501,7 @@ int main(int argc, char **argv) {
     if (!strcmp(m, "train") || own_handler) train_loop();
     if (!strcmp(m, "unknown")) return mode_unknown();
     if (!strcmp(m, "panic")) return mode_panic();
+    if (!strcmp(m, "getppid")) return mode_getppid();
     if (!strcmp(m, "free-after-exit")) return mode_free_after_exit((size_t)atoll(argv[2]));
     fprintf(stderr, "unknown mode %s\n", m);
     return 2;

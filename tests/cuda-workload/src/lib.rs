@@ -21,6 +21,9 @@ pub struct Fixtures {
     pub workload: PathBuf,
     /// Workload linked with `-lcuda` (`WL_RESOLVE=direct`).
     pub workload_direct: PathBuf,
+    /// A second, ordinary `LD_PRELOAD` interposer (`c/next_interposer.c`) whose `getppid`
+    /// calls the next definition found with `dlsym(RTLD_NEXT, …)`.
+    pub next_interposer: PathBuf,
 }
 
 fn workspace_root() -> PathBuf {
@@ -71,10 +74,28 @@ pub fn build_fake_nvml(target: &Path) -> Result<PathBuf, String> {
 }
 
 /// Build (or rebuild incrementally) all fixtures under `work`.
+///
+/// `ARBITER_INTERPOSE_SO=<path>` tests a prebuilt interposer instead of building one: CI runs
+/// the end-to-end tests a second time against the shipped glibc-2.17 build
+/// (`scripts/build-interposer.sh`).
 pub fn build(work: &Path) -> Result<Fixtures, String> {
     let root = workspace_root();
     let target = work.join("target");
-    nested_cargo_build(&["-p", "arbiter-interpose", "-p", "fake-cuda"], &target)?;
+    let prebuilt = std::env::var_os("ARBITER_INTERPOSE_SO").map(PathBuf::from);
+    if let Some(so) = &prebuilt
+        && !so.is_file()
+    {
+        return Err(format!(
+            "ARBITER_INTERPOSE_SO={}: no such file",
+            so.display()
+        ));
+    }
+    let packages: &[&str] = if prebuilt.is_some() {
+        &["-p", "fake-cuda"]
+    } else {
+        &["-p", "arbiter-interpose", "-p", "fake-cuda"]
+    };
+    nested_cargo_build(packages, &target)?;
     let built = target.join("debug");
     let libdir = work.join("lib");
     let bin = work.join("bin");
@@ -110,11 +131,21 @@ pub fn build(work: &Path) -> Result<Fixtures, String> {
             .args(["-lcuda", "-ldl", "-lpthread"]),
         "cc -DDIRECT_LINK workload.c -lcuda",
     )?;
+    let next_interposer = libdir.join("libnext_interposer.so");
+    run(
+        Command::new(&cc)
+            .args(["-O1", "-Wall", "-shared", "-fPIC", "-o"])
+            .arg(&next_interposer)
+            .arg(root.join("tests/cuda-workload/c/next_interposer.c"))
+            .arg("-ldl"),
+        "cc -shared next_interposer.c",
+    )?;
     Ok(Fixtures {
-        interposer: built.join("libarbiter_interpose.so"),
+        interposer: prebuilt.unwrap_or_else(|| built.join("libarbiter_interpose.so")),
         libdir,
         workload,
         workload_direct,
+        next_interposer,
     })
 }
 

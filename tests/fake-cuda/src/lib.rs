@@ -896,10 +896,10 @@ fn resolve(symbol: *const c_char, version: c_int, flags: u64) -> Option<*mut c_v
     // SAFETY: the caller passes a NUL-terminated symbol name.
     let base = unsafe { CStr::from_ptr(symbol) }.to_bytes();
     let with = |suffix: &[u8]| -> Vec<u8> { [base, suffix].concat() };
-    if flags & PTDS != 0 {
-        if let Some(p) = export(&with(b"_ptsz")) {
-            return Some(p);
-        }
+    if flags & PTDS != 0
+        && let Some(p) = export(&with(b"_ptsz"))
+    {
+        return Some(p);
     }
     let v2_min = if base == b"cuGetProcAddress" {
         12000
