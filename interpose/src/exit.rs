@@ -1,15 +1,21 @@
 //! Graceful exit (MuxFlow's fix for MPS error propagation), the worker thread, fork handling.
 //!
 //! * SIGINT/SIGTERM handlers are installed with `sigaction` on the first CUDA initialisation
-//!   (never in a constructor), saving the previous disposition.
+//!   (never in a constructor), and only when a control block is configured (without one there
+//!   is nothing to enforce or return), saving the previous disposition. They run on the
+//!   alternate signal stack when the thread has one (`SA_ONSTACK`: Go's runtime aborts a cgo
+//!   program whose foreign handlers lack it).
 //! * The handler is async-signal-safe: if the previous disposition was a handler function it
 //!   chains to it (the application owns that signal and may survive it, so we must not tear the
-//!   GPU down); if it was `SIG_IGN` it ignores; if it was `SIG_DFL` (the process is about to
-//!   die) it records the signal and writes one byte to a self-pipe. Nothing else.
+//!   GPU down) the way the kernel would have run it — under its `sa_mask`, with the signal
+//!   unblocked for `SA_NODEFER`, and only once for `SA_RESETHAND` (afterwards the signal is
+//!   treated as default); if it was `SIG_IGN` it ignores; if it was `SIG_DFL` (the process is
+//!   about to die) it records the signal and writes one byte to a self-pipe. Nothing else.
 //! * The worker thread wakes on the pipe, holds all further launches, synchronizes every known
-//!   context with a timeout, destroys/releases the contexts, returns the process's quota,
-//!   restores the previous disposition and re-raises the signal, so the exit status is the
-//!   one the signal would have produced.
+//!   context — all at once, each on its own helper thread, within one grace period for the
+//!   whole process (8 GPUs must fit in Kubernetes' 30 s, not 8 × a timeout) — destroys/releases
+//!   the contexts, returns the process's quota, restores the disposition and re-raises the
+//!   signal, so the exit status is the one the signal would have produced.
 //! * The same worker polls the control block for `FLAG_EXIT` and for a stale node heartbeat.
 //! * Fork: a `pthread_atfork` child handler forgets contexts, quota and the worker (threads do
 //!   not survive fork); the next CUDA call in the child starts a fresh worker.
@@ -22,7 +28,7 @@ use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void};
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const MAX_CTX: usize = 64;
 const MAX_DEV: usize = 64;
@@ -41,6 +47,12 @@ static PIPE_W: AtomicI32 = AtomicI32::new(-1);
 static ATFORK: std::sync::Once = std::sync::Once::new();
 /// Set when the worker demoted ENFORCE because the node's heartbeat went stale.
 static STALE: AtomicBool = AtomicBool::new(false);
+/// Set once a previous handler installed with `SA_RESETHAND` ran: from then on the signal is
+/// treated as if its disposition were `SIG_DFL`, as the kernel would have reset it.
+static RESET: [AtomicBool; 2] = [const { AtomicBool::new(false) }; 2];
+/// Stack of the threads that call into the driver (worker, synchronize helpers): the driver's
+/// own frames are deep, and the memory is only reserved, not committed, until used.
+const DRIVER_THREAD_STACK: usize = 4 << 20;
 
 const SIGNALS: [c_int; 2] = [libc::SIGINT, libc::SIGTERM];
 
@@ -123,6 +135,10 @@ pub fn late_init() {
     if STARTED.swap(true, Ordering::AcqRel) {
         return;
     }
+    if state::block().is_none() {
+        // Nothing to enforce, watch or give back: leave the process's signals alone.
+        return;
+    }
     ATFORK.call_once(|| {
         // SAFETY: registering plain extern "C" callbacks that only touch atomics / pipe().
         unsafe {
@@ -136,7 +152,7 @@ pub fn late_init() {
     }
     let spawned = std::thread::Builder::new()
         .name("arbiter-interpose".into())
-        .stack_size(256 * 1024)
+        .stack_size(DRIVER_THREAD_STACK)
         .spawn(worker);
     match spawned {
         Ok(_) => WORKER_ALIVE.store(true, Ordering::Release),
@@ -170,7 +186,7 @@ fn install_handlers() {
         // SAFETY: a zeroed sigaction is a valid starting point; we fill handler, mask, flags.
         let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
         act.sa_sigaction = on_signal as *const () as usize;
-        act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+        act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
         // SAFETY: valid sigset pointer.
         unsafe { libc::sigemptyset(&mut act.sa_mask) };
         // SAFETY: OLD.act[i] is written only here, before `installed[i]` is published; the
@@ -190,24 +206,19 @@ fn index_of(sig: c_int) -> Option<usize> {
 extern "C" fn on_signal(sig: c_int, info: *mut libc::siginfo_t, uctx: *mut c_void) {
     let Some(i) = index_of(sig) else { return };
     let Some(old) = old_action(i) else { return };
-    let prev = old.sa_sigaction;
+    let prev = if RESET[i].load(Ordering::Acquire) {
+        libc::SIG_DFL
+    } else {
+        old.sa_sigaction
+    };
     if prev == libc::SIG_IGN {
         return;
     }
     if prev != libc::SIG_DFL {
-        if old.sa_flags & libc::SA_SIGINFO != 0 {
-            // SAFETY: the previous handler was installed as a 3-argument sa_sigaction.
-            let f = unsafe {
-                std::mem::transmute::<usize, extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void)>(
-                    prev,
-                )
-            };
-            f(sig, info, uctx);
-        } else {
-            // SAFETY: the previous handler was installed as a 1-argument sa_handler.
-            let f = unsafe { std::mem::transmute::<usize, extern "C" fn(c_int)>(prev) };
-            f(sig);
+        if old.sa_flags & libc::SA_RESETHAND != 0 {
+            RESET[i].store(true, Ordering::Release);
         }
+        chain(sig, info, uctx, old);
         return;
     }
     // SAFETY: reading errno of this thread so the interrupted code sees it unchanged.
@@ -218,11 +229,9 @@ extern "C" fn on_signal(sig: c_int, info: *mut libc::siginfo_t, uctx: *mut c_voi
         .is_ok();
     if !first || fd < 0 || !WORKER_ALIVE.load(Ordering::Acquire) {
         // No worker, or a second signal while we are already exiting: die right away.
-        // SAFETY: restoring the saved (default) disposition and re-raising are AS-safe.
-        unsafe {
-            libc::sigaction(sig, old, std::ptr::null_mut());
-            libc::raise(sig);
-        }
+        restore_disposition(i, sig);
+        // SAFETY: raise is async-signal-safe.
+        unsafe { libc::raise(sig) };
     } else {
         let byte = 1u8;
         // SAFETY: write(2) of one byte from a valid buffer is async-signal-safe.
@@ -230,6 +239,58 @@ extern "C" fn on_signal(sig: c_int, info: *mut libc::siginfo_t, uctx: *mut c_voi
     }
     // SAFETY: restore errno (see above).
     unsafe { *libc::__errno_location() = saved_errno };
+}
+
+/// Runs the previous handler as the kernel would have: its `sa_mask` blocked on top of the
+/// current mask, the signal itself unblocked if it asked for `SA_NODEFER`, the mask restored
+/// afterwards (a handler that leaves by `siglongjmp` restores its own). Async-signal-safe.
+fn chain(sig: c_int, info: *mut libc::siginfo_t, uctx: *mut c_void, old: &libc::sigaction) {
+    // SAFETY: sigset manipulation on locals and pthread_sigmask, all async-signal-safe.
+    let saved = unsafe {
+        let mut saved: libc::sigset_t = std::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_BLOCK, &old.sa_mask, &mut saved);
+        if old.sa_flags & libc::SA_NODEFER != 0 {
+            let mut own: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut own);
+            libc::sigaddset(&mut own, sig);
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &own, std::ptr::null_mut());
+        }
+        saved
+    };
+    if old.sa_flags & libc::SA_SIGINFO != 0 {
+        // SAFETY: the previous handler was installed as a 3-argument sa_sigaction.
+        let f = unsafe {
+            std::mem::transmute::<usize, extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void)>(
+                old.sa_sigaction,
+            )
+        };
+        f(sig, info, uctx);
+    } else {
+        // SAFETY: the previous handler was installed as a 1-argument sa_handler.
+        let f = unsafe { std::mem::transmute::<usize, extern "C" fn(c_int)>(old.sa_sigaction) };
+        f(sig);
+    }
+    // SAFETY: restoring this thread's mask from before the chained call.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &saved, std::ptr::null_mut()) };
+}
+
+/// Put back the disposition we replaced — or the default one, if the previous handler asked to
+/// be reset after one delivery and was delivered. Async-signal-safe.
+fn restore_disposition(i: usize, sig: c_int) {
+    match old_action(i) {
+        Some(old) if !RESET[i].load(Ordering::Acquire) => {
+            // SAFETY: restoring the disposition saved at install time.
+            unsafe { libc::sigaction(sig, old, std::ptr::null_mut()) };
+        }
+        _ => {
+            // SAFETY: a zeroed sigaction with SIG_DFL (0) is the default disposition.
+            unsafe {
+                let mut dfl: libc::sigaction = std::mem::zeroed();
+                dfl.sa_sigaction = libc::SIG_DFL;
+                libc::sigaction(sig, &dfl, std::ptr::null_mut());
+            }
+        }
+    }
 }
 
 fn worker() {
@@ -306,36 +367,54 @@ fn call_ctx(sym: Sym, arg: u64) -> Option<CUresult> {
     Some(unsafe { std::mem::transmute::<*mut c_void, CtxFn>(p)(arg) })
 }
 
-/// Push `ctx`, synchronize it, pop it; run on a helper thread so we can time out.
-fn synchronize(ctx: u64, timeout: Duration) -> bool {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let spawned = std::thread::Builder::new()
-        .stack_size(128 * 1024)
-        .spawn(move || {
-            let ok = call_ctx(Sym::cuCtxPushCurrent_v2, ctx) == Some(CUDA_SUCCESS) && {
-                let s = real::get(Sym::cuCtxSynchronize);
-                let pop = real::get(Sym::cuCtxPopCurrent_v2);
-                // SAFETY: driver entry points with the declared ABIs; the popped context is
-                // written to a local.
-                unsafe {
-                    let r = if s.is_null() {
-                        CUDA_SUCCESS
-                    } else {
-                        std::mem::transmute::<*mut c_void, SyncFn>(s)()
-                    };
-                    if !pop.is_null() {
-                        let mut out = 0u64;
-                        std::mem::transmute::<*mut c_void, PopFn>(pop)(&mut out);
-                    }
-                    r == CUDA_SUCCESS
-                }
+/// Push `ctx`, synchronize it, pop it (on a helper thread of our own).
+fn synchronize_one(ctx: u64) -> bool {
+    call_ctx(Sym::cuCtxPushCurrent_v2, ctx) == Some(CUDA_SUCCESS) && {
+        let s = real::get(Sym::cuCtxSynchronize);
+        let pop = real::get(Sym::cuCtxPopCurrent_v2);
+        // SAFETY: driver entry points with the declared ABIs; the popped context is written
+        // to a local.
+        unsafe {
+            let r = if s.is_null() {
+                CUDA_SUCCESS
+            } else {
+                std::mem::transmute::<*mut c_void, SyncFn>(s)()
             };
-            let _ = tx.send(ok);
-        });
-    if spawned.is_err() {
-        return false;
+            if !pop.is_null() {
+                let mut out = 0u64;
+                std::mem::transmute::<*mut c_void, PopFn>(pop)(&mut out);
+            }
+            r == CUDA_SUCCESS
+        }
     }
-    rx.recv_timeout(timeout).unwrap_or(false)
+}
+
+/// Synchronizes every context at once, one helper thread each, and waits for all of them
+/// within `grace` in total; false if any failed, could not start or is still running then
+/// (its helper is left behind: the process is about to end).
+fn synchronize_all(contexts: &[u64], grace: Duration) -> bool {
+    let deadline = Instant::now() + grace;
+    let (tx, rx) = std::sync::mpsc::channel();
+    for &ctx in contexts {
+        let tx = tx.clone();
+        let spawned = std::thread::Builder::new()
+            .stack_size(DRIVER_THREAD_STACK)
+            .spawn(move || {
+                let _ = tx.send(synchronize_one(ctx));
+            });
+        if spawned.is_err() {
+            return false;
+        }
+    }
+    drop(tx);
+    for _ in contexts {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(true) => {}
+            Ok(false) | Err(_) => return false,
+        }
+    }
+    true
 }
 
 fn graceful_exit(sig: c_int) -> ! {
@@ -343,13 +422,12 @@ fn graceful_exit(sig: c_int) -> ! {
     state::log(format_args!(
         "signal {sig}: stopping launches, synchronizing"
     ));
-    let timeout = Duration::from_millis(
+    let grace = Duration::from_millis(
         std::env::var("ARBITER_EXIT_SYNC_TIMEOUT_MS")
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(5_000),
     );
-    let mut all_synced = true;
     let created: Vec<u64> = CREATED
         .iter()
         .map(|s| s.load(Ordering::Acquire))
@@ -361,10 +439,12 @@ fn graceful_exit(sig: c_int) -> ! {
             (n > 0).then(|| (d, n, PRIMARY_CTX[d].load(Ordering::Acquire)))
         })
         .collect();
-    for ctx in created.iter().copied().chain(primaries.iter().map(|p| p.2)) {
-        all_synced &= synchronize(ctx, timeout);
-    }
-    if all_synced {
+    let contexts: Vec<u64> = created
+        .iter()
+        .copied()
+        .chain(primaries.iter().map(|p| p.2))
+        .collect();
+    if synchronize_all(&contexts, grace) {
         for ctx in created {
             let _ = call_ctx(Sym::cuCtxDestroy_v2, ctx);
             untrack_created(ctx);
@@ -390,11 +470,8 @@ fn graceful_exit(sig: c_int) -> ! {
 }
 
 fn reraise(sig: c_int) -> ! {
-    if let Some(i) = index_of(sig)
-        && let Some(old) = old_action(i)
-    {
-        // SAFETY: restoring the disposition saved at install time.
-        unsafe { libc::sigaction(sig, old, std::ptr::null_mut()) };
+    if let Some(i) = index_of(sig) {
+        restore_disposition(i, sig);
     } else {
         // SAFETY: default disposition for a signal we never hooked (FLAG_EXIT path).
         unsafe { libc::signal(sig, libc::SIG_DFL) };

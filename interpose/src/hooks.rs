@@ -55,8 +55,11 @@ pub fn wrapper(sym: Sym) -> Option<*mut c_void> {
         cuMemGetInfo_v2 => self::cuMemGetInfo_v2 as *mut c_void,
         cuDeviceTotalMem_v2 => self::cuDeviceTotalMem_v2 as *mut c_void,
         cuCtxCreate_v2 => self::cuCtxCreate_v2 as *mut c_void,
+        cuCtxCreate_v3 => self::cuCtxCreate_v3 as *mut c_void,
+        cuCtxCreate_v4 => self::cuCtxCreate_v4 as *mut c_void,
         cuCtxDestroy_v2 => self::cuCtxDestroy_v2 as *mut c_void,
         cuDevicePrimaryCtxRetain => self::cuDevicePrimaryCtxRetain as *mut c_void,
+        cuDevicePrimaryCtxRelease => self::cuDevicePrimaryCtxRelease as *mut c_void,
         cuDevicePrimaryCtxRelease_v2 => self::cuDevicePrimaryCtxRelease_v2 as *mut c_void,
         cuLaunchKernel => self::cuLaunchKernel as *mut c_void,
         cuLaunchKernel_ptsz => self::cuLaunchKernel_ptsz as *mut c_void,
@@ -504,11 +507,55 @@ pub unsafe extern "C" fn cuCtxCreate_v2(ctx: *mut u64, flags: c_uint, dev: c_int
         let f = real!(cuCtxCreate_v2: unsafe extern "C" fn(*mut u64, c_uint, c_int) -> CUresult);
         exit::late_init();
         // SAFETY: forwarding.
-        let r = unsafe { f(ctx, flags, dev) };
-        if r == CUDA_SUCCESS {
-            exit::track_created(read_out(ctx));
-        }
-        r
+        created(unsafe { f(ctx, flags, dev) }, ctx)
+    })
+}
+
+/// Records a context the driver just created (every creation ABI ends here).
+fn created(r: CUresult, ctx: *mut u64) -> CUresult {
+    if r == CUDA_SUCCESS {
+        exit::track_created(read_out(ctx));
+    }
+    r
+}
+
+/// `cuCtxCreate_v3` (CUDA 11.4, execution affinity).
+///
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxCreate_v3(
+    ctx: *mut u64,
+    params: Ptr,
+    num_params: c_int,
+    flags: c_uint,
+    dev: c_int,
+) -> CUresult {
+    guard(|| {
+        let f = real!(cuCtxCreate_v3: unsafe extern "C" fn(*mut u64, Ptr, c_int, c_uint, c_int) -> CUresult);
+        exit::late_init();
+        // SAFETY: forwarding.
+        created(unsafe { f(ctx, params, num_params, flags, dev) }, ctx)
+    })
+}
+
+/// `cuCtxCreate_v4` (CUDA 12.5, `CUctxCreateParams`).
+///
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxCreate_v4(
+    ctx: *mut u64,
+    params: Ptr,
+    flags: c_uint,
+    dev: c_int,
+) -> CUresult {
+    guard(|| {
+        let f =
+            real!(cuCtxCreate_v4: unsafe extern "C" fn(*mut u64, Ptr, c_uint, c_int) -> CUresult);
+        exit::late_init();
+        // SAFETY: forwarding.
+        created(unsafe { f(ctx, params, flags, dev) }, ctx)
     })
 }
 
@@ -538,6 +585,23 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(ctx: *mut u64, dev: c_int) -> 
         let r = unsafe { f(ctx, dev) };
         if r == CUDA_SUCCESS {
             exit::track_primary(dev, read_out(ctx));
+        }
+        r
+    })
+}
+
+/// The CUDA 7.0 ABI, which cudart still asks for at version 7000.
+///
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRelease(dev: c_int) -> CUresult {
+    guard(|| {
+        let f = real!(cuDevicePrimaryCtxRelease: unsafe extern "C" fn(c_int) -> CUresult);
+        // SAFETY: forwarding.
+        let r = unsafe { f(dev) };
+        if r == CUDA_SUCCESS {
+            exit::untrack_primary(dev);
         }
         r
     })

@@ -542,6 +542,102 @@ fn sigterm_chains_to_the_application_handler() {
     assert!(rest.contains("app-handler"));
 }
 
+fn send_sigterm(child: &Child) {
+    // std has no kill(pid, sig) and tests stay free of `unsafe`: use kill(1).
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    assert!(killed.is_ok_and(|s| s.success()));
+}
+
+#[test]
+fn signal_handlers_only_with_a_block_and_on_the_alternate_stack() {
+    let with = Scenario::new("sigstate", quota_block(UNLIMITED));
+    let text = stdout(&with.run("gpa", &["sigstate"]));
+    assert!(text.contains("term_hooked=1 term_onstack=1"), "{text}");
+    let without = Scenario::new("sigstate-none", None);
+    let text = stdout(&without.run("gpa", &["sigstate"]));
+    assert!(text.contains("term_hooked=0"), "{text}");
+}
+
+/// The application's handler was installed with `SA_RESETHAND` and SIGUSR1 in its mask: the
+/// first SIGTERM runs it under that mask and the program carries on; the second finds the
+/// default disposition, as the kernel would have left it, and ends the program gracefully.
+#[test]
+fn chaining_keeps_the_application_handlers_mask_and_reset() {
+    let s = Scenario::new("sigchain-flags", quota_block(1 << 30));
+    let mut child = KillOnDrop(s.spawn("gpa", &["train-chained"]));
+    let mut out = wait_for_line(&mut child.0, "ready");
+    send_sigterm(&child.0);
+    let mut line = String::new();
+    let _ = out.read_line(&mut line);
+    assert_eq!(line.trim(), "app-handler usr1_blocked=1");
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        matches!(child.0.try_wait(), Ok(None)),
+        "the program survives its own handler"
+    );
+    send_sigterm(&child.0);
+    let status = wait_at_most(&mut child.0, Duration::from_secs(20));
+    assert_eq!(status.signal(), Some(libc::SIGTERM));
+    assert_released(&s);
+}
+
+/// The child's exit status, failing the test (the child is killed on drop) if it runs longer.
+fn wait_at_most(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let t0 = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        assert!(t0.elapsed() < limit, "still running after {limit:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Contexts made with the newest creation ABI are tracked and torn down too.
+#[test]
+fn sigterm_tears_down_contexts_of_every_create_api() {
+    let s = Scenario::new("ctx-v4", quota_block(1 << 30)).env("FAKE_CUDA_KERNEL_NS", 1_000_000);
+    let mut child = KillOnDrop(s.spawn("gpa", &["contexts", "3", "v4"]));
+    let _out = wait_for_line(&mut child.0, "ready");
+    assert_eq!(
+        s.fake().get(FakeSlot::CtxLive),
+        4,
+        "3 created + the primary"
+    );
+    send_sigterm(&child.0);
+    let status = child.0.wait().expect("wait");
+    assert_eq!(status.signal(), Some(libc::SIGTERM));
+    let fake = s.fake();
+    assert_eq!(fake.get(FakeSlot::CtxLive), 0);
+    assert_eq!(fake.get(FakeSlot::CtxDestroyed), 4);
+}
+
+/// Five contexts whose work never finishes and a grace of 400 ms: the process ends after one
+/// grace (synchronized all at once), not after five of them back to back (2 s).
+#[test]
+fn graceful_exit_has_one_grace_for_all_contexts() {
+    let s = Scenario::new("grace", quota_block(1 << 30))
+        .env("FAKE_CUDA_KERNEL_NS", 60_000_000_000u64)
+        .env("ARBITER_EXIT_SYNC_TIMEOUT_MS", 400);
+    let mut child = KillOnDrop(s.spawn("gpa", &["contexts", "4", "v2"]));
+    let _out = wait_for_line(&mut child.0, "ready");
+    assert_eq!(s.block().shared.used_bytes.load(Ordering::Relaxed), MIB);
+    let t0 = Instant::now();
+    send_sigterm(&child.0);
+    let status = child.0.wait().expect("wait");
+    let took = t0.elapsed();
+    assert_eq!(status.signal(), Some(libc::SIGTERM));
+    assert!(took >= Duration::from_millis(400), "{took:?}");
+    assert!(took < Duration::from_millis(1500), "{took:?}");
+    assert_eq!(
+        s.block().shared.used_bytes.load(Ordering::Relaxed),
+        0,
+        "the quota is returned even when synchronizing timed out"
+    );
+}
+
 #[test]
 fn node_exit_flag_exits_gracefully() {
     let s = Scenario::new("exitflag", quota_block(1 << 30));

@@ -416,6 +416,60 @@ __attribute__((noreturn)) static void train_loop(void) {
     }
 }
 
+/* SIGTERM handler with SA_RESETHAND and SIGUSR1 in its sa_mask: reports whether the mask
+ * it asked for is in force while it runs, then returns (the program carries on). */
+static void chained_handler(int sig) {
+    sigset_t cur;
+    pthread_sigmask(SIG_BLOCK, NULL, &cur);
+    char msg[] = "app-handler usr1_blocked=0\n";
+    msg[sizeof msg - 3] = sigismember(&cur, SIGUSR1) ? '1' : '0';
+    ssize_t w = write(1, msg, sizeof msg - 1);
+    (void)w;
+    (void)sig;
+}
+
+static void install_chained_handler(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = chained_handler;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaddset(&sa.sa_mask, SIGUSR1);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+/* How SIGTERM is handled once CUDA is initialised. */
+static int mode_sigstate(void) {
+    struct sigaction cur;
+    sigaction(SIGTERM, NULL, &cur);
+    int ours = cur.sa_handler != SIG_DFL;
+    printf("term_hooked=%d term_onstack=%d\n", ours, (cur.sa_flags & SA_ONSTACK) != 0);
+    return 0;
+}
+
+typedef CUresult (*ctxcreate2_t)(u64 *, unsigned, int);
+typedef CUresult (*ctxcreate4_t)(u64 *, void *, unsigned, int);
+/* N contexts made with cuCtxCreate_v2 or _v4, one kernel launched, then wait for a signal. */
+__attribute__((noreturn)) static void mode_contexts(int n, const char *api) {
+    ctxcreate2_t c2 = NULL;
+    ctxcreate4_t c4 = NULL;
+    if (!strcmp(api, "v4"))
+        c4 = (ctxcreate4_t)sym("cuCtxCreate_v4", "cuCtxCreate_v4");
+    else
+        c2 = (ctxcreate2_t)sym("cuCtxCreate", "cuCtxCreate_v2");
+    for (int i = 0; i < n; i++) {
+        u64 ctx = 0;
+        CUresult rc = c4 ? c4(&ctx, NULL, 0, 0) : c2(&ctx, 0, 0);
+        if (rc) die("cuCtxCreate", rc);
+    }
+    u64 p = 0;
+    if (g_alloc(&p, 1 << 20)) die("alloc", -1);
+    if (launch1(NULL)) die("launch", -1);
+    printf("ready\n");
+    fflush(stdout);
+    for (;;) pause();
+}
+
 typedef CUresult (*name_t)(char *, int, int);
 typedef CUresult (*ver_t)(int *);
 static int mode_unknown(void) {
@@ -488,6 +542,7 @@ int main(int argc, char **argv) {
     int own_handler = !strcmp(m, "train-handler");
     if (own_handler) mode_train(1);
     if (!strcmp(m, "free-after-exit")) atexit(late_free);
+    if (!strcmp(m, "train-chained")) install_chained_handler();
     setup();
     common_init();
     if (!strcmp(m, "alloc-race")) return mode_alloc_race(atoi(argv[2]), (size_t)atoll(argv[3]));
@@ -498,7 +553,9 @@ int main(int argc, char **argv) {
     if (!strcmp(m, "rejected")) return mode_rejected(atol(argv[2]));
     if (!strcmp(m, "variants")) return mode_variants();
     if (!strcmp(m, "capture")) return mode_capture(atol(argv[2]));
-    if (!strcmp(m, "train") || own_handler) train_loop();
+    if (!strcmp(m, "train") || own_handler || !strcmp(m, "train-chained")) train_loop();
+    if (!strcmp(m, "sigstate")) return mode_sigstate();
+    if (!strcmp(m, "contexts")) mode_contexts(atoi(argv[2]), argv[3]);
     if (!strcmp(m, "unknown")) return mode_unknown();
     if (!strcmp(m, "panic")) return mode_panic();
     if (!strcmp(m, "getppid")) return mode_getppid();

@@ -451,6 +451,31 @@ pub unsafe extern "C" fn cuCtxCreate_v2(ctx: *mut u64, _flags: c_uint, device: c
     SUCCESS
 }
 
+/// `cuCtxCreate_v3` (CUDA 11.4: execution-affinity parameters, ignored here).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxCreate_v3(
+    ctx: *mut u64,
+    _params: *mut c_void,
+    _num_params: c_int,
+    flags: c_uint,
+    device: c_int,
+) -> CUresult {
+    // SAFETY: same contract as cuCtxCreate_v2 for the arguments it shares.
+    unsafe { cuCtxCreate_v2(ctx, flags, device) }
+}
+
+/// `cuCtxCreate_v4` (CUDA 12.5: `CUctxCreateParams`, ignored here).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxCreate_v4(
+    ctx: *mut u64,
+    _params: *mut c_void,
+    flags: c_uint,
+    device: c_int,
+) -> CUresult {
+    // SAFETY: same contract as cuCtxCreate_v2 for the arguments it shares.
+    unsafe { cuCtxCreate_v2(ctx, flags, device) }
+}
+
 fn context_gone() {
     slot(Slot::CtxDestroyed).fetch_add(1, Ordering::Relaxed);
     if slot(Slot::CtxLive).fetch_sub(1, Ordering::AcqRel) == 1 {
@@ -502,6 +527,13 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(device: c_int) -> CUresult
         context_gone();
     }
     SUCCESS
+}
+
+/// The CUDA 7.0 ABI of the release (what cudart asks for at version 7000); same behaviour.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRelease(device: c_int) -> CUresult {
+    // SAFETY: same contract.
+    unsafe { cuDevicePrimaryCtxRelease_v2(device) }
 }
 
 #[unsafe(no_mangle)]
@@ -843,8 +875,11 @@ fn export(name: &[u8]) -> Option<*mut c_void> {
         cuDeviceGetName,
         cuDeviceTotalMem_v2,
         cuCtxCreate_v2,
+        cuCtxCreate_v3,
+        cuCtxCreate_v4,
         cuCtxDestroy_v2,
         cuDevicePrimaryCtxRetain,
+        cuDevicePrimaryCtxRelease,
         cuDevicePrimaryCtxRelease_v2,
         cuCtxSetCurrent,
         cuCtxGetCurrent,
