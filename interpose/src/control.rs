@@ -267,6 +267,20 @@ impl ControlBlock {
         }
     }
 
+    /// Charges `bytes` whatever the quota says: memory that is already allocated (made while
+    /// enforcement was fail-open) must be counted, even if that puts the workload over its
+    /// quota — its next allocations then fail until it frees enough.
+    pub fn charge(&self, bytes: u64) {
+        let next = self
+            .shared
+            .used_bytes
+            .fetch_add(bytes, Ordering::AcqRel)
+            .saturating_add(bytes);
+        self.shared
+            .peak_used_bytes
+            .fetch_max(next, Ordering::Relaxed);
+    }
+
     /// Returns previously reserved bytes (saturating, so a buggy caller cannot wrap it).
     pub fn release(&self, bytes: u64) {
         let _ = self

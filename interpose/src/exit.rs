@@ -22,7 +22,7 @@
 
 use crate::control::{FLAG_EXIT, monotonic_ns};
 use crate::real::{self, Sym};
-use crate::state::{self, CLOSED, ENFORCE, OPEN};
+use crate::state::{self, CLOSED, ENFORCE};
 use crate::{CUDA_SUCCESS, CUresult, quota};
 use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void};
@@ -45,8 +45,6 @@ static PENDING: AtomicI32 = AtomicI32::new(0);
 static PIPE_R: AtomicI32 = AtomicI32::new(-1);
 static PIPE_W: AtomicI32 = AtomicI32::new(-1);
 static ATFORK: std::sync::Once = std::sync::Once::new();
-/// Set when the worker demoted ENFORCE because the node's heartbeat went stale.
-static STALE: AtomicBool = AtomicBool::new(false);
 /// Set once a previous handler installed with `SA_RESETHAND` ran: from then on the signal is
 /// treated as if its disposition were `SIG_DFL`, as the kernel would have reset it.
 static RESET: [AtomicBool; 2] = [const { AtomicBool::new(false) }; 2];
@@ -329,22 +327,20 @@ fn worker() {
     }
 }
 
+/// A stale heartbeat drops enforcement to the fail mode; a fresh one brings it back (also
+/// when the block was already stale when this process attached), and with it the charge of
+/// whatever was allocated in between.
 fn check_staleness(b: &crate::control::ControlBlock) {
-    let stale = b.is_stale(monotonic_ns());
     let fallback = state::fail_mode();
-    if stale && !STALE.load(Ordering::Relaxed) {
+    if b.is_stale(monotonic_ns()) {
         if state::set_mode(ENFORCE, fallback) {
-            STALE.store(true, Ordering::Relaxed);
             state::log(format_args!(
                 "control block stale; failing {}",
                 mode_name(fallback)
             ));
         }
-    } else if !stale
-        && STALE.load(Ordering::Relaxed)
-        && (state::set_mode(OPEN, ENFORCE) || state::set_mode(CLOSED, ENFORCE))
-    {
-        STALE.store(false, Ordering::Relaxed);
+    } else if state::set_mode(fallback, ENFORCE) {
+        quota::charge_deferred();
         state::log(format_args!("control block fresh again; enforcing"));
     }
 }

@@ -10,6 +10,7 @@
 //! the driver's opaque pointer and `unsigned long long` handle types.
 #![allow(non_snake_case, clippy::too_many_arguments)]
 
+use crate::arrays::{self, Array3dDescriptor, ArrayDescriptor};
 use crate::exit;
 use crate::pacer::{self, StreamKind};
 use crate::quota::{self, Kind};
@@ -52,6 +53,13 @@ pub fn wrapper(sym: Sym) -> Option<*mut c_void> {
         cuMemFreeAsync_ptsz => self::cuMemFreeAsync_ptsz as *mut c_void,
         cuMemCreate => self::cuMemCreate as *mut c_void,
         cuMemRelease => self::cuMemRelease as *mut c_void,
+        cuMemMap => self::cuMemMap as *mut c_void,
+        cuMemUnmap => self::cuMemUnmap as *mut c_void,
+        cuArrayCreate_v2 => self::cuArrayCreate_v2 as *mut c_void,
+        cuArray3DCreate_v2 => self::cuArray3DCreate_v2 as *mut c_void,
+        cuMipmappedArrayCreate => self::cuMipmappedArrayCreate as *mut c_void,
+        cuArrayDestroy => self::cuArrayDestroy as *mut c_void,
+        cuMipmappedArrayDestroy => self::cuMipmappedArrayDestroy as *mut c_void,
         cuMemGetInfo_v2 => self::cuMemGetInfo_v2 as *mut c_void,
         cuDeviceTotalMem_v2 => self::cuDeviceTotalMem_v2 as *mut c_void,
         cuCtxCreate_v2 => self::cuCtxCreate_v2 as *mut c_void,
@@ -337,12 +345,12 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(
 }
 
 fn free_with(kind: Kind, key: u64, call: impl FnOnce() -> CUresult) -> CUresult {
-    let charged = quota::take(kind, key);
+    let taken = quota::take(kind, key);
     let r = call();
     if r == CUDA_SUCCESS {
-        quota::released(charged);
-    } else if let Some(c) = charged {
-        quota::restore(kind, key, c);
+        quota::released(taken);
+    } else if let Some(t) = taken {
+        quota::restore(kind, key, t);
     }
     r
 }
@@ -380,8 +388,9 @@ pub unsafe extern "C" fn cuMemFreeAsync_ptsz(dptr: u64, stream: Ptr) -> CUresult
     })
 }
 
-/// VMM: physical memory is charged at `cuMemCreate` and returned at `cuMemRelease`;
-/// `cuMemMap`/`cuMemSetAccess` pass through and are not counted twice.
+/// VMM: physical memory is charged at `cuMemCreate` and returned when it is really freed:
+/// at `cuMemRelease` if nothing maps it, else at its last `cuMemUnmap` (the driver keeps a
+/// released handle's memory while it is mapped). Mapping is not charged again.
 ///
 /// # Safety
 /// Driver API contract.
@@ -415,8 +424,156 @@ pub unsafe extern "C" fn cuMemCreate(
 pub unsafe extern "C" fn cuMemRelease(handle: u64) -> CUresult {
     guard(|| {
         let f = real!(cuMemRelease: unsafe extern "C" fn(u64) -> CUresult);
+        let taken = quota::take(Kind::Vmm, handle);
         // SAFETY: forwarding.
-        free_with(Kind::Vmm, handle, || unsafe { f(handle) })
+        let r = unsafe { f(handle) };
+        if r == CUDA_SUCCESS {
+            quota::vmm_released(handle, taken);
+        } else if let Some(t) = taken {
+            quota::restore(Kind::Vmm, handle, t);
+        }
+        r
+    })
+}
+
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemMap(
+    va: u64,
+    size: usize,
+    offset: usize,
+    handle: u64,
+    flags: u64,
+) -> CUresult {
+    guard(|| {
+        let f = real!(cuMemMap: unsafe extern "C" fn(u64, usize, usize, u64, u64) -> CUresult);
+        // SAFETY: forwarding.
+        let r = unsafe { f(va, size, offset, handle, flags) };
+        if r == CUDA_SUCCESS {
+            quota::vmm_mapped(va, size as u64, handle);
+        }
+        r
+    })
+}
+
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemUnmap(va: u64, size: usize) -> CUresult {
+    guard(|| {
+        let f = real!(cuMemUnmap: unsafe extern "C" fn(u64, usize) -> CUresult);
+        // SAFETY: forwarding.
+        let r = unsafe { f(va, size) };
+        if r == CUDA_SUCCESS {
+            quota::vmm_unmapped(va, size as u64);
+        }
+        r
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Arrays (textures, surfaces): charged by their payload, see `arrays`.
+
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuArrayCreate_v2(
+    handle: *mut u64,
+    desc: *const ArrayDescriptor,
+) -> CUresult {
+    guard(|| {
+        let f = real!(cuArrayCreate_v2: unsafe extern "C" fn(*mut u64, *const ArrayDescriptor) -> CUresult);
+        // SAFETY: a non-NULL descriptor is the caller's valid CUDA_ARRAY_DESCRIPTOR; a NULL
+        // one is the driver's to refuse.
+        let bytes = unsafe { desc.as_ref() }.map_or(0, arrays::bytes_2d);
+        alloc_with(bytes as usize, Kind::Array, || {
+            // SAFETY: forwarding.
+            let r = unsafe { f(handle, desc) };
+            (
+                r,
+                if r == CUDA_SUCCESS {
+                    read_out(handle)
+                } else {
+                    0
+                },
+            )
+        })
+    })
+}
+
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuArray3DCreate_v2(
+    handle: *mut u64,
+    desc: *const Array3dDescriptor,
+) -> CUresult {
+    guard(|| {
+        let f = real!(cuArray3DCreate_v2: unsafe extern "C" fn(*mut u64, *const Array3dDescriptor) -> CUresult);
+        // SAFETY: as in cuArrayCreate_v2.
+        let bytes = unsafe { desc.as_ref() }.map_or(0, |d| arrays::bytes_3d(d, 1));
+        alloc_with(bytes as usize, Kind::Array, || {
+            // SAFETY: forwarding.
+            let r = unsafe { f(handle, desc) };
+            (
+                r,
+                if r == CUDA_SUCCESS {
+                    read_out(handle)
+                } else {
+                    0
+                },
+            )
+        })
+    })
+}
+
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMipmappedArrayCreate(
+    handle: *mut u64,
+    desc: *const Array3dDescriptor,
+    levels: c_uint,
+) -> CUresult {
+    guard(|| {
+        let f = real!(cuMipmappedArrayCreate: unsafe extern "C" fn(*mut u64, *const Array3dDescriptor, c_uint) -> CUresult);
+        // SAFETY: as in cuArrayCreate_v2.
+        let bytes = unsafe { desc.as_ref() }.map_or(0, |d| arrays::bytes_3d(d, levels));
+        alloc_with(bytes as usize, Kind::Array, || {
+            // SAFETY: forwarding.
+            let r = unsafe { f(handle, desc, levels) };
+            (
+                r,
+                if r == CUDA_SUCCESS {
+                    read_out(handle)
+                } else {
+                    0
+                },
+            )
+        })
+    })
+}
+
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuArrayDestroy(handle: u64) -> CUresult {
+    guard(|| {
+        let f = real!(cuArrayDestroy: unsafe extern "C" fn(u64) -> CUresult);
+        // SAFETY: forwarding.
+        free_with(Kind::Array, handle, || unsafe { f(handle) })
+    })
+}
+
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMipmappedArrayDestroy(handle: u64) -> CUresult {
+    guard(|| {
+        let f = real!(cuMipmappedArrayDestroy: unsafe extern "C" fn(u64) -> CUresult);
+        // SAFETY: forwarding.
+        free_with(Kind::Array, handle, || unsafe { f(handle) })
     })
 }
 

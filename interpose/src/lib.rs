@@ -10,10 +10,12 @@
 //! * `real` — the real driver: our own `dlsym`, the table of wrapped entry points and the
 //!   pointer-keyed substitution used by `cuGetProcAddress{,_v2}` and `dlsym`;
 //! * `state` — lazy configuration (environment read once), the mode word read on the hot path;
-//! * `quota`, `pacer` — memory accounting and launch admission;
+//! * `quota`, `pacer` — memory accounting and launch admission; `arrays` — what a CUDA
+//!   array's descriptor charges;
 //! * `exit` — signal handlers, the worker thread, fork handling;
 //! * `hooks` — the exported `cu*` entry points.
 
+mod arrays;
 pub mod control;
 mod exit;
 pub mod hooks;

@@ -271,6 +271,66 @@ fn every_allocator_is_charged_and_released() {
     }
 }
 
+/// Arrays are charged by their payload (a floor: the fake, like the driver, pads rows).
+#[test]
+fn arrays_are_charged_and_returned() {
+    let quota = 64 * MIB;
+    let s = Scenario::new("arrays", quota_block(quota));
+    let text = stdout(&s.run("gpa", &["arrays", &quota.to_string()]));
+    assert!(text.contains("array_rcs=0,2,0"), "{text}");
+    let mip: u64 = (0..11).map(|l| (1024u64 >> l).pow(2) * 16).sum();
+    assert_eq!(field(&text, "array_used"), 16 * MIB + mip);
+    assert_eq!(field(&text, "array_used_after"), 0);
+    let fake = s.fake();
+    assert!(fake.get(FakeSlot::ArrayBytes) >= 16 * MIB + mip);
+    assert_eq!(
+        fake.get(FakeSlot::Allocs),
+        2,
+        "the 3D array never reached the driver"
+    );
+}
+
+/// `cuMemRelease` of a mapped handle frees nothing until the unmap; neither does the quota.
+#[test]
+fn vmm_memory_is_returned_at_the_last_unmap() {
+    let quota = 64 * MIB;
+    let s = Scenario::new("vmm", quota_block(quota));
+    let text = stdout(&s.run("gpa", &["vmm", &quota.to_string()]));
+    assert_eq!(field(&text, "vmm_used_released_mapped"), 2 * MIB, "{text}");
+    assert_eq!(field(&text, "vmm_over_rc"), 2);
+    assert_eq!(field(&text, "vmm_used_unmapped"), 0);
+    assert_eq!(field(&text, "vmm_full_rc"), 0);
+    assert_eq!(s.block().shared.used_bytes.load(Ordering::Relaxed), 0);
+}
+
+/// Memory allocated while a stale heartbeat dropped enforcement is charged when the node is
+/// back, not left uncounted for the rest of the process's life.
+#[test]
+fn allocations_made_fail_open_are_charged_when_enforcement_returns() {
+    let s = Scenario::new(
+        "deferred",
+        Some(BlockInit {
+            quota_bytes: 256 * MIB,
+            stale_after_ns: 1_000_000_000,
+            ..Default::default()
+        }),
+    );
+    s.block().liveness.heartbeat_ns.store(
+        monotonic_ns().saturating_sub(10_000_000_000),
+        Ordering::Release,
+    );
+    let mut child = KillOnDrop(s.spawn("gpa", &["train"]));
+    let _out = wait_for_line(&mut child.0, "ready");
+    let used = || s.block().shared.used_bytes.load(Ordering::Relaxed);
+    assert_eq!(used(), 0, "stale block: fail-open, nothing charged yet");
+    s.block().heartbeat();
+    let t0 = Instant::now();
+    while used() != 64 * MIB && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(used(), 64 * MIB, "the fail-open allocation was charged");
+}
+
 #[test]
 fn mem_info_reports_the_quota_view() {
     let s = Scenario::new("meminfo", quota_block(100 * MIB));

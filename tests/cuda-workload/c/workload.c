@@ -270,6 +270,66 @@ static int mode_allocators(size_t quota) {
     return fails ? 1 : 0;
 }
 
+typedef struct { size_t w, h; unsigned format, channels; } ArrayDesc;
+typedef struct { size_t w, h, d; unsigned format, channels, flags; } Array3dDesc;
+typedef CUresult (*arr_t)(u64 *, const ArrayDesc *);
+typedef CUresult (*arr3_t)(u64 *, const Array3dDesc *);
+typedef CUresult (*mip_t)(u64 *, const Array3dDesc *, unsigned);
+typedef CUresult (*destroy_t)(u64);
+
+static size_t used_by_quota_view(meminfo_t info, size_t quota) {
+    size_t fr = 0, to = 0;
+    if (info(&fr, &to)) die("cuMemGetInfo_v2", -1);
+    return quota - fr;
+}
+
+/* Arrays: a 16 MiB float 2D array fits a 64 MiB quota, a 64 MiB 3D array on top does not, an
+ * 11-level RGBA float mipmapped array of 1024^2 fits; destroying returns everything. */
+static int mode_arrays(size_t quota) {
+    RESOLVE(a2, arr_t, "cuArrayCreate", "cuArrayCreate_v2");
+    RESOLVE(a3, arr3_t, "cuArray3DCreate", "cuArray3DCreate_v2");
+    RESOLVE(mip, mip_t, "cuMipmappedArrayCreate", "cuMipmappedArrayCreate");
+    RESOLVE(adestroy, destroy_t, "cuArrayDestroy", "cuArrayDestroy");
+    RESOLVE(mdestroy, destroy_t, "cuMipmappedArrayDestroy", "cuMipmappedArrayDestroy");
+    RESOLVE(info, meminfo_t, "cuMemGetInfo", "cuMemGetInfo_v2");
+    ArrayDesc d2 = {2048, 2048, 0x20, 1};
+    Array3dDesc d3 = {1024, 1024, 16, 0x01, 4, 0};
+    Array3dDesc dm = {1024, 1024, 0, 0x20, 4, 0};
+    u64 a = 0, b = 0, m = 0;
+    CUresult ra = a2(&a, &d2), rb = a3(&b, &d3), rm = mip(&m, &dm, 11);
+    printf("array_rcs=%d,%d,%d\n", ra, rb, rm);
+    printf("array_used=%zu\n", used_by_quota_view(info, quota));
+    if (ra == 0 && adestroy(a)) die("cuArrayDestroy", -1);
+    if (rm == 0 && mdestroy(m)) die("cuMipmappedArrayDestroy", -1);
+    printf("array_used_after=%zu\n", used_by_quota_view(info, quota));
+    return 0;
+}
+
+typedef CUresult (*map_t)(u64, size_t, size_t, u64, u64);
+typedef CUresult (*unmap_t)(u64, size_t);
+/* VMM: a released handle that is still mapped keeps its memory until the unmap. */
+static int mode_vmm(size_t quota) {
+    RESOLVE(create, create_t, "cuMemCreate", "cuMemCreate");
+    RESOLVE(release, release_t, "cuMemRelease", "cuMemRelease");
+    RESOLVE(map, map_t, "cuMemMap", "cuMemMap");
+    RESOLVE(unmap, unmap_t, "cuMemUnmap", "cuMemUnmap");
+    RESOLVE(info, meminfo_t, "cuMemGetInfo", "cuMemGetInfo_v2");
+    const size_t MB = 1 << 20;
+    const u64 va = 0x100000000000ULL;
+    u64 h = 0, p = 0;
+    if (create(&h, 2 * MB, NULL, 0)) die("cuMemCreate", -1);
+    if (map(va, 2 * MB, 0, h, 0)) die("cuMemMap", -1);
+    if (release(h)) die("cuMemRelease", -1);
+    printf("vmm_used_released_mapped=%zu\n", used_by_quota_view(info, quota));
+    printf("vmm_over_rc=%d\n", g_alloc(&p, quota - 2 * MB + 1));
+    if (unmap(va, 2 * MB)) die("cuMemUnmap", -1);
+    printf("vmm_used_unmapped=%zu\n", used_by_quota_view(info, quota));
+    CUresult full = g_alloc(&p, quota);
+    printf("vmm_full_rc=%d\n", full);
+    if (full == 0 && g_free(p)) die("free", -1);
+    return 0;
+}
+
 typedef CUresult (*totalmem_t)(size_t *, int);
 static int mode_meminfo(void) {
     RESOLVE(info, meminfo_t, "cuMemGetInfo", "cuMemGetInfo_v2");
@@ -559,6 +619,8 @@ int main(int argc, char **argv) {
     if (!strcmp(m, "unknown")) return mode_unknown();
     if (!strcmp(m, "panic")) return mode_panic();
     if (!strcmp(m, "getppid")) return mode_getppid();
+    if (!strcmp(m, "arrays")) return mode_arrays((size_t)atoll(argv[2]));
+    if (!strcmp(m, "vmm")) return mode_vmm((size_t)atoll(argv[2]));
     if (!strcmp(m, "free-after-exit")) return mode_free_after_exit((size_t)atoll(argv[2]));
     fprintf(stderr, "unknown mode %s\n", m);
     return 2;

@@ -29,6 +29,8 @@ pub enum Slot {
     PitchBytes,
     /// Bytes allocated through the per-thread-default-stream (`_ptsz`) async allocators.
     AsyncPtszBytes,
+    /// Bytes of arrays and mipmapped arrays (with the fake's row padding).
+    ArrayBytes,
 }
 /// Number of u64 slots in the state file.
 pub const SLOTS: usize = 32;

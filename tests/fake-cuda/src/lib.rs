@@ -18,7 +18,7 @@
 //! indexed by [`Slot`].
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -38,7 +38,11 @@ struct Device {
     slots: &'static [AtomicU64; SLOTS],
     kernel_ns: u64,
     allocations: Mutex<HashMap<u64, u64>>,
-    vmm: Mutex<HashMap<u64, u64>>,
+    vmm: Mutex<HashMap<u64, Physical>>,
+    /// VMM mappings: start address → (size, handle).
+    mappings: Mutex<BTreeMap<u64, (u64, u64)>>,
+    /// Arrays and mipmapped arrays: handle → bytes.
+    arrays: Mutex<HashMap<u64, u64>>,
     capturing: Mutex<HashSet<u64>>,
     primary_refs: Mutex<u64>,
     next_addr: AtomicU64,
@@ -46,6 +50,13 @@ struct Device {
 }
 
 const PRIMARY_CTX: u64 = 0xC0_0000;
+
+/// A `cuMemCreate` allocation.
+struct Physical {
+    size: u64,
+    maps: u64,
+    released: bool,
+}
 
 fn env_u64(name: &CStr, default: u64) -> u64 {
     // SAFETY: getenv with a NUL-terminated name; the result is either NULL or a C string
@@ -111,6 +122,8 @@ fn dev() -> &'static Device {
             kernel_ns: env_u64(c"FAKE_CUDA_KERNEL_NS", 0),
             allocations: Mutex::new(HashMap::new()),
             vmm: Mutex::new(HashMap::new()),
+            mappings: Mutex::new(BTreeMap::new()),
+            arrays: Mutex::new(HashMap::new()),
             capturing: Mutex::new(HashSet::new()),
             primary_refs: Mutex::new(0),
             next_addr: AtomicU64::new(0x7f00_0000_0000),
@@ -220,6 +233,8 @@ fn free_everything() {
     let d = dev();
     lock(&d.allocations).clear();
     lock(&d.vmm).clear();
+    lock(&d.mappings).clear();
+    lock(&d.arrays).clear();
     slot(Slot::MemUsed).store(0, Ordering::Release);
 }
 
@@ -320,7 +335,14 @@ pub unsafe extern "C" fn cuMemCreate(
         Ok(_) => {
             let rounded = (size as u64).div_ceil(512) * 512;
             let h = dev().next_handle.fetch_add(1, Ordering::Relaxed);
-            lock(&dev().vmm).insert(h, rounded);
+            lock(&dev().vmm).insert(
+                h,
+                Physical {
+                    size: rounded,
+                    maps: 0,
+                    released: false,
+                },
+            );
             bump(Slot::VmmBytes, rounded);
             // SAFETY: checked non-NULL.
             unsafe { *handle = h };
@@ -330,9 +352,126 @@ pub unsafe extern "C" fn cuMemCreate(
     }
 }
 
+/// Like the real driver, a released handle's memory stays allocated while it is mapped and
+/// is freed with its last unmap.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemRelease(handle: u64) -> CUresult {
-    match lock(&dev().vmm).remove(&handle) {
+    let mut vmm = lock(&dev().vmm);
+    let Some(phys) = vmm.get_mut(&handle).filter(|p| !p.released) else {
+        return INVALID_VALUE;
+    };
+    phys.released = true;
+    bump(Slot::Frees, 1);
+    if phys.maps == 0 {
+        let size = phys.size;
+        vmm.remove(&handle);
+        slot(Slot::MemUsed).fetch_sub(size, Ordering::AcqRel);
+    }
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemMap(
+    va: u64,
+    size: usize,
+    _offset: usize,
+    handle: u64,
+    _flags: u64,
+) -> CUresult {
+    let mut vmm = lock(&dev().vmm);
+    let Some(phys) = vmm.get_mut(&handle).filter(|p| !p.released) else {
+        return INVALID_VALUE;
+    };
+    let mut mappings = lock(&dev().mappings);
+    if va == 0 || size == 0 || mappings.contains_key(&va) {
+        return INVALID_VALUE;
+    }
+    phys.maps += 1;
+    mappings.insert(va, (size as u64, handle));
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemUnmap(va: u64, size: usize) -> CUresult {
+    let mut vmm = lock(&dev().vmm);
+    let mut mappings = lock(&dev().mappings);
+    let starts: Vec<u64> = mappings
+        .range(va..va.saturating_add(size as u64))
+        .map(|(k, _)| *k)
+        .collect();
+    if starts.is_empty() {
+        return INVALID_VALUE;
+    }
+    for start in starts {
+        let Some((_, handle)) = mappings.remove(&start) else {
+            continue;
+        };
+        if let Some(phys) = vmm.get_mut(&handle) {
+            phys.maps = phys.maps.saturating_sub(1);
+            if phys.maps == 0 && phys.released {
+                let size = phys.size;
+                vmm.remove(&handle);
+                slot(Slot::MemUsed).fetch_sub(size, Ordering::AcqRel);
+            }
+        }
+    }
+    SUCCESS
+}
+
+/// Bytes per element of the formats the fake knows; others are refused like a bad format.
+fn array_element(format: c_uint, channels: c_uint) -> Option<u64> {
+    let per_channel = match format {
+        0x01 | 0x08 => 1,
+        0x02 | 0x09 | 0x10 => 2,
+        0x03 | 0x0a | 0x20 => 4,
+        _ => return None,
+    };
+    matches!(channels, 1 | 2 | 4).then_some(per_channel * u64::from(channels))
+}
+
+/// The fake's footprint of an array: each row padded to 512 bytes, every mip level (the real
+/// driver pads and tiles too; the interposer charges only the payload).
+fn array_footprint(
+    w: usize,
+    h: usize,
+    d: usize,
+    format: c_uint,
+    channels: c_uint,
+    levels: c_uint,
+) -> Option<u64> {
+    let element = array_element(format, channels)?;
+    if w == 0 {
+        return None;
+    }
+    let mut total = 0u64;
+    for l in 0..levels.max(1) {
+        let shrink = |x: usize| ((x as u64) >> l).max(1);
+        let row = (shrink(w) * element).div_ceil(512) * 512;
+        total += row * shrink(h) * shrink(d);
+    }
+    Some(total)
+}
+
+fn create_array(handle: *mut u64, bytes: Option<u64>) -> CUresult {
+    let Some(bytes) = bytes.filter(|_| !handle.is_null()) else {
+        return INVALID_VALUE;
+    };
+    match reserve_device(bytes as usize) {
+        Ok(_) => {
+            let rounded = bytes.div_ceil(512) * 512;
+            let h = 0xA000_0000 + dev().next_handle.fetch_add(1, Ordering::Relaxed);
+            lock(&dev().arrays).insert(h, rounded);
+            bump(Slot::ArrayBytes, rounded);
+            // SAFETY: checked non-NULL.
+            unsafe { *handle = h };
+            SUCCESS
+        }
+        Err(e) => e,
+    }
+}
+
+fn destroy_array(handle: u64) -> CUresult {
+    match lock(&dev().arrays).remove(&handle) {
         Some(size) => {
             slot(Slot::MemUsed).fetch_sub(size, Ordering::AcqRel);
             bump(Slot::Frees, 1);
@@ -340,6 +479,68 @@ pub unsafe extern "C" fn cuMemRelease(handle: u64) -> CUresult {
         }
         None => INVALID_VALUE,
     }
+}
+
+/// `CUDA_ARRAY_DESCRIPTOR`.
+#[repr(C)]
+pub struct ArrayDescriptor {
+    pub width: usize,
+    pub height: usize,
+    pub format: c_uint,
+    pub num_channels: c_uint,
+}
+
+/// `CUDA_ARRAY3D_DESCRIPTOR`.
+#[repr(C)]
+pub struct Array3dDescriptor {
+    pub width: usize,
+    pub height: usize,
+    pub depth: usize,
+    pub format: c_uint,
+    pub num_channels: c_uint,
+    pub flags: c_uint,
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuArrayCreate_v2(handle: *mut u64, d: *const ArrayDescriptor) -> CUresult {
+    // SAFETY: a non-NULL descriptor is the caller's valid CUDA_ARRAY_DESCRIPTOR.
+    let bytes = unsafe { d.as_ref() }
+        .and_then(|d| array_footprint(d.width, d.height, 1, d.format, d.num_channels, 1));
+    create_array(handle, bytes)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuArray3DCreate_v2(
+    handle: *mut u64,
+    d: *const Array3dDescriptor,
+) -> CUresult {
+    // SAFETY: a non-NULL descriptor is the caller's valid CUDA_ARRAY3D_DESCRIPTOR.
+    let bytes = unsafe { d.as_ref() }
+        .and_then(|d| array_footprint(d.width, d.height, d.depth, d.format, d.num_channels, 1));
+    create_array(handle, bytes)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMipmappedArrayCreate(
+    handle: *mut u64,
+    d: *const Array3dDescriptor,
+    levels: c_uint,
+) -> CUresult {
+    // SAFETY: as above.
+    let bytes = unsafe { d.as_ref() }.and_then(|d| {
+        array_footprint(d.width, d.height, d.depth, d.format, d.num_channels, levels)
+    });
+    create_array(handle, bytes)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuArrayDestroy(handle: u64) -> CUresult {
+    destroy_array(handle)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMipmappedArrayDestroy(handle: u64) -> CUresult {
+    destroy_array(handle)
 }
 
 #[unsafe(no_mangle)]
@@ -907,6 +1108,13 @@ fn export(name: &[u8]) -> Option<*mut c_void> {
         cuMemFreeAsync_ptsz,
         cuMemCreate,
         cuMemRelease,
+        cuMemMap,
+        cuMemUnmap,
+        cuArrayCreate_v2,
+        cuArray3DCreate_v2,
+        cuMipmappedArrayCreate,
+        cuArrayDestroy,
+        cuMipmappedArrayDestroy,
         cuMemGetInfo_v2,
         cuLaunchKernel,
         cuLaunchKernel_ptsz,
