@@ -21,10 +21,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// `b"ARBITER1"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"ARBITER1");
-/// Layout version; bump on any change to the fields below.
-pub const LAYOUT_VERSION: u64 = 1;
-/// Size of the mapped block in bytes (four cache lines).
+/// Layout version; bump on any change to the fields below. Version 2 appended per-device
+/// usage and per-process slots (and `Liveness::device_count`); the offsets of version 1's
+/// fields did not move.
+pub const LAYOUT_VERSION: u64 = 2;
+/// Size of the mapped block in bytes.
 pub const BLOCK_SIZE: usize = std::mem::size_of::<ControlBlock>();
+/// Devices a block accounts separately (device ordinals as the workload sees them, i.e. after
+/// `CUDA_VISIBLE_DEVICES`). Allocations on a higher ordinal are charged to the last one.
+pub const MAX_DEVICES: usize = 16;
+/// Processes of one workload that get a slot of their own; further processes are still
+/// enforced, but what they hold cannot be reclaimed if they are killed.
+pub const MAX_PROCESSES: usize = 64;
 /// `quota_bytes` value meaning "no memory limit".
 pub const UNLIMITED: u64 = u64::MAX;
 
@@ -57,7 +65,7 @@ pub struct Limits {
     pub control_period_ns: AtomicU64,
 }
 
-/// Cache line 1: node liveness.
+/// Cache line 1: node liveness, and the workload's device count.
 #[repr(C, align(64))]
 #[derive(Debug, Default)]
 pub struct Liveness {
@@ -67,14 +75,17 @@ pub struct Liveness {
     pub stale_after_ns: AtomicU64,
     /// Number of processes that attached to this block (interposer-written).
     pub attached: AtomicU64,
-    _reserved: [AtomicU64; 5],
+    /// GPUs the workload was given (node-written). 0 or 1: every allocation is charged to
+    /// device 0 without asking the driver which device is current (the single-GPU hot path).
+    pub device_count: AtomicU64,
+    _reserved: [AtomicU64; 4],
 }
 
 /// Cache line 2: state the interposer updates with CAS (quota and pacing clock).
 #[repr(C, align(64))]
 #[derive(Debug, Default)]
 pub struct Shared {
-    /// Bytes currently reserved or allocated by the workload.
+    /// Bytes currently reserved or allocated by the workload, on all its devices together.
     pub used_bytes: AtomicU64,
     /// High-water mark of `used_bytes`.
     pub peak_used_bytes: AtomicU64,
@@ -108,24 +119,67 @@ pub struct Counters {
     pub bytes_freed: AtomicU64,
 }
 
-/// The whole block (256 bytes).
-#[repr(C)]
+/// One device's usage (one cache line each: devices are charged from different threads).
+#[repr(C, align(64))]
 #[derive(Debug, Default)]
+pub struct DeviceUsage {
+    /// Bytes reserved or allocated on this device; never above `quota_bytes` by a reservation.
+    pub used_bytes: AtomicU64,
+    /// High-water mark of `used_bytes`.
+    pub peak_used_bytes: AtomicU64,
+    _reserved: [AtomicU64; 6],
+}
+
+/// What one process of the workload holds, so that the node can give back what a process
+/// killed without running its exit handlers (SIGKILL, OOM killer) still had charged.
+#[repr(C, align(64))]
+#[derive(Debug, Default)]
+pub struct ProcessSlot {
+    /// The process's pid (0 = free slot). Claimed with a CAS from 0 by the process itself.
+    pub pid: AtomicU64,
+    /// Its start time in clock ticks since boot (`/proc/<pid>/stat` field 22), so a reused
+    /// pid is not mistaken for the process that claimed the slot.
+    pub start_ticks: AtomicU64,
+    /// Bytes it holds per device.
+    pub held: [AtomicU64; MAX_DEVICES],
+}
+
+/// The whole block: version 1's four cache lines, then per-device usage and process slots.
+#[repr(C)]
+#[derive(Debug)]
 pub struct ControlBlock {
     pub limits: Limits,
     pub liveness: Liveness,
     pub shared: Shared,
     pub counters: Counters,
+    pub devices: [DeviceUsage; MAX_DEVICES],
+    pub processes: [ProcessSlot; MAX_PROCESSES],
+}
+
+impl Default for ControlBlock {
+    fn default() -> Self {
+        ControlBlock {
+            limits: Limits::default(),
+            liveness: Liveness::default(),
+            shared: Shared::default(),
+            counters: Counters::default(),
+            devices: Default::default(),
+            processes: std::array::from_fn(|_| ProcessSlot::default()),
+        }
+    }
 }
 
 /// Initial values the node writes when it creates a block.
 #[derive(Debug, Clone, Copy)]
 pub struct BlockInit {
+    /// Memory quota per device.
     pub quota_bytes: u64,
     pub pace_interval_ns: u64,
     pub pace_burst_ns: u64,
     pub control_period_ns: u64,
     pub stale_after_ns: u64,
+    /// GPUs the workload was given (see [`Liveness::device_count`]).
+    pub device_count: u64,
 }
 
 impl Default for BlockInit {
@@ -136,6 +190,7 @@ impl Default for BlockInit {
             pace_burst_ns: 0,
             control_period_ns: 100_000_000,
             stale_after_ns: 0,
+            device_count: 1,
         }
     }
 }
@@ -183,6 +238,20 @@ impl ControlBlock {
             .stale_after_ns
             .store(init.stale_after_ns, Ordering::Relaxed);
         self.liveness.attached.store(0, Ordering::Relaxed);
+        self.liveness
+            .device_count
+            .store(init.device_count, Ordering::Relaxed);
+        for d in &self.devices {
+            d.used_bytes.store(0, Ordering::Relaxed);
+            d.peak_used_bytes.store(0, Ordering::Relaxed);
+        }
+        for p in &self.processes {
+            p.pid.store(0, Ordering::Relaxed);
+            p.start_ticks.store(0, Ordering::Relaxed);
+            for h in &p.held {
+                h.store(0, Ordering::Relaxed);
+            }
+        }
         self.shared.used_bytes.store(0, Ordering::Relaxed);
         self.shared.peak_used_bytes.store(0, Ordering::Relaxed);
         self.shared.pace_tat_ns.store(0, Ordering::Relaxed);
@@ -243,11 +312,17 @@ impl ControlBlock {
         hb != 0 && limit != 0 && now.saturating_sub(hb) > limit
     }
 
-    /// Reserves `bytes` against the quota with a CAS loop; never lets `used` exceed the quota.
-    pub fn try_reserve(&self, bytes: u64) -> bool {
+    /// The usage of device ordinal `device` (ordinals past [`MAX_DEVICES`] share the last).
+    pub fn device(&self, device: usize) -> &DeviceUsage {
+        &self.devices[device.min(MAX_DEVICES - 1)]
+    }
+
+    /// Reserves `bytes` on `device` against the per-device quota with a CAS loop; never lets
+    /// the device's usage exceed the quota.
+    pub fn try_reserve(&self, device: usize, bytes: u64) -> bool {
         let quota = self.limits.quota_bytes.load(Ordering::Relaxed);
-        let used = &self.shared.used_bytes;
-        let mut cur = used.load(Ordering::Relaxed);
+        let d = self.device(device);
+        let mut cur = d.used_bytes.load(Ordering::Relaxed);
         loop {
             let Some(next) = cur.checked_add(bytes) else {
                 return false;
@@ -255,11 +330,13 @@ impl ControlBlock {
             if next > quota {
                 return false;
             }
-            match used.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Relaxed) {
+            match d
+                .used_bytes
+                .compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Relaxed)
+            {
                 Ok(_) => {
-                    self.shared
-                        .peak_used_bytes
-                        .fetch_max(next, Ordering::Relaxed);
+                    d.peak_used_bytes.fetch_max(next, Ordering::Relaxed);
+                    self.add_total(bytes);
                     return true;
                 }
                 Err(actual) => cur = actual,
@@ -267,29 +344,96 @@ impl ControlBlock {
         }
     }
 
-    /// Charges `bytes` whatever the quota says: memory that is already allocated (made while
-    /// enforcement was fail-open) must be counted, even if that puts the workload over its
-    /// quota — its next allocations then fail until it frees enough.
-    pub fn charge(&self, bytes: u64) {
-        let next = self
+    fn add_total(&self, bytes: u64) {
+        let total = self
             .shared
             .used_bytes
             .fetch_add(bytes, Ordering::AcqRel)
             .saturating_add(bytes);
         self.shared
             .peak_used_bytes
-            .fetch_max(next, Ordering::Relaxed);
+            .fetch_max(total, Ordering::Relaxed);
     }
 
-    /// Returns previously reserved bytes (saturating, so a buggy caller cannot wrap it).
-    pub fn release(&self, bytes: u64) {
+    /// Charges `bytes` on `device` whatever the quota says: memory that is already allocated
+    /// (made while enforcement was fail-open) must be counted, even if that puts the workload
+    /// over its quota — its next allocations then fail until it frees enough.
+    pub fn charge(&self, device: usize, bytes: u64) {
+        let d = self.device(device);
+        let next = d
+            .used_bytes
+            .fetch_add(bytes, Ordering::AcqRel)
+            .saturating_add(bytes);
+        d.peak_used_bytes.fetch_max(next, Ordering::Relaxed);
+        self.add_total(bytes);
+    }
+
+    /// Returns previously reserved bytes of `device` (saturating, so a buggy caller cannot
+    /// wrap the counters).
+    pub fn release(&self, device: usize, bytes: u64) {
+        let sub = |c: u64| Some(c.saturating_sub(bytes));
+        let _ =
+            self.device(device)
+                .used_bytes
+                .fetch_update(Ordering::AcqRel, Ordering::Relaxed, sub);
         let _ = self
             .shared
             .used_bytes
-            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |c| {
-                Some(c.saturating_sub(bytes))
-            });
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, sub);
     }
+
+    /// Claims a free process slot for `pid`; `None` when all are taken.
+    pub fn claim_process_slot(&self, pid: u64, start_ticks: u64) -> Option<usize> {
+        let i = self.processes.iter().position(|p| {
+            p.pid
+                .compare_exchange(0, pid, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        })?;
+        let slot = &self.processes[i];
+        for h in &slot.held {
+            h.store(0, Ordering::Relaxed);
+        }
+        slot.start_ticks.store(start_ticks, Ordering::Release);
+        Some(i)
+    }
+
+    /// Node side: gives back what every slot whose process is gone still holds, and frees the
+    /// slot. `alive(pid, start_ticks)` says whether that process still exists. Returns the
+    /// bytes given back.
+    pub fn reclaim_dead_processes(&self, mut alive: impl FnMut(u64, u64) -> bool) -> u64 {
+        let mut reclaimed = 0u64;
+        for slot in &self.processes {
+            let pid = slot.pid.load(Ordering::Acquire);
+            if pid == 0 || alive(pid, slot.start_ticks.load(Ordering::Acquire)) {
+                continue;
+            }
+            for (device, held) in slot.held.iter().enumerate() {
+                let bytes = held.swap(0, Ordering::AcqRel);
+                if bytes > 0 {
+                    self.release(device, bytes);
+                    reclaimed = reclaimed.saturating_add(bytes);
+                }
+            }
+            slot.start_ticks.store(0, Ordering::Relaxed);
+            slot.pid.store(0, Ordering::Release);
+        }
+        reclaimed
+    }
+}
+
+/// Start time of process `pid` in clock ticks since boot (`/proc/<pid>/stat` field 22), or
+/// `None` if there is no such process.
+pub fn process_start_ticks(pid: u64) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is parenthesised and may itself contain spaces or ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_ascii_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether the process that claimed a slot as (`pid`, `start_ticks`) is still running (a
+/// start time of 0 means "not recorded": then the pid alone decides).
+pub fn process_alive(pid: u64, start_ticks: u64) -> bool {
+    process_start_ticks(pid).is_some_and(|t| start_ticks == 0 || t == start_ticks)
 }
 
 /// `CLOCK_MONOTONIC` in ns (vDSO; no syscall on Linux x86-64/aarch64).
@@ -407,11 +551,16 @@ mod tests {
 
     #[test]
     fn layout_is_stable() {
-        assert_eq!(BLOCK_SIZE, 256);
+        // Version 1's fields kept their offsets; version 2 appended after them.
         assert_eq!(offset_of!(ControlBlock, limits), 0);
         assert_eq!(offset_of!(ControlBlock, liveness), 64);
         assert_eq!(offset_of!(ControlBlock, shared), 128);
         assert_eq!(offset_of!(ControlBlock, counters), 192);
+        assert_eq!(offset_of!(Liveness, device_count), 24);
+        assert_eq!(offset_of!(ControlBlock, devices), 256);
+        assert_eq!(offset_of!(ControlBlock, processes), 256 + 64 * MAX_DEVICES);
+        assert_eq!(std::mem::size_of::<ProcessSlot>(), 192);
+        assert_eq!(BLOCK_SIZE, 256 + 64 * MAX_DEVICES + 192 * MAX_PROCESSES);
         assert_eq!(offset_of!(Limits, quota_bytes), 16);
         assert_eq!(offset_of!(Limits, pace_interval_ns), 24);
         assert_eq!(offset_of!(Limits, flags), 48);
@@ -429,7 +578,7 @@ mod tests {
         std::thread::scope(|s| {
             for _ in 0..16 {
                 s.spawn(|| {
-                    while b.try_reserve(4096) {
+                    while b.try_reserve(0, 4096) {
                         granted.fetch_add(1, Ordering::Relaxed);
                     }
                 });
@@ -437,7 +586,7 @@ mod tests {
         });
         assert_eq!(granted.load(Ordering::Relaxed), 1000);
         assert_eq!(b.shared.used_bytes.load(Ordering::Relaxed), 1000 * 4096);
-        b.release(4096 * 2000);
+        b.release(0, 4096 * 2000);
         assert_eq!(b.shared.used_bytes.load(Ordering::Relaxed), 0);
     }
 
@@ -479,5 +628,74 @@ mod tests {
         assert!(MappedBlock::open(&path).is_err());
         drop((w, r));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn block(quota: u64) -> Box<ControlBlock> {
+        let b = Box::<ControlBlock>::default();
+        b.initialize(&BlockInit {
+            quota_bytes: quota,
+            device_count: 2,
+            ..Default::default()
+        });
+        b
+    }
+
+    #[test]
+    fn the_quota_is_per_device_and_the_total_sums_them() {
+        let b = block(100);
+        assert!(b.try_reserve(0, 100));
+        assert!(!b.try_reserve(0, 1), "device 0 is full");
+        assert!(b.try_reserve(1, 60), "device 1 has its own quota");
+        assert_eq!(b.shared.used_bytes.load(Ordering::Relaxed), 160);
+        b.release(0, 40);
+        assert_eq!(b.device(0).used_bytes.load(Ordering::Relaxed), 60);
+        assert_eq!(b.shared.used_bytes.load(Ordering::Relaxed), 120);
+        b.charge(1, 100);
+        assert_eq!(b.device(1).used_bytes.load(Ordering::Relaxed), 160);
+        assert_eq!(b.device(1).peak_used_bytes.load(Ordering::Relaxed), 160);
+        assert!(std::ptr::eq(b.device(99), b.device(MAX_DEVICES - 1)));
+    }
+
+    #[test]
+    fn dead_processes_are_reclaimed_and_live_ones_kept() {
+        let b = block(UNLIMITED);
+        let live = b.claim_process_slot(100, 7).expect("slot");
+        let dead = b.claim_process_slot(200, 9).expect("slot");
+        assert_ne!(live, dead);
+        for (slot, device, bytes) in [(live, 0, 10), (dead, 0, 20), (dead, 1, 30)] {
+            assert!(b.try_reserve(device, bytes));
+            b.processes[slot].held[device].fetch_add(bytes, Ordering::Relaxed);
+        }
+        let reclaimed = b.reclaim_dead_processes(|pid, ticks| pid == 100 && ticks == 7);
+        assert_eq!(reclaimed, 50);
+        assert_eq!(b.shared.used_bytes.load(Ordering::Relaxed), 10);
+        assert_eq!(b.device(1).used_bytes.load(Ordering::Relaxed), 0);
+        assert_eq!(
+            b.processes[dead].pid.load(Ordering::Relaxed),
+            0,
+            "slot freed"
+        );
+        assert_eq!(b.processes[live].pid.load(Ordering::Relaxed), 100);
+    }
+
+    #[test]
+    fn slots_run_out_without_failing() {
+        let b = block(UNLIMITED);
+        for pid in 1..=MAX_PROCESSES as u64 {
+            assert!(b.claim_process_slot(pid, 0).is_some());
+        }
+        assert_eq!(b.claim_process_slot(999, 0), None);
+    }
+
+    #[test]
+    fn this_process_is_alive_with_its_own_start_time() {
+        let pid = u64::from(std::process::id());
+        let ticks = process_start_ticks(pid).expect("own /proc stat");
+        assert!(process_alive(pid, ticks));
+        assert!(
+            !process_alive(pid, ticks + 1),
+            "a reused pid is not the same process"
+        );
+        assert!(!process_alive(u64::from(u32::MAX), 0));
     }
 }

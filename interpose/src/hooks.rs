@@ -82,6 +82,7 @@ pub fn wrapper(sym: Sym) -> Option<*mut c_void> {
         cuGraphLaunch_ptsz => self::cuGraphLaunch_ptsz as *mut c_void,
         cuStreamIsCapturing
         | cuStreamIsCapturing_ptsz
+        | cuCtxGetDevice
         | cuCtxSynchronize
         | cuCtxPushCurrent_v2
         | cuCtxPopCurrent_v2 => return None,
@@ -168,9 +169,19 @@ pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
 // ---------------------------------------------------------------------------------------------
 // Memory
 
+/// Charge `size` bytes on the current device, call the driver, commit or roll back.
 fn alloc_with(size: usize, kind: Kind, call: impl FnOnce() -> (CUresult, u64)) -> CUresult {
+    alloc_on(quota::current_device(), size, kind, call)
+}
+
+fn alloc_on(
+    device: usize,
+    size: usize,
+    kind: Kind,
+    call: impl FnOnce() -> (CUresult, u64),
+) -> CUresult {
     exit::late_init();
-    let res = match quota::reserve(size as u64) {
+    let res = match quota::reserve(device, size as u64) {
         Ok(r) => r,
         Err(e) => return e,
     };
@@ -239,7 +250,7 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
             .div_ceil(512)
             .saturating_mul(512)
             .saturating_mul(height);
-        let mut res = match quota::reserve(estimate as u64) {
+        let mut res = match quota::reserve(quota::current_device(), estimate as u64) {
             Ok(r) => r,
             Err(e) => return e,
         };
@@ -403,7 +414,16 @@ pub unsafe extern "C" fn cuMemCreate(
 ) -> CUresult {
     guard(|| {
         let f = real!(cuMemCreate: unsafe extern "C" fn(*mut u64, usize, *const c_void, u64) -> CUresult);
-        alloc_with(size, Kind::Vmm, || {
+        let device = match vmm_location(prop) {
+            VmmLocation::Device(d) => d,
+            VmmLocation::Current => quota::current_device(),
+            VmmLocation::Host => {
+                // Host memory: not the GPU's to charge.
+                // SAFETY: forwarding.
+                return unsafe { f(handle, size, prop, flags) };
+            }
+        };
+        alloc_on(device, size, Kind::Vmm, || {
             // SAFETY: forwarding.
             let r = unsafe { f(handle, size, prop, flags) };
             (
@@ -416,6 +436,38 @@ pub unsafe extern "C" fn cuMemCreate(
             )
         })
     })
+}
+
+/// Where a `cuMemCreate` puts its memory, from `CUmemAllocationProp::location`.
+enum VmmLocation {
+    Device(usize),
+    /// No properties to read: the current device.
+    Current,
+    Host,
+}
+
+/// Prefix of `CUmemAllocationProp` up to the location (all we read).
+#[repr(C)]
+struct AllocationPropPrefix {
+    kind: c_uint,
+    requested_handle_types: c_uint,
+    location_type: c_uint,
+    location_id: c_int,
+}
+
+/// `CU_MEM_LOCATION_TYPE_DEVICE`.
+const CU_MEM_LOCATION_TYPE_DEVICE: c_uint = 1;
+
+fn vmm_location(prop: *const c_void) -> VmmLocation {
+    // SAFETY: a non-NULL `prop` is the caller's CUmemAllocationProp, whose first four 32-bit
+    // fields are the type, the handle types and the location (type, id).
+    match unsafe { prop.cast::<AllocationPropPrefix>().as_ref() } {
+        None => VmmLocation::Current,
+        Some(p) if p.location_type == CU_MEM_LOCATION_TYPE_DEVICE => {
+            VmmLocation::Device(usize::try_from(p.location_id).unwrap_or(0))
+        }
+        Some(_) => VmmLocation::Host,
+    }
 }
 
 /// # Safety

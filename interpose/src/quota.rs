@@ -1,9 +1,12 @@
 //! Memory accounting: reserve before the driver call, commit or roll back after.
 //!
-//! The shared `used_bytes` counter in the control block is the quota (one per workload, CAS
-//! reservation, so concurrent allocations in any number of threads or processes never
-//! overshoot). A process-local map remembers what each pointer/handle was charged so frees
-//! return exactly that. The map is sharded to keep allocation-heavy threads off each other's
+//! The quota is per device: each device's `used_bytes` in the control block is reserved with a
+//! CAS against it, so concurrent allocations in any number of threads or processes never
+//! overshoot. An allocation is charged to the device it lives on (the current context's device
+//! when the workload has several GPUs, the VMM location for `cuMemCreate`). A process-local map
+//! remembers what each pointer/handle was charged, and where, so frees return exactly that; what
+//! the process holds per device is mirrored into its process slot in the block, from which the
+//! node reclaims the charges of a process that was killed before it could return them. The map is sharded to keep allocation-heavy threads off each other's
 //! locks; it is replaced wholesale in a forked child (locks copied mid-use cannot deadlock it).
 //!
 //! Two lifecycles are longer than allocate/free:
@@ -14,11 +17,14 @@
 //!   remembered as *deferred*; when enforcement returns, [`charge_deferred`] charges them
 //!   (possibly over the quota: they exist) so they cannot stay invisible forever.
 
+use crate::control::{ControlBlock, MAX_DEVICES};
+use crate::real::{self, Sym};
 use crate::state::{self, BYPASS, CLOSED, ENFORCE, EXITING, OPEN};
-use crate::{CUDA_ERROR_NOT_PERMITTED, CUDA_ERROR_OUT_OF_MEMORY, CUresult};
+use crate::{CUDA_ERROR_NOT_PERMITTED, CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CUresult};
 use std::collections::BTreeMap;
+use std::ffi::{c_int, c_void};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 const SHARDS: usize = 16;
 
@@ -31,14 +37,32 @@ pub enum Kind {
     Array,
 }
 
-/// A map value: the bytes charged, or with [`DEFERRED`] set, the bytes of an allocation made
-/// while enforcement was fail-open and not charged yet.
-type Entry = u64;
-const DEFERRED: Entry = 1 << 63;
+/// A map value: bytes (low 56 bits) charged to a device (bits 56–62); with [`DEFERRED`] set,
+/// the bytes of an allocation made while enforcement was fail-open and not charged yet.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Entry(u64);
 
-/// Bytes an entry has charged against the quota.
-fn charged_by(entry: Entry) -> u64 {
-    if entry & DEFERRED != 0 { 0 } else { entry }
+const DEFERRED: u64 = 1 << 63;
+const BYTES: u64 = (1 << 56) - 1;
+
+impl Entry {
+    fn new(device: usize, bytes: u64, deferred: bool) -> Entry {
+        let flag = if deferred { DEFERRED } else { 0 };
+        Entry(flag | ((device.min(MAX_DEVICES - 1) as u64) << 56) | bytes.min(BYTES))
+    }
+    fn device(self) -> usize {
+        ((self.0 >> 56) & 0x7f) as usize
+    }
+    fn bytes(self) -> u64 {
+        self.0 & BYTES
+    }
+    fn deferred(self) -> bool {
+        self.0 & DEFERRED != 0
+    }
+    /// Bytes charged against the quota (0 for a deferred entry).
+    fn charged(self) -> u64 {
+        if self.deferred() { 0 } else { self.bytes() }
+    }
 }
 
 type Shards = [Mutex<BTreeMap<u64, Entry>>; SHARDS];
@@ -57,16 +81,21 @@ struct Mappings {
     by_address: BTreeMap<u64, (u64, u64)>,
     /// Live mappings per handle.
     count: BTreeMap<u64, u64>,
-    /// Handles released while mapped → the bytes to return at their last unmap.
-    released: BTreeMap<u64, u64>,
+    /// Handles released while mapped → their entry, refunded at the last unmap.
+    released: BTreeMap<u64, Entry>,
 }
 
+static MAPS: AtomicPtr<Maps> = AtomicPtr::new(std::ptr::null_mut());
+/// Bytes this process holds against the quota, per device (returned at exit).
+static MY_HELD: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
 /// Allocations remembered as deferred (a hint to skip the walk when there are none).
 static DEFERRED_COUNT: AtomicU64 = AtomicU64::new(0);
 
-static MAPS: AtomicPtr<Maps> = AtomicPtr::new(std::ptr::null_mut());
-/// Bytes this process holds against the shared quota (returned at exit).
-static MY_USED: AtomicU64 = AtomicU64::new(0);
+/// This process's slot in the block: [`UNCLAIMED`] until its first charge, [`NO_SLOT`] if all
+/// were taken.
+static SLOT: AtomicUsize = AtomicUsize::new(UNCLAIMED);
+const UNCLAIMED: usize = usize::MAX;
+const NO_SLOT: usize = usize::MAX - 1;
 
 fn maps() -> &'static Maps {
     let p = MAPS.load(Ordering::Acquire);
@@ -115,9 +144,111 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+// ---------------------------------------------------------------------------------------------
+// Which device, and what this process holds there
+
+type CtxGetDeviceFn = unsafe extern "C" fn(*mut c_int) -> CUresult;
+
+/// Device ordinal of the current context: 0 without asking the driver when the workload has
+/// one GPU (the node says how many in the block), else `cuCtxGetDevice` (0 if that fails).
+#[inline]
+pub fn current_device() -> usize {
+    match state::block() {
+        Some(b) if b.liveness.device_count.load(Ordering::Relaxed) > 1 => ask_current_device(),
+        _ => 0,
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn ask_current_device() -> usize {
+    let p = real::get(Sym::cuCtxGetDevice);
+    if p.is_null() {
+        return 0;
+    }
+    let mut dev: c_int = 0;
+    // SAFETY: `p` is the driver's cuCtxGetDevice, ABI CtxGetDeviceFn; valid out-pointer.
+    let r = unsafe { std::mem::transmute::<*mut c_void, CtxGetDeviceFn>(p)(&mut dev) };
+    if r == CUDA_SUCCESS {
+        usize::try_from(dev).unwrap_or(0)
+    } else {
+        0
+    }
+}
+
+/// This process's slot, claimed on first use (never on the hot path after that).
+fn my_slot(b: &ControlBlock) -> Option<&crate::control::ProcessSlot> {
+    let mut i = SLOT.load(Ordering::Acquire);
+    if i == UNCLAIMED {
+        i = claim_slot(b);
+    }
+    b.processes.get(i)
+}
+
+#[cold]
+#[inline(never)]
+fn claim_slot(b: &ControlBlock) -> usize {
+    let pid = u64::from(std::process::id());
+    let ticks = crate::control::process_start_ticks(pid).unwrap_or(0);
+    let i = b.claim_process_slot(pid, ticks).unwrap_or(NO_SLOT);
+    match SLOT.compare_exchange(UNCLAIMED, i, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => {
+            if i == NO_SLOT {
+                state::log(format_args!(
+                    "no free process slot: a SIGKILL would leave this process's charges"
+                ));
+            }
+            i
+        }
+        Err(other) => {
+            // Another thread claimed first: give ours back.
+            if let Some(slot) = b.processes.get(i) {
+                slot.pid.store(0, Ordering::Release);
+            }
+            other
+        }
+    }
+}
+
+/// This process now holds `bytes` more on `device`.
+fn hold(b: &ControlBlock, device: usize, bytes: u64) {
+    let d = device.min(MAX_DEVICES - 1);
+    MY_HELD[d].fetch_add(bytes, Ordering::Relaxed);
+    if let Some(slot) = my_slot(b) {
+        slot.held[d].fetch_add(bytes, Ordering::Relaxed);
+    }
+}
+
+/// Returns `bytes` of `device` to the quota — at most what this process still holds there.
+/// After [`release_all`] (exit) it holds nothing, so the frees that global destructors and
+/// earlier `atexit` handlers make later refund nothing: the counters are shared with the other
+/// processes of the workload, and refunding twice would hand their bytes out again.
+fn refund(b: &ControlBlock, device: usize, bytes: u64) {
+    let d = device.min(MAX_DEVICES - 1);
+    let mut refund = 0;
+    let _ = MY_HELD[d].fetch_update(Ordering::AcqRel, Ordering::Relaxed, |u| {
+        refund = bytes.min(u);
+        Some(u - refund)
+    });
+    if refund == 0 {
+        return;
+    }
+    b.counters.bytes_freed.fetch_add(refund, Ordering::Relaxed);
+    b.release(d, refund);
+    if let Some(slot) = my_slot(b) {
+        let _ = slot.held[d].fetch_update(Ordering::AcqRel, Ordering::Relaxed, |u| {
+            Some(u.saturating_sub(refund))
+        });
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Allocation
+
 /// A reservation taken before the driver call.
 #[must_use]
 pub struct Reservation {
+    device: usize,
     charged: u64,
     size: u64,
     /// Fail-open with a block: remember the allocation to charge it when enforcement returns.
@@ -125,8 +256,9 @@ pub struct Reservation {
 }
 
 impl Reservation {
-    fn uncharged(size: u64) -> Reservation {
+    fn uncharged(device: usize, size: u64) -> Reservation {
         Reservation {
+            device,
             charged: 0,
             size,
             deferred: false,
@@ -134,29 +266,28 @@ impl Reservation {
     }
 }
 
-/// Reserve `size` bytes against the quota (mode-dependent).
+/// Reserve `size` bytes on `device` against the quota (mode-dependent).
 #[inline]
-pub fn reserve(size: u64) -> Result<Reservation, CUresult> {
+pub fn reserve(device: usize, size: u64) -> Result<Reservation, CUresult> {
     match state::mode() {
         ENFORCE => match state::block() {
-            Some(b) if b.try_reserve(size) => Ok(Reservation {
+            Some(b) if b.try_reserve(device, size) => Ok(Reservation {
                 charged: size,
-                size,
-                deferred: false,
+                ..Reservation::uncharged(device, size)
             }),
             Some(b) => {
                 b.counters.quota_denials.fetch_add(1, Ordering::Relaxed);
                 Err(CUDA_ERROR_OUT_OF_MEMORY)
             }
-            None => Ok(Reservation::uncharged(size)),
+            None => Ok(Reservation::uncharged(device, size)),
         },
         OPEN => Ok(Reservation {
             deferred: state::block().is_some(),
-            ..Reservation::uncharged(size)
+            ..Reservation::uncharged(device, size)
         }),
         CLOSED => Err(CUDA_ERROR_OUT_OF_MEMORY),
         EXITING => Err(CUDA_ERROR_NOT_PERMITTED),
-        _ => Ok(Reservation::uncharged(size)),
+        _ => Ok(Reservation::uncharged(device, size)),
     }
 }
 
@@ -170,32 +301,31 @@ impl Reservation {
         }
         let Some(b) = state::block() else { return true };
         if actual > self.charged {
-            if !b.try_reserve(actual - self.charged) {
+            if !b.try_reserve(self.device, actual - self.charged) {
                 b.counters.quota_denials.fetch_add(1, Ordering::Relaxed);
                 return false;
             }
         } else {
-            b.release(self.charged - actual);
+            b.release(self.device, self.charged - actual);
         }
         self.charged = actual;
         self.size = actual;
         true
     }
 
-    /// The driver call succeeded: remember what `key` was charged.
+    /// The driver call succeeded: remember what `key` was charged, and where.
     pub fn commit(self, kind: Kind, key: u64) {
-        if let Some(b) = state::block() {
-            b.counters.allocations.fetch_add(1, Ordering::Relaxed);
-            b.counters
-                .bytes_allocated
-                .fetch_add(self.size, Ordering::Relaxed);
-        }
+        let Some(b) = state::block() else { return };
+        b.counters.allocations.fetch_add(1, Ordering::Relaxed);
+        b.counters
+            .bytes_allocated
+            .fetch_add(self.size, Ordering::Relaxed);
         if self.charged > 0 {
-            MY_USED.fetch_add(self.charged, Ordering::Relaxed);
-            lock(shard(kind, key)).insert(key, self.charged);
+            hold(b, self.device, self.charged);
+            lock(shard(kind, key)).insert(key, Entry::new(self.device, self.charged, false));
         } else if self.deferred && self.size > 0 {
             DEFERRED_COUNT.fetch_add(1, Ordering::Relaxed);
-            lock(shard(kind, key)).insert(key, self.size.min(!DEFERRED) | DEFERRED);
+            lock(shard(kind, key)).insert(key, Entry::new(self.device, self.size, true));
         }
     }
 
@@ -204,21 +334,17 @@ impl Reservation {
         if self.charged > 0
             && let Some(b) = state::block()
         {
-            b.release(self.charged);
+            b.release(self.device, self.charged);
         }
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Free
+
 /// An allocation's map entry, taken out before its free.
 #[derive(Clone, Copy)]
 pub struct Taken(Entry);
-
-impl Taken {
-    /// Bytes the allocation charged against the quota (0 for a deferred one).
-    pub fn charged(self) -> u64 {
-        charged_by(self.0)
-    }
-}
 
 /// Take `key` out of the map before the free; `restore` it if the driver refused the free.
 pub fn take(kind: Kind, key: u64) -> Option<Taken> {
@@ -226,7 +352,7 @@ pub fn take(kind: Kind, key: u64) -> Option<Taken> {
         return None;
     }
     let entry = lock(shard(kind, key)).remove(&key)?;
-    if entry & DEFERRED != 0 {
+    if entry.deferred() {
         let _ = DEFERRED_COUNT.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
             Some(n.saturating_sub(1))
         });
@@ -236,31 +362,18 @@ pub fn take(kind: Kind, key: u64) -> Option<Taken> {
 
 /// Put back an entry whose free failed.
 pub fn restore(kind: Kind, key: u64, taken: Taken) {
-    if taken.0 & DEFERRED != 0 {
+    if taken.0.deferred() {
         DEFERRED_COUNT.fetch_add(1, Ordering::Relaxed);
     }
     lock(shard(kind, key)).insert(key, taken.0);
 }
 
-/// The free succeeded: return the bytes — at most what this process still holds. After
-/// [`release_all`] (exit) it holds nothing, so the frees that global destructors and earlier
-/// `atexit` handlers make later refund nothing: the quota counter is shared with the other
-/// processes of the workload, and refunding twice would hand their bytes out again.
+/// The free succeeded: return the bytes (see [`refund`]).
 pub fn released(taken: Option<Taken>) {
     let Some(b) = state::block() else { return };
     b.counters.frees.fetch_add(1, Ordering::Relaxed);
-    refund(b, taken.map(Taken::charged));
-}
-
-fn refund(b: &crate::control::ControlBlock, charged: Option<u64>) {
-    if let Some(c) = charged {
-        b.counters.bytes_freed.fetch_add(c, Ordering::Relaxed);
-        let mut refund = 0;
-        let _ = MY_USED.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |u| {
-            refund = c.min(u);
-            Some(u - refund)
-        });
-        b.release(refund);
+    if let Some(Taken(e)) = taken {
+        refund(b, e.device(), e.charged());
     }
 }
 
@@ -289,38 +402,35 @@ pub fn vmm_unmapped(va: u64, size: u64) {
             let Some((_, handle)) = m.by_address.remove(&start) else {
                 continue;
             };
-            let left = match m.count.get_mut(&handle) {
-                Some(n) => {
-                    *n = n.saturating_sub(1);
-                    *n
-                }
-                None => 0,
-            };
+            let left = m.count.get_mut(&handle).map_or(0, |n| {
+                *n = n.saturating_sub(1);
+                *n
+            });
             if left == 0 {
                 m.count.remove(&handle);
-                if let Some(c) = m.released.remove(&handle) {
-                    refunds.push(c);
+                if let Some(e) = m.released.remove(&handle) {
+                    refunds.push(e);
                 }
             }
         }
     }
     if let Some(b) = state::block() {
-        for c in refunds {
-            refund(b, Some(c));
+        for e in refunds {
+            refund(b, e.device(), e.charged());
         }
     }
 }
 
 /// `cuMemRelease` succeeded: return the handle's charge now if nothing maps it, else at its
-/// last unmap.
+/// last unmap (the driver keeps the memory until then).
 pub fn vmm_released(handle: u64, taken: Option<Taken>) {
-    let charged = taken.map(Taken::charged);
-    if let Some(c) = charged
-        && c > 0
+    if let Some(Taken(e)) = taken
+        && e.charged() > 0
     {
         let mut m = lock(&maps().mappings);
         if m.count.get(&handle).is_some_and(|n| *n > 0) {
-            m.released.insert(handle, c);
+            m.released.insert(handle, e);
+            drop(m);
             if let Some(b) = state::block() {
                 b.counters.frees.fetch_add(1, Ordering::Relaxed);
             }
@@ -329,6 +439,9 @@ pub fn vmm_released(handle: u64, taken: Option<Taken>) {
     }
     released(taken);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Whole-process transitions
 
 /// Enforcement is back: charge what was allocated while it was fail-open.
 pub fn charge_deferred() {
@@ -339,36 +452,61 @@ pub fn charge_deferred() {
     for kind in [Kind::Ptr, Kind::Vmm, Kind::Array] {
         for shard in shards(kind) {
             let mut map = lock(shard);
-            for entry in map.values_mut() {
-                if *entry & DEFERRED != 0 {
-                    let bytes = *entry & !DEFERRED;
-                    b.charge(bytes);
-                    MY_USED.fetch_add(bytes, Ordering::Relaxed);
-                    *entry = bytes;
-                    let _ =
-                        DEFERRED_COUNT.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                            Some(n.saturating_sub(1))
-                        });
-                }
+            for entry in map.values_mut().filter(|e| e.deferred()) {
+                b.charge(entry.device(), entry.bytes());
+                hold(b, entry.device(), entry.bytes());
+                *entry = Entry::new(entry.device(), entry.bytes(), false);
+                let _ = DEFERRED_COUNT.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                    Some(n.saturating_sub(1))
+                });
             }
         }
     }
 }
 
-/// Return everything this process holds (graceful exit, `atexit`).
+/// Return everything this process holds (graceful exit, `atexit`) and free its slot.
 pub fn release_all() {
-    let mine = MY_USED.swap(0, Ordering::AcqRel);
-    if mine > 0
-        && let Some(b) = state::block()
+    let Some(b) = state::block() else { return };
+    let slot = b.processes.get(SLOT.load(Ordering::Acquire));
+    for (d, held) in MY_HELD.iter().enumerate() {
+        let mine = held.swap(0, Ordering::AcqRel);
+        if mine > 0 {
+            b.release(d, mine);
+        }
+        if let Some(slot) = slot {
+            slot.held[d].store(0, Ordering::Release);
+        }
+    }
+    if let Some(slot) = slot
+        && slot.pid.load(Ordering::Acquire) == u64::from(std::process::id())
     {
-        b.release(mine);
+        slot.pid.store(0, Ordering::Release);
     }
 }
 
-/// Forked child: it holds nothing (device memory belongs to the parent's contexts) and must
-/// not touch maps whose locks may have been held by a parent thread at fork time.
+/// Forked child: it holds nothing (device memory belongs to the parent's contexts), owns no
+/// slot yet, and must not touch maps whose locks may have been held by a parent thread at
+/// fork time. Async-signal-safe: atomics only.
 pub fn reset_after_fork() {
-    MY_USED.store(0, Ordering::Relaxed);
+    for held in &MY_HELD {
+        held.store(0, Ordering::Relaxed);
+    }
+    SLOT.store(UNCLAIMED, Ordering::Release);
     DEFERRED_COUNT.store(0, Ordering::Relaxed);
     MAPS.store(std::ptr::null_mut(), Ordering::Release);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_keep_device_bytes_and_deferral_apart() {
+        let e = Entry::new(5, 3 << 30, false);
+        assert_eq!((e.device(), e.bytes(), e.charged()), (5, 3 << 30, 3 << 30));
+        let d = Entry::new(15, 7, true);
+        assert_eq!((d.device(), d.bytes(), d.charged()), (15, 7, 0));
+        assert!(d.deferred() && !e.deferred());
+        assert_eq!(Entry::new(99, 1, false).device(), MAX_DEVICES - 1);
+    }
 }

@@ -71,6 +71,7 @@ symbols!(
     // Needed by the interposer itself, never substituted.
     cuStreamIsCapturing,
     cuStreamIsCapturing_ptsz,
+    cuCtxGetDevice,
     cuCtxSynchronize,
     cuCtxPushCurrent_v2,
     cuCtxPopCurrent_v2,

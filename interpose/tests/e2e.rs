@@ -12,6 +12,7 @@
 
 use arbiter_interpose::control::{
     BlockInit, ControlBlock, FLAG_EXIT, FLAG_FREEZE, MappedBlock, UNLIMITED, monotonic_ns,
+    process_alive,
 };
 use cuda_workload::{FakeSlot, FakeState, Fixtures};
 use std::io::{BufRead, BufReader};
@@ -269,6 +270,64 @@ fn every_allocator_is_charged_and_released() {
             assert!(legacy > 0 && per_thread == 0, "{legacy} {per_thread}");
         }
     }
+}
+
+/// A process on two GPUs (DDP, tensor parallel) gets the quota on each, not one counter for
+/// both; the block shows each device's usage and the workload's total.
+#[test]
+fn each_device_has_its_own_quota() {
+    let s = Scenario::new(
+        "multi-gpu",
+        Some(BlockInit {
+            quota_bytes: 64 * MIB,
+            device_count: 2,
+            ..Default::default()
+        }),
+    )
+    .env("FAKE_CUDA_DEVICES", 2);
+    let text = stdout(&s.run("gpa", &["multi-gpu", &(16 * MIB).to_string()]));
+    assert!(text.contains("dev0_allocs=4 dev1_allocs=4"), "{text}");
+    let b = s.block();
+    // The process exited without freeing: its exit handler returned everything.
+    assert_eq!(
+        b.device(0).peak_used_bytes.load(Ordering::Relaxed),
+        64 * MIB
+    );
+    assert_eq!(
+        b.device(1).peak_used_bytes.load(Ordering::Relaxed),
+        64 * MIB
+    );
+    assert_eq!(b.shared.peak_used_bytes.load(Ordering::Relaxed), 128 * MIB);
+    assert_eq!(b.shared.used_bytes.load(Ordering::Relaxed), 0);
+}
+
+/// A process killed by SIGKILL runs no exit handler; its process slot tells the node what it
+/// still held, and the node gives exactly that back (the other process's charge stays).
+#[test]
+fn the_node_reclaims_what_a_killed_process_held() {
+    let s = Scenario::new("sigkill", quota_block(1 << 30));
+    let mut survivor = KillOnDrop(s.spawn("gpa", &["train"]));
+    let _ = wait_for_line(&mut survivor.0, "ready");
+    let mut victim = KillOnDrop(s.spawn("gpa", &["train"]));
+    let _ = wait_for_line(&mut victim.0, "ready");
+    let b = s.block();
+    let used = || b.shared.used_bytes.load(Ordering::Relaxed);
+    assert_eq!(used(), 128 * MIB);
+    let victim_pid = u64::from(victim.0.id());
+    assert!(
+        b.processes
+            .iter()
+            .any(|p| p.pid.load(Ordering::Relaxed) == victim_pid
+                && p.held[0].load(Ordering::Relaxed) == 64 * MIB),
+        "the victim's slot records its 64 MiB"
+    );
+    let _ = victim.0.kill();
+    let _ = victim.0.wait();
+    assert_eq!(used(), 128 * MIB, "SIGKILL returned nothing by itself");
+    let reclaimed = b.reclaim_dead_processes(process_alive);
+    assert_eq!(reclaimed, 64 * MIB);
+    assert_eq!(used(), 64 * MIB, "the survivor's charge is untouched");
+    assert_eq!(b.reclaim_dead_processes(process_alive), 0, "idempotent");
 }
 
 /// Arrays are charged by their payload (a floor: the fake, like the driver, pads rows).

@@ -26,7 +26,7 @@ use crate::hostload::HostSampler;
 use crate::mps::MpsManager;
 use crate::procfs;
 use crate::supervisor::{ExitReport, Supervisor, SupervisorError, Workload, WorkloadSpec};
-use arbiter_interpose::control::FLAG_FREEZE;
+use arbiter_interpose::control::{FLAG_FREEZE, process_alive};
 use arbiter_policy_sdk::model::{
     GpuStatus, NodeAction, NodeView, WorkloadStatus, health, qos, workload_role,
 };
@@ -332,6 +332,16 @@ impl Node {
             };
             let rec = w.record();
             let b = w.block();
+            // A process of the workload killed before it could return its charges (SIGKILL,
+            // the OOM killer) left them in its slot: give them back to the workload's quota.
+            let reclaimed = b.reclaim_dead_processes(process_alive);
+            if reclaimed > 0 {
+                tracing::info!(
+                    workload = id,
+                    bytes = reclaimed,
+                    "reclaimed the memory charges of a dead process"
+                );
+            }
             let launches = b.counters.launches.load(Ordering::Relaxed);
             let sample = samples.get(&rec.gpu);
             let (nvml_used, util) = workload_gpu_usage(w, sample, self.supervisor.workloads());

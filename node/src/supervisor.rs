@@ -434,6 +434,8 @@ impl Supervisor {
                 pace_burst_ns: burst,
                 control_period_ns: self.config.control_period.as_nanos() as u64,
                 stale_after_ns: self.config.stale_after.map_or(0, |d| d.as_nanos() as u64),
+                // A node workload runs on one GPU (`CUDA_VISIBLE_DEVICES` names it).
+                device_count: 1,
             },
         )
         .map_err(io(format!("create control block {}", block_path.display())))?;

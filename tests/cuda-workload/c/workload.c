@@ -330,6 +330,28 @@ static int mode_vmm(size_t quota) {
     return 0;
 }
 
+/* Two GPUs, one process (DDP-style): allocate CHUNK-sized blocks on device 0 until the quota
+ * says no, then on device 1; each device must get its own quota's worth. */
+static int mode_multi_gpu(size_t chunk) {
+    RESOLVE(retain, retain_t, "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRetain");
+    RESOLVE(setcur, ctxset_t, "cuCtxSetCurrent", "cuCtxSetCurrent");
+    int counts[2] = {0, 0};
+    for (int d = 0; d < 2; d++) {
+        u64 ctx = 0;
+        if (retain(&ctx, d)) die("retain", d);
+        if (setcur(ctx)) die("set current", d);
+        for (;;) {
+            u64 p = 0;
+            CUresult rc = g_alloc(&p, chunk);
+            if (rc == 2) break;
+            if (rc) die("alloc", rc);
+            if (++counts[d] > 1000) break;
+        }
+    }
+    printf("dev0_allocs=%d dev1_allocs=%d\n", counts[0], counts[1]);
+    return 0;
+}
+
 typedef CUresult (*totalmem_t)(size_t *, int);
 static int mode_meminfo(void) {
     RESOLVE(info, meminfo_t, "cuMemGetInfo", "cuMemGetInfo_v2");
@@ -621,6 +643,7 @@ int main(int argc, char **argv) {
     if (!strcmp(m, "getppid")) return mode_getppid();
     if (!strcmp(m, "arrays")) return mode_arrays((size_t)atoll(argv[2]));
     if (!strcmp(m, "vmm")) return mode_vmm((size_t)atoll(argv[2]));
+    if (!strcmp(m, "multi-gpu")) return mode_multi_gpu((size_t)atoll(argv[2]));
     if (!strcmp(m, "free-after-exit")) return mode_free_after_exit((size_t)atoll(argv[2]));
     fprintf(stderr, "unknown mode %s\n", m);
     return 2;

@@ -6,7 +6,8 @@
 //! * kernels that each occupy the device for `FAKE_CUDA_KERNEL_NS` (default 0) on a single
 //!   in-order timeline; launches are asynchronous and `cuCtxSynchronize`/`cuStreamSynchronize`
 //!   wait for the timeline to drain;
-//! * contexts (created and primary), streams, stream capture and graph launch;
+//! * `FAKE_CUDA_DEVICES` devices (default 1) sharing one memory pool; contexts (created and
+//!   primary, per device), streams, stream capture and graph launch;
 //! * `cuGetProcAddress{,_v2}` resolving (name, version, flags) like the real driver does:
 //!   `_ptsz` for the per-thread default stream flag (the real names, cuda.h 12.9: also
 //!   `cuMemAllocAsync_ptsz`, `cuMemFreeAsync_ptsz`, `cuMemAllocFromPoolAsync_ptsz`), `_v2` for new
@@ -44,12 +45,28 @@ struct Device {
     /// Arrays and mipmapped arrays: handle → bytes.
     arrays: Mutex<HashMap<u64, u64>>,
     capturing: Mutex<HashSet<u64>>,
-    primary_refs: Mutex<u64>,
+    /// Devices (`FAKE_CUDA_DEVICES`, default 1); they share one memory pool.
+    count: c_int,
+    /// Retain count of each device's primary context.
+    primary_refs: Mutex<Vec<u64>>,
+    /// Device of each created context.
+    ctx_device: Mutex<HashMap<u64, c_int>>,
     next_addr: AtomicU64,
     next_handle: AtomicU64,
 }
 
+/// Device `d`'s primary context is `PRIMARY_CTX + d`.
 const PRIMARY_CTX: u64 = 0xC0_0000;
+
+fn valid_device(device: c_int) -> bool {
+    (0..dev().count).contains(&device)
+}
+
+fn primary_device(ctx: u64) -> Option<c_int> {
+    ctx.checked_sub(PRIMARY_CTX)
+        .filter(|d| *d < 16)
+        .map(|d| d as c_int)
+}
 
 /// A `cuMemCreate` allocation.
 struct Physical {
@@ -125,7 +142,9 @@ fn dev() -> &'static Device {
             mappings: Mutex::new(BTreeMap::new()),
             arrays: Mutex::new(HashMap::new()),
             capturing: Mutex::new(HashSet::new()),
-            primary_refs: Mutex::new(0),
+            count: env_u64(c"FAKE_CUDA_DEVICES", 1).clamp(1, 16) as c_int,
+            primary_refs: Mutex::new(vec![0; 16]),
+            ctx_device: Mutex::new(HashMap::new()),
             next_addr: AtomicU64::new(0x7f00_0000_0000),
             next_handle: AtomicU64::new(1),
         }
@@ -563,7 +582,7 @@ pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, device: c_int) -
     if bytes.is_null() {
         return INVALID_VALUE;
     }
-    if device != 0 {
+    if !valid_device(device) {
         return INVALID_DEVICE;
     }
     // SAFETY: checked non-NULL.
@@ -595,11 +614,11 @@ pub unsafe extern "C" fn cuDeviceGet(device: *mut c_int, ordinal: c_int) -> CUre
     if device.is_null() {
         return INVALID_VALUE;
     }
-    if ordinal != 0 {
+    if !valid_device(ordinal) {
         return INVALID_DEVICE;
     }
     // SAFETY: checked non-NULL.
-    unsafe { *device = 0 };
+    unsafe { *device = ordinal };
     SUCCESS
 }
 
@@ -609,7 +628,7 @@ pub unsafe extern "C" fn cuDeviceGetCount(count: *mut c_int) -> CUresult {
         return INVALID_VALUE;
     }
     // SAFETY: checked non-NULL.
-    unsafe { *count = 1 };
+    unsafe { *count = dev().count };
     SUCCESS
 }
 
@@ -618,7 +637,7 @@ pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, device: 
     if name.is_null() || len <= 0 {
         return INVALID_VALUE;
     }
-    if device != 0 {
+    if !valid_device(device) {
         return INVALID_DEVICE;
     }
     let text = b"Arbiter Fake GPU\0";
@@ -641,10 +660,11 @@ pub unsafe extern "C" fn cuCtxCreate_v2(ctx: *mut u64, _flags: c_uint, device: c
     if ctx.is_null() {
         return INVALID_VALUE;
     }
-    if device != 0 {
+    if !valid_device(device) {
         return INVALID_DEVICE;
     }
     let id = 0xC1_0000 + dev().next_handle.fetch_add(1, Ordering::Relaxed);
+    lock(&dev().ctx_device).insert(id, device);
     bump(Slot::CtxLive, 1);
     make_current(id);
     // SAFETY: checked non-NULL.
@@ -686,7 +706,7 @@ fn context_gone() {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: u64) -> CUresult {
-    if ctx == 0 || ctx == PRIMARY_CTX {
+    if ctx == 0 || lock(&dev().ctx_device).remove(&ctx).is_none() {
         return INVALID_CONTEXT;
     }
     context_gone();
@@ -701,25 +721,27 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(ctx: *mut u64, device: c_int) 
     if ctx.is_null() {
         return INVALID_VALUE;
     }
-    if device != 0 {
+    if !valid_device(device) {
         return INVALID_DEVICE;
     }
     let mut refs = lock(&dev().primary_refs);
+    let refs = &mut refs[device as usize];
     *refs += 1;
     if *refs == 1 {
         bump(Slot::CtxLive, 1);
     }
     // SAFETY: checked non-NULL.
-    unsafe { *ctx = PRIMARY_CTX };
+    unsafe { *ctx = PRIMARY_CTX + device as u64 };
     SUCCESS
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(device: c_int) -> CUresult {
-    if device != 0 {
+    if !valid_device(device) {
         return INVALID_DEVICE;
     }
     let mut refs = lock(&dev().primary_refs);
+    let refs = &mut refs[device as usize];
     if *refs == 0 {
         return INVALID_CONTEXT;
     }
@@ -735,6 +757,23 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(device: c_int) -> CUresult
 pub unsafe extern "C" fn cuDevicePrimaryCtxRelease(device: c_int) -> CUresult {
     // SAFETY: same contract.
     unsafe { cuDevicePrimaryCtxRelease_v2(device) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxGetDevice(device: *mut c_int) -> CUresult {
+    if device.is_null() {
+        return INVALID_VALUE;
+    }
+    let ctx = CURRENT.with(|c| c.get());
+    let found = primary_device(ctx).or_else(|| lock(&dev().ctx_device).get(&ctx).copied());
+    match found {
+        Some(d) => {
+            // SAFETY: checked non-NULL.
+            unsafe { *device = d };
+            SUCCESS
+        }
+        None => INVALID_CONTEXT,
+    }
 }
 
 #[unsafe(no_mangle)]
@@ -1084,6 +1123,7 @@ fn export(name: &[u8]) -> Option<*mut c_void> {
         cuDevicePrimaryCtxRelease_v2,
         cuCtxSetCurrent,
         cuCtxGetCurrent,
+        cuCtxGetDevice,
         cuCtxPushCurrent_v2,
         cuCtxPopCurrent_v2,
         cuCtxSynchronize,
