@@ -33,19 +33,22 @@ echo "== building libarbiter_interpose.so (release)"
 SO="$ROOT/target-interpose/release/libarbiter_interpose.so"
 test -f "$SO"
 
-# Control-block writer: the layout of interpose/src/control.rs (version 1), little-endian u64s.
+# Control-block writer: the layout of interpose/src/control.rs (version 2, BLOCK_SIZE bytes as
+# its `layout_is_stable` test states), little-endian u64s.
 cat > "$WORK/block.py" <<'PY'
 import mmap, os, struct, sys
 MAGIC = int.from_bytes(b"ARBITER1", "little")
-OFF = {"quota": 16, "interval": 24, "burst": 32, "epoch": 40, "flags": 48, "period": 56,
+VERSION, SIZE = 2, 256 + 64 * 16 + 192 * 64
+OFF = {"devices": 88,"quota": 16, "interval": 24, "burst": 32, "epoch": 40, "flags": 48, "period": 56,
        "used": 128, "peak": 136, "launches": 192 + 32, "allocs": 192, "denials": 192 + 16,
        "delay": 192 + 48}
 def create(path, quota, interval):
     with open(path, "wb") as f:
-        f.write(bytes(256))
+        f.write(bytes(SIZE))
     with open(path, "r+b") as f:
-        m = mmap.mmap(f.fileno(), 256)
-        struct.pack_into("<Q", m, 8, 1)
+        m = mmap.mmap(f.fileno(), SIZE)
+        struct.pack_into("<Q", m, 8, VERSION)
+        struct.pack_into("<Q", m, OFF["devices"], 1)
         struct.pack_into("<Q", m, OFF["quota"], quota)
         struct.pack_into("<Q", m, OFF["interval"], interval)
         struct.pack_into("<Q", m, OFF["period"], 100_000_000)
@@ -53,7 +56,7 @@ def create(path, quota, interval):
         m.close()
 def get(path, key):
     with open(path, "rb") as f:
-        return struct.unpack_from("<Q", f.read(256), OFF[key])[0]
+        return struct.unpack_from("<Q", f.read(SIZE), OFF[key])[0]
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "create":
