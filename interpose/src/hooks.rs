@@ -83,6 +83,8 @@ pub fn wrapper(sym: Sym) -> Option<*mut c_void> {
         cuStreamIsCapturing
         | cuStreamIsCapturing_ptsz
         | cuCtxGetDevice
+        | cuDeviceGet
+        | cuDeviceGetUuid
         | cuCtxSynchronize
         | cuCtxPushCurrent_v2
         | cuCtxPopCurrent_v2 => return None,

@@ -13,12 +13,14 @@
 //! * `quota`, `pacer` — memory accounting and launch admission; `arrays` — what a CUDA
 //!   array's descriptor charges;
 //! * `exit` — signal handlers, the worker thread, fork handling;
-//! * `hooks` — the exported `cu*` entry points.
+//! * `hooks` — the exported `cu*` entry points;
+//! * `nvml` — `nvmlDeviceGetMemoryInfo{,_v2}` as the workload sees them (the quota).
 
 mod arrays;
 pub mod control;
 mod exit;
 pub mod hooks;
+mod nvml;
 mod pacer;
 mod quota;
 mod real;

@@ -72,6 +72,8 @@ symbols!(
     cuStreamIsCapturing,
     cuStreamIsCapturing_ptsz,
     cuCtxGetDevice,
+    cuDeviceGet,
+    cuDeviceGetUuid,
     cuCtxSynchronize,
     cuCtxPushCurrent_v2,
     cuCtxPopCurrent_v2,
@@ -270,13 +272,26 @@ unsafe extern "C" fn dlsym_substituting(handle: *mut c_void, symbol: *const c_ch
     if p.is_null() || symbol.is_null() {
         return p;
     }
-    // SAFETY: dlsym's contract: `symbol` is NUL-terminated; reading two bytes is fine because
-    // the first one being NUL stops the `&&`.
-    let is_cu = unsafe { *symbol == b'c' as c_char && *symbol.add(1) == b'u' as c_char };
-    if !is_cu {
+    // SAFETY: dlsym's contract: `symbol` is NUL-terminated; reading up to four bytes is fine
+    // because a NUL among them stops the `&&` chain before the next read.
+    let (is_cu, is_nvml) = unsafe {
+        let at = |i: usize| *symbol.add(i) as u8;
+        let cu = at(0) == b'c' && at(1) == b'u';
+        let nvml = at(0) == b'n' && at(1) == b'v' && at(2) == b'm' && at(3) == b'l';
+        (cu, nvml)
+    };
+    if !is_cu && !is_nvml {
         return p;
     }
-    let swapped = std::panic::catch_unwind(|| reentrancy_guarded(|| substitute(p)));
+    let swapped = std::panic::catch_unwind(|| {
+        reentrancy_guarded(|| {
+            if is_cu {
+                substitute(p)
+            } else {
+                crate::nvml::substitute(p).unwrap_or(p)
+            }
+        })
+    });
     match swapped {
         Ok(Some(q)) => q,
         _ => p,

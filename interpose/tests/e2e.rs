@@ -330,6 +330,73 @@ fn the_node_reclaims_what_a_killed_process_held() {
     assert_eq!(b.reclaim_dead_processes(process_alive), 0, "idempotent");
 }
 
+impl Scenario {
+    /// Installs the fake NVML in the scenario's directory with GPUs of these UUIDs (80 GiB
+    /// each); returns the library's path.
+    fn fake_nvml(&self, uuids: &[&str]) -> PathBuf {
+        let lib = self.dir.join("libnvidia-ml.so.1");
+        std::fs::copy(&fixtures().fake_nvml, &lib).expect("copy fake nvml");
+        let gpus: Vec<String> = uuids
+            .iter()
+            .map(|u| {
+                format!(
+                    r#"{{ "name": "Fake GPU", "uuid": "{u}", "memory_total_mib": 81920,
+                        "timeline": [ {{ "t": 0, "utilization_pct": 0 }} ] }}"#
+                )
+            })
+            .collect();
+        let scenario = format!(
+            r#"{{ "driver_version": "550.54.15", "gpus": [ {} ] }}"#,
+            gpus.join(",")
+        );
+        std::fs::write(self.dir.join("fake-nvml.json"), scenario).expect("scenario");
+        lib
+    }
+}
+
+/// pynvml's way (dlopen + dlsym) and both ABIs: an 80 GiB GPU under a 64 MiB quota is a
+/// 64 MiB GPU holding the workload's 4 MiB.
+#[test]
+fn nvml_reports_the_quota_and_the_workloads_own_use() {
+    let s = Scenario::new("nvml", quota_block(64 * MIB));
+    let lib = s.fake_nvml(&["GPU-fake-0000"]);
+    let text = stdout(&s.run("gpa", &["nvml", &lib.to_string_lossy()]));
+    assert_eq!(field(&text, "nvml0_total"), 64 * MIB, "{text}");
+    assert_eq!(field(&text, "nvml0_used"), 4 * MIB);
+    assert_eq!(field(&text, "nvml0_free"), 60 * MIB);
+    assert_eq!(field(&text, "nvml0_v2_total"), 64 * MIB);
+    assert_eq!(field(&text, "nvml0_v2_used"), 4 * MIB);
+
+    // Without a quota, NVML's own answer passes through.
+    let s = Scenario::new("nvml-open", quota_block(UNLIMITED));
+    let lib = s.fake_nvml(&["GPU-fake-0000"]);
+    let text = stdout(&s.run("gpa", &["nvml", &lib.to_string_lossy()]));
+    assert_eq!(field(&text, "nvml0_total"), 81920 * MIB);
+}
+
+/// Two GPUs listed by NVML in the opposite order from CUDA's: matched by UUID, each shows the
+/// workload's use of that very device.
+#[test]
+fn nvml_devices_are_matched_to_cuda_ordinals_by_uuid() {
+    let s = Scenario::new(
+        "nvml-multi",
+        Some(BlockInit {
+            quota_bytes: 64 * MIB,
+            device_count: 2,
+            ..Default::default()
+        }),
+    )
+    .env("FAKE_CUDA_DEVICES", 2);
+    let lib = s.fake_nvml(&[
+        "GPU-face0000-0000-0000-0000-000000000001",
+        "GPU-face0000-0000-0000-0000-000000000000",
+    ]);
+    let text = stdout(&s.run("gpa", &["nvml", &lib.to_string_lossy()]));
+    assert_eq!(field(&text, "nvml0_used"), 8 * MIB, "{text}");
+    assert_eq!(field(&text, "nvml1_used"), 4 * MIB);
+    assert_eq!(field(&text, "nvml1_v2_used"), 4 * MIB);
+}
+
 /// Arrays are charged by their payload (a floor: the fake, like the driver, pads rows).
 #[test]
 fn arrays_are_charged_and_returned() {

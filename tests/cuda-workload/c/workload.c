@@ -352,6 +352,52 @@ static int mode_multi_gpu(size_t chunk) {
     return 0;
 }
 
+/* NVML through dlopen + dlsym, as pynvml does, after allocating 4 MiB on device 0 and, with a
+ * second device, 8 MiB there: prints what each NVML device reports (v1 and v2). */
+typedef struct { u64 total, free, used; } NvmlMem;
+typedef struct { unsigned version; u64 total, reserved, free, used; } NvmlMem2;
+typedef int (*nvml_init_t)(void);
+typedef int (*nvml_count_t)(unsigned *);
+typedef int (*nvml_handle_t)(unsigned, void **);
+typedef int (*nvml_mem_t)(void *, NvmlMem *);
+typedef int (*nvml_mem2_t)(void *, NvmlMem2 *);
+typedef CUresult (*count_t)(int *);
+static int mode_nvml(const char *lib) {
+    RESOLVE(count, count_t, "cuDeviceGetCount", "cuDeviceGetCount");
+    RESOLVE(retain, retain_t, "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRetain");
+    RESOLVE(setcur, ctxset_t, "cuCtxSetCurrent", "cuCtxSetCurrent");
+    u64 p = 0;
+    if (g_alloc(&p, 4 << 20)) die("alloc dev0", -1);
+    int n = 0;
+    if (count(&n)) die("cuDeviceGetCount", -1);
+    if (n > 1) {
+        u64 ctx = 0;
+        if (retain(&ctx, 1) || setcur(ctx)) die("device 1", -1);
+        if (g_alloc(&p, 8 << 20)) die("alloc dev1", -1);
+    }
+    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (!h) die("dlopen nvml", -1);
+    nvml_init_t init = (nvml_init_t)dlsym(h, "nvmlInit_v2");
+    nvml_count_t ncount = (nvml_count_t)dlsym(h, "nvmlDeviceGetCount_v2");
+    nvml_handle_t handle = (nvml_handle_t)dlsym(h, "nvmlDeviceGetHandleByIndex_v2");
+    nvml_mem_t mem = (nvml_mem_t)dlsym(h, "nvmlDeviceGetMemoryInfo");
+    nvml_mem2_t mem2 = (nvml_mem2_t)dlsym(h, "nvmlDeviceGetMemoryInfo_v2");
+    if (!init || !ncount || !handle || !mem || !mem2) die("nvml symbols", -1);
+    if (init()) die("nvmlInit_v2", -1);
+    unsigned devices = 0;
+    if (ncount(&devices)) die("nvmlDeviceGetCount_v2", -1);
+    for (unsigned i = 0; i < devices; i++) {
+        void *d = NULL;
+        NvmlMem m = {0, 0, 0};
+        NvmlMem2 m2 = {(unsigned)sizeof(NvmlMem2) | (2u << 24), 0, 0, 0, 0};
+        if (handle(i, &d) || mem(d, &m) || mem2(d, &m2)) die("nvml memory", (int)i);
+        printf("nvml%u_total=%llu nvml%u_free=%llu nvml%u_used=%llu nvml%u_v2_total=%llu "
+               "nvml%u_v2_used=%llu\n",
+               i, m.total, i, m.free, i, m.used, i, m2.total, i, m2.used);
+    }
+    return 0;
+}
+
 typedef CUresult (*totalmem_t)(size_t *, int);
 static int mode_meminfo(void) {
     RESOLVE(info, meminfo_t, "cuMemGetInfo", "cuMemGetInfo_v2");
@@ -644,6 +690,7 @@ int main(int argc, char **argv) {
     if (!strcmp(m, "arrays")) return mode_arrays((size_t)atoll(argv[2]));
     if (!strcmp(m, "vmm")) return mode_vmm((size_t)atoll(argv[2]));
     if (!strcmp(m, "multi-gpu")) return mode_multi_gpu((size_t)atoll(argv[2]));
+    if (!strcmp(m, "nvml")) return mode_nvml(argv[2]);
     if (!strcmp(m, "free-after-exit")) return mode_free_after_exit((size_t)atoll(argv[2]));
     fprintf(stderr, "unknown mode %s\n", m);
     return 2;

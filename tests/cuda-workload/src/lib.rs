@@ -21,6 +21,8 @@ pub struct Fixtures {
     pub workload: PathBuf,
     /// Workload linked with `-lcuda` (`WL_RESOLVE=direct`).
     pub workload_direct: PathBuf,
+    /// The fake `libnvidia-ml.so` (`tests/fake-nvml`); copy it beside a scenario file.
+    pub fake_nvml: PathBuf,
     /// A second, ordinary `LD_PRELOAD` interposer (`c/next_interposer.c`) whose `getppid`
     /// calls the next definition found with `dlsym(RTLD_NEXT, …)`.
     pub next_interposer: PathBuf,
@@ -131,6 +133,7 @@ pub fn build(work: &Path) -> Result<Fixtures, String> {
             .args(["-lcuda", "-ldl", "-lpthread"]),
         "cc -DDIRECT_LINK workload.c -lcuda",
     )?;
+    let fake_nvml = build_fake_nvml(&target)?;
     let next_interposer = libdir.join("libnext_interposer.so");
     run(
         Command::new(&cc)
@@ -145,6 +148,7 @@ pub fn build(work: &Path) -> Result<Fixtures, String> {
         libdir,
         workload,
         workload_direct,
+        fake_nvml,
         next_interposer,
     })
 }

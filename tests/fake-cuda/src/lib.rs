@@ -622,6 +622,30 @@ pub unsafe extern "C" fn cuDeviceGet(device: *mut c_int, ordinal: c_int) -> CUre
     SUCCESS
 }
 
+/// Device `d`'s UUID: `fa ce 00 … 00 d` (NVML would print `GPU-face0000-…-0000000000dd`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGetUuid(uuid: *mut u8, device: c_int) -> CUresult {
+    if uuid.is_null() {
+        return INVALID_VALUE;
+    }
+    if !valid_device(device) {
+        return INVALID_DEVICE;
+    }
+    let mut bytes = [0u8; 16];
+    bytes[0] = 0xfa;
+    bytes[1] = 0xce;
+    bytes[15] = device as u8;
+    // SAFETY: checked non-NULL; a CUuuid is 16 writable bytes.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), uuid, 16) };
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGetUuid_v2(uuid: *mut u8, device: c_int) -> CUresult {
+    // SAFETY: same contract.
+    unsafe { cuDeviceGetUuid(uuid, device) }
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetCount(count: *mut c_int) -> CUresult {
     if count.is_null() {
@@ -1112,6 +1136,8 @@ fn export(name: &[u8]) -> Option<*mut c_void> {
         cuDriverGetVersion,
         cuDeviceGet,
         cuDeviceGetCount,
+        cuDeviceGetUuid,
+        cuDeviceGetUuid_v2,
         cuDeviceGetName,
         cuDeviceTotalMem_v2,
         cuCtxCreate_v2,

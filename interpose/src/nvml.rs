@@ -1,0 +1,298 @@
+//! NVML as the workload sees it: under a memory quota, `nvmlDeviceGetMemoryInfo{,_v2}` report
+//! the quota as the device's total and the workload's own usage as used — what `nvidia-smi`,
+//! pynvml, Ray and vLLM read before sizing their caches.
+//!
+//! Reached like the driver entry points: plain interposition for programs linked with
+//! `-lnvidia-ml`, and pointer substitution in our `dlsym` for everyone who loads NVML at run
+//! time (pynvml's `CDLL`, `nvml-wrapper`'s libloading, `nvidia-smi`). The real functions come
+//! from the loaded `libnvidia-ml.so.1` (`RTLD_NOLOAD`, found by its SONAME however it was
+//! loaded), else from the next object after us.
+//!
+//! Which device: a single-GPU workload's device is ordinal 0. For a multi-GPU workload the
+//! NVML device (whose index ignores `CUDA_VISIBLE_DEVICES`) is matched to a CUDA ordinal by
+//! UUID; a device that matches none of the workload's is shown with the quota as its total
+//! and nothing of the workload's usage.
+#![allow(non_snake_case)]
+
+use crate::control::ControlBlock;
+use crate::real::{self, Sym};
+use crate::state::{self, ENFORCE};
+use crate::{CUDA_SUCCESS, control::UNLIMITED};
+use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+
+type Ret = c_uint;
+const NVML_SUCCESS: Ret = 0;
+/// `NVML_ERROR_FUNCTION_NOT_FOUND`.
+const NVML_ERROR_FUNCTION_NOT_FOUND: Ret = 13;
+
+/// `nvmlMemory_t`.
+#[repr(C)]
+pub struct Memory {
+    pub total: u64,
+    pub free: u64,
+    pub used: u64,
+}
+
+/// `nvmlMemory_v2_t`.
+#[repr(C)]
+pub struct MemoryV2 {
+    pub version: c_uint,
+    pub total: u64,
+    pub reserved: u64,
+    pub free: u64,
+    pub used: u64,
+}
+
+#[derive(Clone, Copy)]
+enum Nvml {
+    MemoryInfo,
+    MemoryInfoV2,
+    GetUUID,
+}
+
+const NAMES: [&std::ffi::CStr; 3] = [
+    c"nvmlDeviceGetMemoryInfo",
+    c"nvmlDeviceGetMemoryInfo_v2",
+    c"nvmlDeviceGetUUID",
+];
+static REAL: [AtomicPtr<c_void>; 3] = [const { AtomicPtr::new(std::ptr::null_mut()) }; 3];
+static RESOLVED: AtomicBool = AtomicBool::new(false);
+
+/// glibc's `RTLD_NEXT`.
+const RTLD_NEXT: *mut c_void = -1isize as *mut c_void;
+
+fn resolve() -> bool {
+    if RESOLVED.load(Ordering::Acquire) {
+        return true;
+    }
+    let Some(dlsym) = real::real_dlsym() else {
+        return false;
+    };
+    // SAFETY: RTLD_NOLOAD only returns a handle to an already loaded object.
+    let mut handle = unsafe {
+        libc::dlopen(
+            c"libnvidia-ml.so.1".as_ptr(),
+            libc::RTLD_LAZY | libc::RTLD_NOLOAD,
+        )
+    };
+    if handle.is_null() {
+        handle = RTLD_NEXT;
+    }
+    let mut any = false;
+    for (slot, name) in REAL.iter().zip(NAMES) {
+        // SAFETY: real dlsym on a valid handle (or RTLD_NEXT) with a NUL-terminated name.
+        let p = unsafe { dlsym(handle, name.as_ptr()) };
+        any |= !p.is_null();
+        slot.store(p, Ordering::Release);
+    }
+    if any {
+        RESOLVED.store(true, Ordering::Release);
+    }
+    any
+}
+
+fn get(f: Nvml) -> *mut c_void {
+    let p = REAL[f as usize].load(Ordering::Acquire);
+    if !p.is_null() || !resolve() {
+        return p;
+    }
+    REAL[f as usize].load(Ordering::Acquire)
+}
+
+/// Our wrapper if `p` is the real address of an NVML function we wrap.
+pub fn substitute(p: *mut c_void) -> Option<*mut c_void> {
+    if p.is_null() || state::bypassed() || !resolve() {
+        return None;
+    }
+    if p == REAL[Nvml::MemoryInfo as usize].load(Ordering::Acquire) {
+        return Some(nvmlDeviceGetMemoryInfo as *mut c_void);
+    }
+    if p == REAL[Nvml::MemoryInfoV2 as usize].load(Ordering::Acquire) {
+        return Some(nvmlDeviceGetMemoryInfo_v2 as *mut c_void);
+    }
+    None
+}
+
+/// The quota and the workload's usage to show for `device`, if a quota is enforced.
+fn view(device: *mut c_void) -> Option<(u64, u64)> {
+    if state::mode() != ENFORCE {
+        return None;
+    }
+    let b = state::block()?;
+    let quota = b.limits.quota_bytes.load(Ordering::Relaxed);
+    if quota == UNLIMITED {
+        return None;
+    }
+    let used =
+        cuda_ordinal(b, device).map_or(0, |d| b.device(d).used_bytes.load(Ordering::Relaxed));
+    Some((quota, used))
+}
+
+/// The workload's CUDA ordinal of an NVML device.
+fn cuda_ordinal(b: &ControlBlock, device: *mut c_void) -> Option<usize> {
+    let count = b.liveness.device_count.load(Ordering::Relaxed);
+    if count <= 1 {
+        return Some(0);
+    }
+    let uuid = nvml_uuid(device)?;
+    (0..count.min(crate::control::MAX_DEVICES as u64) as usize)
+        .find(|&ordinal| cuda_uuid(ordinal).as_deref() == Some(uuid.as_str()))
+}
+
+fn nvml_uuid(device: *mut c_void) -> Option<String> {
+    let p = get(Nvml::GetUUID);
+    if p.is_null() {
+        return None;
+    }
+    let mut buf = [0 as c_char; 96];
+    // SAFETY: `p` is NVML's nvmlDeviceGetUUID(device, char*, unsigned); the buffer is 96 bytes
+    // (NVML_DEVICE_UUID_V2_BUFFER_SIZE) and NUL-terminated by NVML on success.
+    let r = unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_char, c_uint) -> Ret,
+        >(p)(device, buf.as_mut_ptr(), buf.len() as c_uint)
+    };
+    if r != NVML_SUCCESS {
+        return None;
+    }
+    buf[buf.len() - 1] = 0;
+    // SAFETY: NUL-terminated within the buffer (forced above).
+    let s = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) };
+    Some(s.to_string_lossy().into_owned())
+}
+
+/// CUDA's UUID of ordinal `ordinal`, formatted as NVML formats UUIDs (`GPU-8-4-4-4-12`).
+fn cuda_uuid(ordinal: usize) -> Option<String> {
+    let get_dev = real::get(Sym::cuDeviceGet);
+    let get_uuid = real::get(Sym::cuDeviceGetUuid);
+    if get_dev.is_null() || get_uuid.is_null() {
+        return None;
+    }
+    let mut dev: c_int = 0;
+    let mut uuid = [0u8; 16];
+    // SAFETY: cuDeviceGet(CUdevice*, int) and cuDeviceGetUuid(CUuuid*, CUdevice) with valid
+    // out-pointers (CUuuid is 16 bytes).
+    let ok = unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_int, c_int) -> c_int>(
+            get_dev,
+        )(&mut dev, c_int::try_from(ordinal).ok()?)
+            == CUDA_SUCCESS
+            && std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut u8, c_int) -> c_int>(
+                get_uuid,
+            )(uuid.as_mut_ptr(), dev)
+                == CUDA_SUCCESS
+    };
+    ok.then(|| format_uuid(&uuid))
+}
+
+fn format_uuid(u: &[u8; 16]) -> String {
+    let hex =
+        |r: std::ops::Range<usize>| u[r].iter().map(|b| format!("{b:02x}")).collect::<String>();
+    format!(
+        "GPU-{}-{}-{}-{}-{}",
+        hex(0..4),
+        hex(4..6),
+        hex(6..8),
+        hex(8..10),
+        hex(10..16)
+    )
+}
+
+/// `(total, free, used)` the workload sees, from the real figures (`reserved`: v2's
+/// driver-reserved part of the total).
+fn clamp(real_total: u64, real_free: u64, reserved: u64, quota: u64, mine: u64) -> (u64, u64, u64) {
+    let total = real_total.min(quota);
+    let used = mine.min(total.saturating_sub(reserved));
+    let free = real_free.min(total.saturating_sub(reserved).saturating_sub(used));
+    (total, free, used)
+}
+
+/// # Safety
+/// NVML API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(device: *mut c_void, mem: *mut Memory) -> Ret {
+    let p = get(Nvml::MemoryInfo);
+    if p.is_null() {
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
+    }
+    // SAFETY: forwarding the caller's arguments to NVML's own function.
+    let r = unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut Memory) -> Ret>(p)(
+            device, mem,
+        )
+    };
+    if r != NVML_SUCCESS || mem.is_null() {
+        return r;
+    }
+    let shown = std::panic::catch_unwind(|| crate::real::reentrancy_guarded(|| view(device)));
+    if let Ok(Some(Some((quota, mine)))) = shown {
+        // SAFETY: NVML succeeded, so `mem` is a valid nvmlMemory_t it just wrote.
+        let m = unsafe { &mut *mem };
+        (m.total, m.free, m.used) = clamp(m.total, m.free, 0, quota, mine);
+    }
+    r
+}
+
+/// # Safety
+/// NVML API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
+    device: *mut c_void,
+    mem: *mut MemoryV2,
+) -> Ret {
+    let p = get(Nvml::MemoryInfoV2);
+    if p.is_null() {
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
+    }
+    // SAFETY: forwarding the caller's arguments to NVML's own function.
+    let r = unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut MemoryV2) -> Ret>(
+            p,
+        )(device, mem)
+    };
+    if r != NVML_SUCCESS || mem.is_null() {
+        return r;
+    }
+    let shown = std::panic::catch_unwind(|| crate::real::reentrancy_guarded(|| view(device)));
+    if let Ok(Some(Some((quota, mine)))) = shown {
+        // SAFETY: NVML succeeded, so `mem` is a valid nvmlMemory_v2_t it just wrote.
+        let m = unsafe { &mut *mem };
+        (m.total, m.free, m.used) = clamp(m.total, m.free, m.reserved, quota, mine);
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uuids_are_formatted_like_nvml() {
+        let u = [
+            0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0, 0x01, 0x23, 0x45, 0x67, 0x89, 0xab,
+            0xcd, 0xef,
+        ];
+        assert_eq!(format_uuid(&u), "GPU-12345678-9abc-def0-0123-456789abcdef");
+    }
+
+    #[test]
+    fn the_view_is_the_quota_and_the_workloads_own_use() {
+        const GIB: u64 = 1 << 30;
+        // 80 GiB GPU, 50 GiB free; quota 20 GiB, the workload holds 5.
+        assert_eq!(
+            clamp(80 * GIB, 50 * GIB, 0, 20 * GIB, 5 * GIB),
+            (20 * GIB, 15 * GIB, 5 * GIB)
+        );
+        // Others filled the GPU: free is never more than physically free.
+        assert_eq!(clamp(80 * GIB, GIB, 0, 20 * GIB, 5 * GIB).1, GIB);
+        // v2: the driver's reserve is part of the total.
+        assert_eq!(
+            clamp(80 * GIB, 50 * GIB, GIB, 20 * GIB, 5 * GIB).1,
+            14 * GIB
+        );
+        // A quota above the physical memory shows the physical memory.
+        assert_eq!(clamp(16 * GIB, 16 * GIB, 0, 20 * GIB, 0).0, 16 * GIB);
+    }
+}
