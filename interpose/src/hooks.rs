@@ -16,6 +16,7 @@ use crate::pacer::{self, StreamKind};
 use crate::quota::{self, Kind};
 use crate::real::{self, Sym};
 use crate::state::{self, ENFORCE};
+use crate::trace;
 use crate::{CUDA_ERROR_NOT_FOUND, CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CUresult, guard};
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::atomic::Ordering;
@@ -110,7 +111,7 @@ pub unsafe extern "C" fn cuGetProcAddress(
         let f = real!(cuGetProcAddress: unsafe extern "C" fn(*const c_char, *mut Ptr, c_int, u64) -> CUresult);
         // SAFETY: forwarding the caller's arguments to the real resolver.
         let r = unsafe { f(symbol, pfn, version, flags) };
-        substitute_out(r, pfn);
+        substitute_out(r, pfn, "gpa", symbol, version, flags);
         r
     })
 }
@@ -131,14 +132,21 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
         let f = real!(cuGetProcAddress_v2: unsafe extern "C" fn(*const c_char, *mut Ptr, c_int, u64, *mut c_int) -> CUresult);
         // SAFETY: forwarding the caller's arguments (status and all) to the real resolver.
         let r = unsafe { f(symbol, pfn, version, flags, status) };
-        substitute_out(r, pfn);
+        substitute_out(r, pfn, "gpa2", symbol, version, flags);
         r
     })
 }
 
 /// Replace `*pfn` by our wrapper when it is a real entry point we wrap (including the
 /// resolver itself: the self-lookup trap). NULL results are left alone.
-fn substitute_out(r: CUresult, pfn: *mut Ptr) {
+fn substitute_out(
+    r: CUresult,
+    pfn: *mut Ptr,
+    via: &str,
+    symbol: *const c_char,
+    version: c_int,
+    flags: u64,
+) {
     if r != CUDA_SUCCESS || pfn.is_null() {
         return;
     }
@@ -147,6 +155,7 @@ fn substitute_out(r: CUresult, pfn: *mut Ptr) {
         let p = *pfn;
         if !p.is_null() {
             *pfn = real::substitute(p);
+            trace::lookup(via, symbol, version, flags, p, *pfn);
         }
     }
 }
@@ -161,6 +170,7 @@ pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
         let f = real!(cuInit: unsafe extern "C" fn(c_uint) -> CUresult);
         // SAFETY: forwarding.
         let r = unsafe { f(flags) };
+        trace::call("cuInit", r);
         if r == CUDA_SUCCESS {
             exit::late_init();
         }

@@ -14,7 +14,8 @@
 //!   array's descriptor charges;
 //! * `exit` — signal handlers, the worker thread, fork handling;
 //! * `hooks` — the exported `cu*` entry points;
-//! * `nvml` — `nvmlDeviceGetMemoryInfo{,_v2}` as the workload sees them (the quota).
+//! * `nvml` — `nvmlDeviceGetMemoryInfo{,_v2}` as the workload sees them (the quota);
+//! * `trace` — the resolution trace checked against the real CUDA runtime and driver.
 
 mod arrays;
 pub mod control;
@@ -25,6 +26,7 @@ mod pacer;
 mod quota;
 mod real;
 mod state;
+mod trace;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 

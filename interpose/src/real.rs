@@ -283,13 +283,19 @@ unsafe extern "C" fn dlsym_substituting(handle: *mut c_void, symbol: *const c_ch
     if !is_cu && !is_nvml {
         return p;
     }
+    // Initialise before entering the re-entrancy guard: inside it the lazy init would be
+    // skipped, and the first lookups (cudart's bootstrap `dlsym` of `cuGetProcAddress_v2`)
+    // would run before the configuration — and the trace — exist.
+    let _ = crate::state::mode();
     let swapped = std::panic::catch_unwind(|| {
         reentrancy_guarded(|| {
-            if is_cu {
+            let q = if is_cu {
                 substitute(p)
             } else {
                 crate::nvml::substitute(p).unwrap_or(p)
-            }
+            };
+            crate::trace::lookup("dlsym", symbol, 0, 0, p, q);
+            q
         })
     });
     match swapped {

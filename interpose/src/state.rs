@@ -52,6 +52,7 @@ fn truthy(v: Option<String>) -> bool {
 /// * `ARBITER_FAIL_MODE=open|closed` — what to do when the block is missing, invalid or stale
 ///   (default `open`: never break the application);
 /// * `ARBITER_INTERPOSE_LOG=1` — diagnostics on stderr (slow paths only);
+/// * `ARBITER_INTERPOSE_TRACE=<file>` — the resolution trace (`trace`);
 /// * `ARBITER_INTERPOSE_TEST_PANIC=1` — test hook: `cuMemGetInfo_v2` panics.
 fn init() {
     INIT.call_once(|| {
@@ -60,6 +61,7 @@ fn init() {
             return;
         }
         LOG.store(truthy(env(c"ARBITER_INTERPOSE_LOG")), Ordering::Relaxed);
+        crate::trace::init(env(c"ARBITER_INTERPOSE_TRACE"));
         TEST_PANIC.store(
             truthy(env(c"ARBITER_INTERPOSE_TEST_PANIC")),
             Ordering::Relaxed,

@@ -883,6 +883,36 @@ fn an_interposer_after_us_finds_its_next_definition() {
     assert!(text.contains("getppid_ok=1"), "{text}");
 }
 
+/// The resolution trace names the driver's answer (by `dladdr`, not our table) and ours.
+#[test]
+fn the_resolution_trace_records_every_wrapped_lookup() {
+    let s = Scenario::new("trace", quota_block(UNLIMITED));
+    let trace = s.dir.join("trace");
+    let out = s
+        .command("gpa-ptds", &["variants"])
+        .env("ARBITER_INTERPOSE_TRACE", &trace)
+        .output()
+        .expect("spawn workload");
+    assert!(out.status.success());
+    let text = std::fs::read_to_string(&trace).expect("trace written");
+    for line in [
+        "lookup via=dlsym name=cuGetProcAddress_v2 version=0 flags=0 driver=cuGetProcAddress_v2 ours=1",
+        "lookup via=gpa2 name=cuLaunchKernel version=12080 flags=2 driver=cuLaunchKernel_ptsz ours=1",
+        "call cuInit rc=0",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "{line:?} missing from:\n{text}"
+        );
+    }
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("lookup via=gpa2 name=cuCtxSetCurrent ")
+                && l.ends_with(" driver=cuCtxSetCurrent ours=0")),
+        "a lookup we do not wrap is recorded as passed through:\n{text}"
+    );
+}
+
 #[test]
 fn panic_inside_a_hook_does_not_kill_the_workload() {
     let s = Scenario::new("panic", quota_block(UNLIMITED)).env("ARBITER_INTERPOSE_TEST_PANIC", 1);
