@@ -43,8 +43,9 @@ pub fn enabled() -> bool {
 
 /// The exported symbol at exactly `p`, as the dynamic linker names it.
 fn symbol_at(p: *mut c_void) -> String {
-    // SAFETY: dladdr only reads the loader's tables; `info` is a valid out-parameter.
+    // SAFETY: an all-zero Dl_info (null pointers) is a valid value to be overwritten.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads the loader's tables; `info` is a valid out-parameter.
     let found = unsafe { libc::dladdr(p, &mut info) } != 0;
     if !found || info.dli_sname.is_null() || info.dli_saddr != p {
         return "?".into();
