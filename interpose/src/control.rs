@@ -123,11 +123,16 @@ pub struct Counters {
 #[repr(C, align(64))]
 #[derive(Debug, Default)]
 pub struct DeviceUsage {
-    /// Bytes reserved or allocated on this device; never above `quota_bytes` by a reservation.
+    /// Bytes reserved or allocated on this device through the allocators we wrap.
     pub used_bytes: AtomicU64,
     /// High-water mark of `used_bytes`.
     pub peak_used_bytes: AtomicU64,
-    _reserved: [AtomicU64; 6],
+    /// Node-written: memory the workload holds on this device that no wrapped allocator
+    /// charged — CUDA context and module memory, graph memory nodes, pools keeping freed
+    /// memory — i.e. NVML's per-process usage of its processes minus `used_bytes`. A
+    /// reservation counts it against the quota: `used + unseen + new ≤ quota`.
+    pub unseen_bytes: AtomicU64,
+    _reserved: [AtomicU64; 5],
 }
 
 /// What one process of the workload holds, so that the node can give back what a process
@@ -244,6 +249,7 @@ impl ControlBlock {
         for d in &self.devices {
             d.used_bytes.store(0, Ordering::Relaxed);
             d.peak_used_bytes.store(0, Ordering::Relaxed);
+            d.unseen_bytes.store(0, Ordering::Relaxed);
         }
         for p in &self.processes {
             p.pid.store(0, Ordering::Relaxed);
@@ -320,8 +326,12 @@ impl ControlBlock {
     /// Reserves `bytes` on `device` against the per-device quota with a CAS loop; never lets
     /// the device's usage exceed the quota.
     pub fn try_reserve(&self, device: usize, bytes: u64) -> bool {
-        let quota = self.limits.quota_bytes.load(Ordering::Relaxed);
         let d = self.device(device);
+        let quota = self
+            .limits
+            .quota_bytes
+            .load(Ordering::Relaxed)
+            .saturating_sub(d.unseen_bytes.load(Ordering::Relaxed));
         let mut cur = d.used_bytes.load(Ordering::Relaxed);
         loop {
             let Some(next) = cur.checked_add(bytes) else {
@@ -382,6 +392,16 @@ impl ControlBlock {
             .fetch_update(Ordering::AcqRel, Ordering::Relaxed, sub);
     }
 
+    /// Node side: reconcile `device` with what NVML says the workload's processes use there
+    /// (`nvml_bytes`); the part no wrapped allocator charged becomes `unseen_bytes`, which
+    /// later reservations count against the quota. Returns the unseen bytes.
+    pub fn reconcile(&self, device: usize, nvml_bytes: u64) -> u64 {
+        let d = self.device(device);
+        let unseen = nvml_bytes.saturating_sub(d.used_bytes.load(Ordering::Relaxed));
+        d.unseen_bytes.store(unseen, Ordering::Release);
+        unseen
+    }
+
     /// Claims a free process slot for `pid`; `None` when all are taken.
     pub fn claim_process_slot(&self, pid: u64, start_ticks: u64) -> Option<usize> {
         let i = self.processes.iter().position(|p| {
@@ -428,6 +448,21 @@ pub fn process_start_ticks(pid: u64) -> Option<u64> {
     // The command name (field 2) is parenthesised and may itself contain spaces or ')'.
     let rest = &stat[stat.rfind(')')? + 1..];
     rest.split_ascii_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether a process with this pid exists (`kill(pid, 0)`: no signal is sent). Cheap — one
+/// syscall — but a pid reused by another process also exists: [`process_alive`] tells them
+/// apart.
+pub fn process_exists(pid: u64) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: kill with signal 0 only checks that the process exists and may be signalled.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
 /// Whether the process that claimed a slot as (`pid`, `start_ticks`) is still running (a
@@ -657,6 +692,19 @@ mod tests {
     }
 
     #[test]
+    fn memory_the_interposer_cannot_see_counts_against_the_quota() {
+        let b = block(100);
+        assert!(b.try_reserve(0, 30));
+        // NVML: the workload's processes use 50 on device 0, 30 of them charged.
+        assert_eq!(b.reconcile(0, 50), 20);
+        assert!(!b.try_reserve(0, 51), "30 charged + 20 unseen + 51 > 100");
+        assert!(b.try_reserve(0, 50));
+        // NVML lagging behind a charge never makes the unseen part negative.
+        assert_eq!(b.reconcile(0, 10), 0);
+        assert!(b.try_reserve(1, 100), "device 1 is reconciled on its own");
+    }
+
+    #[test]
     fn dead_processes_are_reclaimed_and_live_ones_kept() {
         let b = block(UNLIMITED);
         let live = b.claim_process_slot(100, 7).expect("slot");
@@ -697,5 +745,7 @@ mod tests {
             "a reused pid is not the same process"
         );
         assert!(!process_alive(u64::from(u32::MAX), 0));
+        assert!(process_exists(pid));
+        assert!(!process_exists(u64::from(u32::MAX)) && !process_exists(0));
     }
 }

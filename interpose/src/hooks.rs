@@ -641,7 +641,8 @@ pub unsafe extern "C" fn cuMipmappedArrayDestroy(handle: u64) -> CUresult {
     })
 }
 
-/// Quota view: `total = min(physical, quota)`, `free = min(physical free, total - used)`.
+/// Quota view of the current device: `total = min(physical, quota)`,
+/// `free = min(physical free, total - used - unseen)`.
 /// NULL arguments: the driver sees the caller's own pointers first, so the result code is
 /// exactly the driver's (`CUDA_ERROR_INVALID_VALUE` for NULL today); only if it accepts them
 /// do we compute the view into locals and write the non-NULL outputs.
@@ -672,7 +673,9 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
             && let Some(b) = state::block()
         {
             let quota = b.limits.quota_bytes.load(Ordering::Relaxed);
-            let used = b.shared.used_bytes.load(Ordering::Relaxed);
+            let d = b.device(quota::current_device());
+            let used =
+                d.used_bytes.load(Ordering::Relaxed) + d.unseen_bytes.load(Ordering::Relaxed);
             let t = (to as u64).min(quota);
             to = t as usize;
             fr = (fr as u64).min(t.saturating_sub(used)) as usize;

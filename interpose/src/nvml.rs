@@ -1,5 +1,6 @@
 //! NVML as the workload sees it: under a memory quota, `nvmlDeviceGetMemoryInfo{,_v2}` report
-//! the quota as the device's total and the workload's own usage as used — what `nvidia-smi`,
+//! the quota as the device's total and the workload's own usage as used (what it was charged
+//! plus what the node found it holds uncharged) — what `nvidia-smi`,
 //! pynvml, Ray and vLLM read before sizing their caches.
 //!
 //! Reached like the driver entry points: plain interposition for programs linked with
@@ -124,8 +125,10 @@ fn view(device: *mut c_void) -> Option<(u64, u64)> {
     if quota == UNLIMITED {
         return None;
     }
-    let used =
-        cuda_ordinal(b, device).map_or(0, |d| b.device(d).used_bytes.load(Ordering::Relaxed));
+    let used = cuda_ordinal(b, device).map_or(0, |d| {
+        let usage = b.device(d);
+        usage.used_bytes.load(Ordering::Relaxed) + usage.unseen_bytes.load(Ordering::Relaxed)
+    });
     Some((quota, used))
 }
 

@@ -26,11 +26,11 @@ use crate::hostload::HostSampler;
 use crate::mps::MpsManager;
 use crate::procfs;
 use crate::supervisor::{ExitReport, Supervisor, SupervisorError, Workload, WorkloadSpec};
-use arbiter_interpose::control::{FLAG_FREEZE, process_alive};
+use arbiter_interpose::control::{FLAG_FREEZE, process_alive, process_exists};
 use arbiter_policy_sdk::model::{
     GpuStatus, NodeAction, NodeView, WorkloadStatus, health, qos, workload_role,
 };
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -114,7 +114,14 @@ pub struct Node {
     host: HostSampler,
     /// Origin of `node-view.monotonic-ms`.
     started: Instant,
+    /// Views taken (the slot processes' start times are checked every `VERIFY_EVERY`).
+    periods: u64,
 }
+
+/// Every this many views the node checks the start time of every slot's process, not only
+/// that its pid exists: a pid reused between two checks is then caught within a few seconds
+/// (pids are handed out sequentially, so reuse within that time needs a wrap of `pid_max`).
+const VERIFY_EVERY: u64 = 50;
 
 impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -154,6 +161,7 @@ impl Node {
             launch_samples: HashMap::new(),
             host: HostSampler::default(),
             started: Instant::now(),
+            periods: 0,
         }
     }
 
@@ -326,6 +334,21 @@ impl Node {
         let mut workloads = Vec::new();
         let mut estimates = Vec::new();
         let ids = self.supervisor.ids();
+        let leaders: HashSet<u32> = self
+            .supervisor
+            .workloads()
+            .map(|w| w.record().pid)
+            .collect();
+        let attribution = Attribution::new(&samples, &leaders);
+        let mut per_gpu: HashMap<u32, usize> = HashMap::new();
+        for w in self.supervisor.workloads() {
+            *per_gpu.entry(w.record().gpu).or_insert(0) += 1;
+        }
+        // Liveness of the processes in the blocks' slots: `kill(pid, 0)` every period, the
+        // start time (a `/proc` read per process, which tells a reused pid) every
+        // `VERIFY_EVERY` periods and on the first.
+        self.periods = self.periods.wrapping_add(1);
+        let verify = self.periods % VERIFY_EVERY == 1;
         for id in ids {
             let Some(w) = self.supervisor.get(id) else {
                 continue;
@@ -334,7 +357,11 @@ impl Node {
             let b = w.block();
             // A process of the workload killed before it could return its charges (SIGKILL,
             // the OOM killer) left them in its slot: give them back to the workload's quota.
-            let reclaimed = b.reclaim_dead_processes(process_alive);
+            let reclaimed = if verify {
+                b.reclaim_dead_processes(process_alive)
+            } else {
+                b.reclaim_dead_processes(|pid, _| process_exists(pid))
+            };
             if reclaimed > 0 {
                 tracing::info!(
                     workload = id,
@@ -344,14 +371,24 @@ impl Node {
             }
             let launches = b.counters.launches.load(Ordering::Relaxed);
             let sample = samples.get(&rec.gpu);
-            let (nvml_used, util) = workload_gpu_usage(w, sample, self.supervisor.workloads());
-            let block_used = b.shared.used_bytes.load(Ordering::Relaxed);
+            let alone = per_gpu.get(&rec.gpu) == Some(&1);
+            let (nvml_used, util) = attribution.usage(w, sample, alone);
+            // What NVML sees the workload's processes hold beyond the interposer's charge
+            // (context, module, graph, pool memory) counts against its quota from now on. No
+            // sample this period: keep the last reconciliation rather than forget it.
+            let unseen = if sample.is_some() {
+                b.reconcile(0, nvml_used)
+            } else {
+                b.device(0).unseen_bytes.load(Ordering::Relaxed)
+            };
+            let block_used = b.device(0).used_bytes.load(Ordering::Relaxed);
             let total_mib = self.memory_total_mib.get(&rec.gpu).copied().unwrap_or(0);
             workloads.push(WorkloadStatus {
                 id,
                 gpu: rec.gpu,
                 role: rec.role,
-                memory_used_mib: mib(block_used.max(nvml_used)),
+                memory_used_mib: mib(block_used + unseen),
+                memory_unseen_mib: mib(unseen),
                 memory_limit_mib: w.memory_limit_bytes().map_or(total_mib, mib),
                 compute_share: rec.compute_share_permille,
                 launches,
@@ -525,34 +562,57 @@ fn log_sample_error(index: u32, e: &GpuError) {
     }
 }
 
-/// NVML's view of a workload: the device memory of its processes (those in its process
-/// group) and their SM utilization (percent; `None` when there is no usable sample). When no
-/// per-process sample exists and the workload is alone on its GPU, the GPU's utilization is
-/// attributed to it.
-fn workload_gpu_usage<'a>(
-    w: &Workload,
-    sample: Option<&GpuSample>,
-    all: impl Iterator<Item = &'a Workload>,
-) -> (u64, Option<f64>) {
-    let Some(s) = sample else {
-        return (0, None);
-    };
-    let pgid = w.record().pid;
-    let mine: Vec<_> = s
-        .processes
-        .iter()
-        .filter(|p| p.pid == pgid || procfs::stat(p.pid).is_ok_and(|st| st.pgrp == pgid))
-        .collect();
-    let used = mine.iter().filter_map(|p| p.used_memory_bytes).sum();
-    let util: Option<u32> = mine
-        .iter()
-        .filter_map(|p| p.sm_util_pct.map(u32::from))
-        .reduce(|a, b| a + b);
-    let alone = all.filter(|o| o.record().gpu == w.record().gpu).count() == 1;
-    let util = match util {
-        Some(u) => Some(f64::from(u.min(100))),
-        None if alone => Some(f64::from(s.utilization_pct)),
-        None => None,
-    };
-    (used, util)
+/// NVML's processes attributed to workloads, once per view: a process belongs to the workload
+/// whose process group it is in (the group's leader is the workload's pid). A process that is
+/// itself a leader needs no look at `/proc`; any other is looked up once — not once per
+/// workload on its GPU, which at 8 workloads per GPU was most of the node's per-period work.
+struct Attribution {
+    /// (GPU, process group) → (device memory, summed SM utilization when any process had one).
+    by_group: HashMap<(u32, u32), (u64, Option<u32>)>,
+}
+
+impl Attribution {
+    fn new(samples: &HashMap<u32, GpuSample>, leaders: &HashSet<u32>) -> Attribution {
+        let mut by_group: HashMap<(u32, u32), (u64, Option<u32>)> = HashMap::new();
+        for (gpu, s) in samples {
+            for p in &s.processes {
+                let group = if leaders.contains(&p.pid) {
+                    Some(p.pid)
+                } else {
+                    procfs::stat(p.pid)
+                        .ok()
+                        .map(|st| st.pgrp)
+                        .filter(|g| leaders.contains(g))
+                };
+                let Some(group) = group else { continue };
+                let e = by_group.entry((*gpu, group)).or_insert((0, None));
+                e.0 += p.used_memory_bytes.unwrap_or(0);
+                if let Some(u) = p.sm_util_pct {
+                    e.1 = Some(e.1.unwrap_or(0) + u32::from(u));
+                }
+            }
+        }
+        Attribution { by_group }
+    }
+
+    /// NVML's view of a workload: the device memory of its processes and their SM utilization
+    /// (percent; `None` when there is no usable sample). When no per-process sample exists and
+    /// the workload is alone on its GPU, the GPU's utilization is attributed to it.
+    fn usage(&self, w: &Workload, sample: Option<&GpuSample>, alone: bool) -> (u64, Option<f64>) {
+        let Some(s) = sample else {
+            return (0, None);
+        };
+        let rec = w.record();
+        let (used, util) = self
+            .by_group
+            .get(&(rec.gpu, rec.pid))
+            .copied()
+            .unwrap_or((0, None));
+        let util = match util {
+            Some(u) => Some(f64::from(u.min(100))),
+            None if alone => Some(f64::from(s.utilization_pct)),
+            None => None,
+        };
+        (used, util)
+    }
 }

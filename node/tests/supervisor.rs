@@ -5,7 +5,7 @@
 mod common;
 
 use arbiter_node::enforcer::Applied;
-use arbiter_node::gpu::{GpuBackend, SimBackend};
+use arbiter_node::gpu::{GpuBackend, GpuProcess, ProcessKind, SimBackend};
 use arbiter_node::supervisor::{ExitOutcome, Supervisor, SupervisorConfig, WorkloadSpec};
 use arbiter_node::{Node, NodeConfig};
 use arbiter_policy_sdk::model::NodeAction;
@@ -182,6 +182,61 @@ fn memory_limit_set_through_apply_actions_is_enforced_in_the_workload() {
         "the device never saw more"
     );
     assert!(node.supervisor().get(id).is_none());
+}
+
+/// NVML sees the workload's process hold 6 MiB that no wrapped allocator charged (context and
+/// module memory on a real GPU): the node reconciles, reports both figures, and the workload's
+/// 16 MiB limit leaves it 10 MiB to allocate — charged and unseen memory together never
+/// exceed the limit.
+#[test]
+fn memory_nvml_sees_but_the_interposer_cannot_counts_against_the_limit() {
+    let env = Env::new("sup-unseen");
+    let (sup, _) = Supervisor::open(env.config()).expect("supervisor");
+    let sim = Arc::new(SimBackend::new(1, 16 << 30));
+    let backend: Arc<dyn GpuBackend> = sim.clone();
+    let mut node = Node::new(backend, None, sup, NodeConfig::default());
+    let f = common::cuda_fixtures();
+    let go = env.dir.join("GO");
+    let script = format!(
+        "while [ ! -e '{}' ]; do sleep 0.01; done; exec '{}' alloc-race 8 {MIB}",
+        go.display(),
+        f.workload.display()
+    );
+    let spec = WorkloadSpec {
+        command: vec!["sh".into(), "-c".into(), script],
+        env: env.cuda_env(),
+        memory_limit_bytes: Some(16 * MIB),
+        ..WorkloadSpec::default()
+    };
+    let id = node.launch(&spec).expect("launch");
+    let pid = node.supervisor().get(id).expect("running").record().pid;
+    let mut sample = sim.sample(0).expect("sample");
+    sample.processes = vec![GpuProcess {
+        pid,
+        kind: ProcessKind::Compute,
+        used_memory_bytes: Some(6 * MIB),
+        sm_util_pct: None,
+        mem_util_pct: None,
+    }];
+    sim.set_sample(0, sample).expect("set sample");
+    let status = node.view().workloads[0].clone();
+    assert_eq!(
+        (status.memory_used_mib, status.memory_unseen_mib),
+        (6, 6),
+        "both figures reach the coordinator"
+    );
+    std::fs::write(&go, b"").expect("go");
+    let exit = node
+        .supervisor_mut()
+        .wait_exit(id, Duration::from_secs(60), None)
+        .expect("workload finished");
+    assert_eq!(exit.outcome, ExitOutcome::Code(0));
+    let text = std::fs::read_to_string(stdout_of_finished(&env, id)).expect("stdout");
+    assert_eq!(
+        field(&text, "granted_allocs"),
+        10,
+        "16 MiB limit - 6 MiB unseen, 1 MiB chunks:\n{text}"
+    );
 }
 
 fn stdout_of_finished(env: &Env, id: u32) -> PathBuf {

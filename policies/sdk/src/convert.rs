@@ -74,7 +74,8 @@ macro_rules! wit_conversions {
             GpuStatus { index, utilization_pct, sm_activity_pct, sm_clock_mhz, max_sm_clock_mhz, memory_used_mib,
                 memory_total_mib, health, observed_ok, xid_errors, throttle_reasons, power_mw, temperature_c }
             WorkloadStatus { id, gpu, role, memory_used_mib, memory_limit_mib, compute_share, launches,
-                pacing_delay_us, iteration_ms, frozen, job, qos, request_permille, limit_permille, quota_denials }
+                pacing_delay_us, iteration_ms, frozen, job, qos, request_permille, limit_permille, quota_denials,
+                memory_unseen_mib }
             NodeView { now_ms, gpus, workloads, monotonic_ms, host_memory_used_mib, host_memory_total_mib,
                 swap_in_per_s, cpu_utilization_pct }
         }

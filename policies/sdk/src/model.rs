@@ -746,6 +746,10 @@ pub struct WorkloadStatus {
     pub limit_permille: u32,
     #[cfg_attr(feature = "serde", serde(default))]
     pub quota_denials: u64,
+    /// The part of `memory_used_mib` no wrapped allocator charged (context, module, graph and
+    /// pool memory NVML sees); counted against the limit.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub memory_unseen_mib: u32,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
