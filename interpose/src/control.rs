@@ -78,7 +78,11 @@ pub struct Liveness {
     /// GPUs the workload was given (node-written). 0 or 1: every allocation is charged to
     /// device 0 without asking the driver which device is current (the single-GPU hot path).
     pub device_count: AtomicU64,
-    _reserved: [AtomicU64; 4],
+    /// Interposer-written: CUDA runtimes a process of the workload loaded with
+    /// `RTLD_DEEPBIND`. Such a runtime resolves `dlsym` inside its own scope, around the
+    /// interposer: what it allocates and launches is not enforced. The node reports it.
+    pub unenforced_loads: AtomicU64,
+    _reserved: [AtomicU64; 3],
 }
 
 /// Cache line 2: state the interposer updates with CAS (quota and pacing clock).
@@ -246,6 +250,7 @@ impl ControlBlock {
         self.liveness
             .device_count
             .store(init.device_count, Ordering::Relaxed);
+        self.liveness.unenforced_loads.store(0, Ordering::Relaxed);
         for d in &self.devices {
             d.used_bytes.store(0, Ordering::Relaxed);
             d.peak_used_bytes.store(0, Ordering::Relaxed);
@@ -592,6 +597,7 @@ mod tests {
         assert_eq!(offset_of!(ControlBlock, shared), 128);
         assert_eq!(offset_of!(ControlBlock, counters), 192);
         assert_eq!(offset_of!(Liveness, device_count), 24);
+        assert_eq!(offset_of!(Liveness, unenforced_loads), 32);
         assert_eq!(offset_of!(ControlBlock, devices), 256);
         assert_eq!(offset_of!(ControlBlock, processes), 256 + 64 * MAX_DEVICES);
         assert_eq!(std::mem::size_of::<ProcessSlot>(), 192);

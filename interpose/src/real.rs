@@ -253,6 +253,86 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *m
     unsafe { dlsym_substituting(handle, symbol) }
 }
 
+/// Our `dlopen` (x86-64): every call leaves by a tail jump to glibc's `dlopen`, so the search
+/// path and namespace are still decided by the *caller* (its `RUNPATH`, `$ORIGIN`), exactly as
+/// without us. A call with `RTLD_DEEPBIND` is noted first ([`note_deepbind`]): a CUDA runtime
+/// loaded that way looks `dlsym` up in its own scope, around our `dlsym`, and escapes
+/// enforcement — we cannot cover it without patching the library, so we report it.
+///
+/// # Safety
+/// Same contract as glibc's `dlopen`.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dlopen(filename: *const c_char, flags: std::ffi::c_int) -> *mut c_void {
+    // At entry: rdi = filename, esi = flags, [rsp] = the caller's return address.
+    std::arch::naked_asm!(
+        "push rdi",
+        "push rsi",
+        "sub rsp, 8",
+        "test esi, {deepbind}",
+        "jz 2f",
+        "call {note}", // rdi, rsi still hold the arguments
+        "2:",
+        "call {real}",
+        "add rsp, 8",
+        "pop rsi",
+        "pop rdi",
+        "test rax, rax",
+        "jz 3f",
+        "jmp rax", // the stack is as the caller left it: glibc sees the caller
+        "3:",
+        "ret", // no real dlopen (cannot happen with glibc): NULL
+        deepbind = const libc::RTLD_DEEPBIND,
+        note = sym note_deepbind,
+        real = sym real_dlopen_address,
+    )
+}
+
+static REAL_DLOPEN: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+
+/// glibc's `dlopen`, or NULL (for the trampoline).
+extern "C" fn real_dlopen_address() -> *mut c_void {
+    let p = REAL_DLOPEN.load(Ordering::Acquire);
+    if !p.is_null() {
+        return p;
+    }
+    let Some(dlsym) = real_dlsym() else {
+        return std::ptr::null_mut();
+    };
+    // SAFETY: the real dlsym with RTLD_NEXT and a NUL-terminated name: the next `dlopen`
+    // after libarbiter in the search order, glibc's.
+    let p = unsafe { dlsym(RTLD_NEXT, c"dlopen".as_ptr()) };
+    REAL_DLOPEN.store(p, Ordering::Release);
+    p
+}
+
+/// A `dlopen` with `RTLD_DEEPBIND`: if it loads a CUDA runtime, say so on stderr (always:
+/// the workload is not enforced) and count it in the block for the node.
+extern "C" fn note_deepbind(filename: *const c_char, _flags: std::ffi::c_int) {
+    let _ = std::panic::catch_unwind(|| {
+        if filename.is_null() {
+            return;
+        }
+        // SAFETY: dlopen's contract: a non-NULL filename is NUL-terminated.
+        let name = unsafe { CStr::from_ptr(filename) }.to_string_lossy();
+        let base = name.rsplit('/').next().unwrap_or(&name);
+        if !base.starts_with("libcudart") {
+            return;
+        }
+        eprintln!(
+            "[arbiter-interpose {}] {base} loaded with RTLD_DEEPBIND: its CUDA calls bypass \
+             the interposer and are not enforced",
+            std::process::id()
+        );
+        // The runtime is usually loaded before any CUDA call: configure now to find the block.
+        let _ = crate::state::mode();
+        if let Some(b) = crate::state::block() {
+            b.liveness.unenforced_loads.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+}
+
 /// glibc's `dlsym`, or NULL (for the trampoline).
 extern "C" fn real_dlsym_address() -> *mut c_void {
     real_dlsym().map_or(std::ptr::null_mut(), |f| f as *mut c_void)

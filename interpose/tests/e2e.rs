@@ -913,6 +913,38 @@ fn the_resolution_trace_records_every_wrapped_lookup() {
     );
 }
 
+/// A CUDA runtime loaded with `RTLD_DEEPBIND` resolves `dlsym` in its own scope, around us:
+/// its allocation escapes the quota. We cannot cover that; we detect and report it (stderr,
+/// and a count in the block for the node), and a normal load is still enforced.
+#[test]
+fn a_runtime_loaded_with_deepbind_is_reported() {
+    let s = Scenario::new("deepbind", quota_block(4 * MIB));
+    let out = s.run("gpa", &["runtime", "0"]);
+    assert!(
+        stdout(&out).contains("runtime_alloc_rc=2"),
+        "normal load: 8 MiB > 4 MiB quota"
+    );
+    assert_eq!(
+        s.block().liveness.unenforced_loads.load(Ordering::Relaxed),
+        0
+    );
+
+    let out = s.run("gpa", &["runtime", "1"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stdout(&out).contains("runtime_alloc_rc=0"),
+        "the deep-bound runtime escaped the quota (which is why it must be reported)"
+    );
+    assert!(
+        err.contains("libcudart.so.12 loaded with RTLD_DEEPBIND"),
+        "{err}"
+    );
+    assert_eq!(
+        s.block().liveness.unenforced_loads.load(Ordering::Relaxed),
+        1
+    );
+}
+
 #[test]
 fn panic_inside_a_hook_does_not_kill_the_workload() {
     let s = Scenario::new("panic", quota_block(UNLIMITED)).env("ARBITER_INTERPOSE_TEST_PANIC", 1);

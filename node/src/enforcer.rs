@@ -116,6 +116,8 @@ pub struct Node {
     started: Instant,
     /// Views taken (the slot processes' start times are checked every `VERIFY_EVERY`).
     periods: u64,
+    /// Workloads already reported for loading a CUDA runtime around the interposer.
+    reported_unenforced: HashSet<u32>,
 }
 
 /// Every this many views the node checks the start time of every slot's process, not only
@@ -162,6 +164,7 @@ impl Node {
             host: HostSampler::default(),
             started: Instant::now(),
             periods: 0,
+            reported_unenforced: HashSet::new(),
         }
     }
 
@@ -367,6 +370,15 @@ impl Node {
                     workload = id,
                     bytes = reclaimed,
                     "reclaimed the memory charges of a dead process"
+                );
+            }
+            if b.liveness.unenforced_loads.load(Ordering::Relaxed) > 0
+                && self.reported_unenforced.insert(id)
+            {
+                tracing::warn!(
+                    workload = id,
+                    "the workload loaded a CUDA runtime with RTLD_DEEPBIND: its memory and \
+                     launches through it are not enforced"
                 );
             }
             let launches = b.counters.launches.load(Ordering::Relaxed);

@@ -652,6 +652,18 @@ static int mode_free_after_exit(size_t bytes) {
     return 0;
 }
 
+/* Load the stand-in runtime (libcudart.so.12), with RTLD_DEEPBIND if asked, and allocate
+ * 8 MiB through it. */
+typedef int (*fake_malloc_t)(size_t);
+static int mode_runtime(int deepbind) {
+    void *h = dlopen("libcudart.so.12", RTLD_NOW | RTLD_LOCAL | (deepbind ? RTLD_DEEPBIND : 0));
+    if (!h) die("dlopen libcudart.so.12", -1);
+    fake_malloc_t m = (fake_malloc_t)dlsym(h, "fake_cudart_malloc");
+    if (!m) die("fake_cudart_malloc", -1);
+    printf("runtime_alloc_rc=%d\n", m(8 << 20));
+    return 0;
+}
+
 /* getppid through whatever interposers are loaded, against the kernel's answer. */
 static int mode_getppid(void) {
     pid_t via = getppid();
@@ -691,6 +703,7 @@ int main(int argc, char **argv) {
     if (!strcmp(m, "vmm")) return mode_vmm((size_t)atoll(argv[2]));
     if (!strcmp(m, "multi-gpu")) return mode_multi_gpu((size_t)atoll(argv[2]));
     if (!strcmp(m, "nvml")) return mode_nvml(argv[2]);
+    if (!strcmp(m, "runtime")) return mode_runtime(atoi(argv[2]));
     if (!strcmp(m, "free-after-exit")) return mode_free_after_exit((size_t)atoll(argv[2]));
     fprintf(stderr, "unknown mode %s\n", m);
     return 2;

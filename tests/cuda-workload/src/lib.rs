@@ -1,6 +1,8 @@
 //! Test fixtures for the interposer and the node: builds the fake driver (`libcuda.so.1`), the
 //! interposer (`libarbiter_interpose.so`), the C workloads in `c/workload.c` and the fake
 //! NVML (`libnvidia-ml.so`, [`build_fake_nvml`]), and reads the fake driver's accounting file.
+//! Beside the fake driver it puts `libcudart.so.12`, a stand-in runtime (`c/fake_cudart.c`),
+//! and `libnext_interposer.so`, a second ordinary interposer (`c/next_interposer.c`).
 //!
 //! The cdylibs are built by a nested `cargo build` with a *separate* target directory, so it
 //! never waits on the build lock of the `cargo test` that runs us. The workload is compiled
@@ -134,6 +136,14 @@ pub fn build(work: &Path) -> Result<Fixtures, String> {
         "cc -DDIRECT_LINK workload.c -lcuda",
     )?;
     let fake_nvml = build_fake_nvml(&target)?;
+    run(
+        Command::new(&cc)
+            .args(["-O1", "-Wall", "-shared", "-fPIC", "-o"])
+            .arg(libdir.join("libcudart.so.12"))
+            .arg(root.join("tests/cuda-workload/c/fake_cudart.c"))
+            .arg("-ldl"),
+        "cc -shared fake_cudart.c",
+    )?;
     let next_interposer = libdir.join("libnext_interposer.so");
     run(
         Command::new(&cc)
