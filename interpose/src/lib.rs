@@ -7,8 +7,10 @@
 //!
 //! Module map:
 //! * [`control`] — the shared-memory layout (also used by the node, as an rlib);
-//! * `real` — the real driver: our own `dlsym`, the table of wrapped entry points and the
-//!   pointer-keyed substitution used by `cuGetProcAddress{,_v2}` and `dlsym`;
+//! * `elf` — glibc's own `dlvsym`, found in libc's symbol table (we export one of our own);
+//! * `real` — the real driver: our `dlsym`/`dlvsym`/`dlopen` trampolines, the table of wrapped
+//!   entry points and the pointer-keyed substitution used by `cuGetProcAddress{,_v2}`, `dlsym`
+//!   and `dlvsym`;
 //! * `state` — lazy configuration (environment read once), the mode word read on the hot path;
 //! * `quota`, `pacer` — memory accounting and launch admission; `arrays` — what a CUDA
 //!   array's descriptor charges;
@@ -19,6 +21,7 @@
 
 mod arrays;
 pub mod control;
+mod elf;
 mod exit;
 pub mod hooks;
 mod nvml;

@@ -110,14 +110,24 @@ pub fn reentrancy_guarded<T>(f: impl FnOnce() -> T) -> Option<T> {
     Some(f())
 }
 
-/// The real `dlsym`, found with `dlvsym(RTLD_NEXT, ...)` so our own export is skipped. Never
+type DlvsymFn = unsafe extern "C" fn(*mut c_void, *const c_char, *const c_char) -> *mut c_void;
+
+/// The real `dlsym`, found with glibc's `dlvsym(RTLD_NEXT, ...)` (itself found in libc's symbol
+/// table, [`crate::elf`]: we export a `dlvsym` of our own) so our own export is skipped. Never
 /// `__libc_dlsym`/`_dl_sym` (GLIBC_PRIVATE, gone in 2.34).
 pub fn real_dlsym() -> Option<DlsymFn> {
     let mut p = REAL_DLSYM.load(Ordering::Acquire);
     if p.is_null() {
+        let dlvsym = crate::elf::libc_dlvsym();
+        if dlvsym.is_null() {
+            return None;
+        }
+        // SAFETY: glibc's dlvsym, ABI DlvsymFn.
+        let dlvsym = unsafe { std::mem::transmute::<*mut c_void, DlvsymFn>(dlvsym) };
         for ver in [c"GLIBC_2.34", c"GLIBC_2.2.5", c"GLIBC_2.17"] {
-            // SAFETY: dlvsym with valid NUL-terminated strings; returns NULL if absent.
-            p = unsafe { libc::dlvsym(RTLD_NEXT, c"dlsym".as_ptr(), ver.as_ptr()) };
+            // SAFETY: dlvsym with valid NUL-terminated strings; returns NULL if absent. Called
+            // from here, RTLD_NEXT means "after libarbiter": glibc's dlsym.
+            p = unsafe { dlvsym(RTLD_NEXT, c"dlsym".as_ptr(), ver.as_ptr()) };
             if !p.is_null() {
                 break;
             }
@@ -241,6 +251,69 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *m
     )
 }
 
+/// Our `dlvsym`: the same as our `dlsym` for a lookup of a given version — `RTLD_NEXT` leaves
+/// by a tail jump to glibc's `dlvsym` (the caller decides what "next" is: an interposer after
+/// us that finds its next definition with `dlvsym` must not get itself), any other handle is
+/// looked up through glibc's `dlvsym`, and a driver or NVML entry point we wrap comes back as
+/// our wrapper. (Today's drivers export unversioned symbols, which glibc's `dlvsym` returns
+/// under no version; the substitution is there for a library that versions them.)
+///
+/// # Safety
+/// Same contract as glibc's `dlvsym`.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dlvsym(
+    handle: *mut c_void,
+    symbol: *const c_char,
+    version: *const c_char,
+) -> *mut c_void {
+    // At entry: rdi = handle, rsi = symbol, rdx = version, [rsp] = the caller's return address.
+    std::arch::naked_asm!(
+        "cmp rdi, -1", // RTLD_NEXT
+        "jne {substituting}",
+        "push rdi",
+        "push rsi",
+        "push rdx",
+        "call {real}", // rsp is 16-byte aligned here: entry (8 mod 16) + three pushes
+        "pop rdx",
+        "pop rsi",
+        "pop rdi",
+        "test rax, rax",
+        "jz 2f",
+        "jmp rax", // the stack is as the caller left it: glibc sees the caller
+        "2:",
+        "ret",
+        substituting = sym dlvsym_substituting,
+        real = sym libc_dlvsym_address,
+    )
+}
+
+/// glibc's `dlvsym`, or NULL (for the trampoline).
+extern "C" fn libc_dlvsym_address() -> *mut c_void {
+    crate::elf::libc_dlvsym()
+}
+
+/// Looks `symbol`@`version` up with glibc's `dlvsym`, then swaps in our wrapper when the result
+/// is a real driver entry point we wrap.
+///
+/// # Safety
+/// Same contract as glibc's `dlvsym`.
+unsafe extern "C" fn dlvsym_substituting(
+    handle: *mut c_void,
+    symbol: *const c_char,
+    version: *const c_char,
+) -> *mut c_void {
+    let real = crate::elf::libc_dlvsym();
+    if real.is_null() {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: glibc's dlvsym (ABI DlvsymFn) with the caller's arguments.
+    let p = unsafe { std::mem::transmute::<*mut c_void, DlvsymFn>(real)(handle, symbol, version) };
+    // SAFETY: the same post-processing as a `dlsym` result of `symbol` (NUL-terminated).
+    unsafe { substitute_lookup(p, symbol, "dlvsym") }
+}
+
 /// Our `dlsym` where no trampoline is written: every lookup through [`dlsym_substituting`]
 /// (`RTLD_NEXT` then resolves relative to libarbiter, see the x86-64 version).
 ///
@@ -349,11 +422,21 @@ unsafe extern "C" fn dlsym_substituting(handle: *mut c_void, symbol: *const c_ch
     };
     // SAFETY: forwarding the caller's arguments unchanged to the real dlsym.
     let p = unsafe { real(handle, symbol) };
+    // SAFETY: `symbol` is the caller's NUL-terminated name (dlsym's contract).
+    unsafe { substitute_lookup(p, symbol, "dlsym") }
+}
+
+/// The result `p` of a `dlsym`/`dlvsym` of `symbol`: our wrapper if it is a driver or NVML
+/// entry point we wrap, else `p` itself.
+///
+/// # Safety
+/// `symbol` is NULL or NUL-terminated.
+unsafe fn substitute_lookup(p: *mut c_void, symbol: *const c_char, via: &str) -> *mut c_void {
     if p.is_null() || symbol.is_null() {
         return p;
     }
-    // SAFETY: dlsym's contract: `symbol` is NUL-terminated; reading up to four bytes is fine
-    // because a NUL among them stops the `&&` chain before the next read.
+    // SAFETY: `symbol` is NUL-terminated; reading up to four bytes is fine because a NUL among
+    // them stops the `&&` chain before the next read.
     let (is_cu, is_nvml) = unsafe {
         let at = |i: usize| *symbol.add(i) as u8;
         let cu = at(0) == b'c' && at(1) == b'u';
@@ -374,7 +457,7 @@ unsafe extern "C" fn dlsym_substituting(handle: *mut c_void, symbol: *const c_ch
             } else {
                 crate::nvml::substitute(p).unwrap_or(p)
             };
-            crate::trace::lookup("dlsym", symbol, 0, 0, p, q);
+            crate::trace::lookup(via, symbol, 0, 0, p, q);
             q
         })
     });

@@ -880,7 +880,19 @@ fn an_interposer_after_us_finds_its_next_definition() {
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(text.contains("getppid_ok=1"), "{text}");
+    assert!(text.contains("getppid_ok=1 getpgrp_ok=1"), "{text}");
+}
+
+/// Our exported `dlvsym` answers like glibc's (the RTLD_NEXT side is in
+/// `an_interposer_after_us_finds_its_next_definition`).
+#[test]
+fn dlvsym_answers_like_glibc() {
+    let s = Scenario::new("dlvsym", quota_block(UNLIMITED));
+    let text = stdout(&s.run("dlsym", &["dlvsym"]));
+    assert!(
+        text.contains("dlvsym_driver_null=1 dlvsym_libc_ok=1"),
+        "{text}"
+    );
 }
 
 /// The resolution trace names the driver's answer (by `dladdr`, not our table) and ours.

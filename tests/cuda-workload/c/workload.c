@@ -668,8 +668,20 @@ static int mode_runtime(int deepbind) {
 static int mode_getppid(void) {
     pid_t via = getppid();
     pid_t raw = (pid_t)syscall(SYS_getppid);
-    printf("getppid_ok=%d\n", via == raw);
-    return via == raw ? 0 : 1;
+    pid_t pgrp_via = getpgrp();
+    pid_t pgrp_raw = (pid_t)syscall(SYS_getpgid, 0);
+    printf("getppid_ok=%d getpgrp_ok=%d\n", via == raw, pgrp_via == pgrp_raw);
+    return via == raw && pgrp_via == pgrp_raw ? 0 : 1;
+}
+
+/* dlvsym through the interposer answers like glibc's: the driver's symbols are unversioned,
+ * which glibc's dlvsym finds under no version; a versioned libc symbol is found. */
+static int mode_dlvsym(void) {
+    void *driver = dlvsym(g_handle, "cuMemAlloc_v2", "GLIBC_2.2.5");
+    void *libc_getpid = dlvsym(RTLD_DEFAULT, "getpid", "GLIBC_2.2.5");
+    printf("dlvsym_driver_null=%d dlvsym_libc_ok=%d\n", driver == NULL,
+           libc_getpid == (void *)getpid);
+    return 0;
 }
 
 int main(int argc, char **argv) {
@@ -699,6 +711,7 @@ int main(int argc, char **argv) {
     if (!strcmp(m, "unknown")) return mode_unknown();
     if (!strcmp(m, "panic")) return mode_panic();
     if (!strcmp(m, "getppid")) return mode_getppid();
+    if (!strcmp(m, "dlvsym")) return mode_dlvsym();
     if (!strcmp(m, "arrays")) return mode_arrays((size_t)atoll(argv[2]));
     if (!strcmp(m, "vmm")) return mode_vmm((size_t)atoll(argv[2]));
     if (!strcmp(m, "multi-gpu")) return mode_multi_gpu((size_t)atoll(argv[2]));
