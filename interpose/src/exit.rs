@@ -114,13 +114,21 @@ pub fn track_primary(dev: c_int, ctx: u64) {
     }
 }
 
-pub fn untrack_primary(dev: c_int) {
-    if let Ok(d) = usize::try_from(dev)
-        && d < MAX_DEV
-    {
-        let _ =
-            PRIMARY_REFS[d].fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| n.checked_sub(1));
-    }
+/// A successful primary-context release; returns the context if that was this process's last
+/// reference (the driver then destroys it, and the memory allocated in it).
+pub fn untrack_primary(dev: c_int) -> Option<u64> {
+    let d = usize::try_from(dev).ok().filter(|d| *d < MAX_DEV)?;
+    let before = PRIMARY_REFS[d]
+        .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| n.checked_sub(1))
+        .ok()?;
+    (before == 1).then(|| PRIMARY_CTX[d].load(Ordering::Acquire))
+}
+
+/// The primary context of `dev` as this process retained it, if it did.
+pub fn primary_context(dev: c_int) -> Option<u64> {
+    let d = usize::try_from(dev).ok().filter(|d| *d < MAX_DEV)?;
+    let ctx = PRIMARY_CTX[d].load(Ordering::Acquire);
+    (ctx != 0).then_some(ctx)
 }
 
 /// Second-stage initialisation, run on `cuInit` and context creation: signal handlers, the

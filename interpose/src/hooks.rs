@@ -70,6 +70,7 @@ pub fn wrapper(sym: Sym) -> Option<*mut c_void> {
         cuDevicePrimaryCtxRetain => self::cuDevicePrimaryCtxRetain as *mut c_void,
         cuDevicePrimaryCtxRelease => self::cuDevicePrimaryCtxRelease as *mut c_void,
         cuDevicePrimaryCtxRelease_v2 => self::cuDevicePrimaryCtxRelease_v2 as *mut c_void,
+        cuDevicePrimaryCtxReset_v2 => self::cuDevicePrimaryCtxReset_v2 as *mut c_void,
         cuLaunchKernel => self::cuLaunchKernel as *mut c_void,
         cuLaunchKernel_ptsz => self::cuLaunchKernel_ptsz as *mut c_void,
         cuLaunchKernelEx => self::cuLaunchKernelEx as *mut c_void,
@@ -84,6 +85,7 @@ pub fn wrapper(sym: Sym) -> Option<*mut c_void> {
         cuStreamIsCapturing
         | cuStreamIsCapturing_ptsz
         | cuCtxGetDevice
+        | cuCtxGetCurrent
         | cuDeviceGet
         | cuDeviceGetUuid
         | cuCtxSynchronize
@@ -194,7 +196,7 @@ fn alloc_on(
 ) -> CUresult {
     exit::late_init();
     let res = match quota::reserve(device, size as u64) {
-        Ok(r) => r,
+        Ok(r) => r.in_context(quota::current_context()),
         Err(e) => return e,
     };
     let (r, key) = call();
@@ -263,7 +265,7 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
             .saturating_mul(512)
             .saturating_mul(height);
         let mut res = match quota::reserve(quota::current_device(), estimate as u64) {
-            Ok(r) => r,
+            Ok(r) => r.in_context(quota::current_context()),
             Err(e) => return e,
         };
         // SAFETY: forwarding.
@@ -793,6 +795,7 @@ pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: u64) -> CUresult {
         let r = unsafe { f(ctx) };
         if r == CUDA_SUCCESS {
             exit::untrack_created(ctx);
+            quota::context_destroyed(ctx);
         }
         r
     })
@@ -814,6 +817,25 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(ctx: *mut u64, dev: c_int) -> 
     })
 }
 
+/// Resetting the primary context frees everything allocated in it.
+///
+/// # Safety
+/// Driver API contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(dev: c_int) -> CUresult {
+    guard(|| {
+        let f = real!(cuDevicePrimaryCtxReset_v2: unsafe extern "C" fn(c_int) -> CUresult);
+        // SAFETY: forwarding.
+        let r = unsafe { f(dev) };
+        if r == CUDA_SUCCESS
+            && let Some(ctx) = exit::primary_context(dev)
+        {
+            quota::context_destroyed(ctx);
+        }
+        r
+    })
+}
+
 /// The CUDA 7.0 ABI, which cudart still asks for at version 7000.
 ///
 /// # Safety
@@ -824,8 +846,10 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease(dev: c_int) -> CUresult {
         let f = real!(cuDevicePrimaryCtxRelease: unsafe extern "C" fn(c_int) -> CUresult);
         // SAFETY: forwarding.
         let r = unsafe { f(dev) };
-        if r == CUDA_SUCCESS {
-            exit::untrack_primary(dev);
+        if r == CUDA_SUCCESS
+            && let Some(ctx) = exit::untrack_primary(dev)
+        {
+            quota::context_destroyed(ctx);
         }
         r
     })
@@ -839,8 +863,10 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: c_int) -> CUresult {
         let f = real!(cuDevicePrimaryCtxRelease_v2: unsafe extern "C" fn(c_int) -> CUresult);
         // SAFETY: forwarding.
         let r = unsafe { f(dev) };
-        if r == CUDA_SUCCESS {
-            exit::untrack_primary(dev);
+        if r == CUDA_SUCCESS
+            && let Some(ctx) = exit::untrack_primary(dev)
+        {
+            quota::context_destroyed(ctx);
         }
         r
     })

@@ -65,7 +65,15 @@ impl Entry {
     }
 }
 
-type Shards = [Mutex<BTreeMap<u64, Entry>>; SHARDS];
+/// A map value: the entry and the context the allocation was made in (0 = none current or
+/// not asked), so that destroying a context returns what was allocated in it.
+#[derive(Clone, Copy)]
+struct Record {
+    entry: Entry,
+    context: u64,
+}
+
+type Shards = [Mutex<BTreeMap<u64, Record>>; SHARDS];
 
 struct Maps {
     ptr: Shards,
@@ -135,7 +143,7 @@ fn shards(kind: Kind) -> &'static Shards {
     }
 }
 
-fn shard(kind: Kind, key: u64) -> &'static Mutex<BTreeMap<u64, Entry>> {
+fn shard(kind: Kind, key: u64) -> &'static Mutex<BTreeMap<u64, Record>> {
     let i = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) as usize % SHARDS;
     &shards(kind)[i]
 }
@@ -148,6 +156,23 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 // Which device, and what this process holds there
 
 type CtxGetDeviceFn = unsafe extern "C" fn(*mut c_int) -> CUresult;
+type CtxGetCurrentFn = unsafe extern "C" fn(*mut u64) -> CUresult;
+
+/// The calling thread's current context (0 if none, or without a block: nothing to return).
+#[inline]
+pub fn current_context() -> u64 {
+    if state::block().is_none() {
+        return 0;
+    }
+    let p = real::get(Sym::cuCtxGetCurrent);
+    if p.is_null() {
+        return 0;
+    }
+    let mut ctx = 0u64;
+    // SAFETY: `p` is the driver's cuCtxGetCurrent, ABI CtxGetCurrentFn; valid out-pointer.
+    let r = unsafe { std::mem::transmute::<*mut c_void, CtxGetCurrentFn>(p)(&mut ctx) };
+    if r == CUDA_SUCCESS { ctx } else { 0 }
+}
 
 /// Device ordinal of the current context: 0 without asking the driver when the workload has
 /// one GPU (the node says how many in the block), else `cuCtxGetDevice` (0 if that fails).
@@ -249,6 +274,8 @@ fn refund(b: &ControlBlock, device: usize, bytes: u64) {
 #[must_use]
 pub struct Reservation {
     device: usize,
+    /// The context the allocation is made in (see [`Record`]).
+    context: u64,
     charged: u64,
     size: u64,
     /// Fail-open with a block: remember the allocation to charge it when enforcement returns.
@@ -259,6 +286,7 @@ impl Reservation {
     fn uncharged(device: usize, size: u64) -> Reservation {
         Reservation {
             device,
+            context: 0,
             charged: 0,
             size,
             deferred: false,
@@ -313,6 +341,12 @@ impl Reservation {
         true
     }
 
+    /// The allocation is made in `context` (its memory goes when the context does).
+    pub fn in_context(mut self, context: u64) -> Reservation {
+        self.context = context;
+        self
+    }
+
     /// The driver call succeeded: remember what `key` was charged, and where.
     pub fn commit(self, kind: Kind, key: u64) {
         let Some(b) = state::block() else { return };
@@ -320,12 +354,17 @@ impl Reservation {
         b.counters
             .bytes_allocated
             .fetch_add(self.size, Ordering::Relaxed);
+        let record = |entry| Record {
+            entry,
+            context: self.context,
+        };
         if self.charged > 0 {
             hold(b, self.device, self.charged);
-            lock(shard(kind, key)).insert(key, Entry::new(self.device, self.charged, false));
+            lock(shard(kind, key))
+                .insert(key, record(Entry::new(self.device, self.charged, false)));
         } else if self.deferred && self.size > 0 {
             DEFERRED_COUNT.fetch_add(1, Ordering::Relaxed);
-            lock(shard(kind, key)).insert(key, Entry::new(self.device, self.size, true));
+            lock(shard(kind, key)).insert(key, record(Entry::new(self.device, self.size, true)));
         }
     }
 
@@ -342,27 +381,27 @@ impl Reservation {
 // ---------------------------------------------------------------------------------------------
 // Free
 
-/// An allocation's map entry, taken out before its free.
+/// An allocation's map record, taken out before its free.
 #[derive(Clone, Copy)]
-pub struct Taken(Entry);
+pub struct Taken(Record);
 
 /// Take `key` out of the map before the free; `restore` it if the driver refused the free.
 pub fn take(kind: Kind, key: u64) -> Option<Taken> {
     if state::mode() == BYPASS {
         return None;
     }
-    let entry = lock(shard(kind, key)).remove(&key)?;
-    if entry.deferred() {
+    let record = lock(shard(kind, key)).remove(&key)?;
+    if record.entry.deferred() {
         let _ = DEFERRED_COUNT.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
             Some(n.saturating_sub(1))
         });
     }
-    Some(Taken(entry))
+    Some(Taken(record))
 }
 
 /// Put back an entry whose free failed.
 pub fn restore(kind: Kind, key: u64, taken: Taken) {
-    if taken.0.deferred() {
+    if taken.0.entry.deferred() {
         DEFERRED_COUNT.fetch_add(1, Ordering::Relaxed);
     }
     lock(shard(kind, key)).insert(key, taken.0);
@@ -372,8 +411,41 @@ pub fn restore(kind: Kind, key: u64, taken: Taken) {
 pub fn released(taken: Option<Taken>) {
     let Some(b) = state::block() else { return };
     b.counters.frees.fetch_add(1, Ordering::Relaxed);
-    if let Some(Taken(e)) = taken {
-        refund(b, e.device(), e.charged());
+    if let Some(Taken(r)) = taken {
+        refund(b, r.entry.device(), r.entry.charged());
+    }
+}
+
+/// A context was destroyed (or the last reference to a primary context released, or it was
+/// reset): the driver freed everything allocated in it, so its charges go back. VMM handles
+/// are not the context's and stay.
+pub fn context_destroyed(context: u64) {
+    if context == 0 || state::mode() == BYPASS {
+        return;
+    }
+    let Some(b) = state::block() else { return };
+    for kind in [Kind::Ptr, Kind::Array] {
+        for shard in shards(kind) {
+            let gone: Vec<Record> = {
+                let mut map = lock(shard);
+                let keys: Vec<u64> = map
+                    .iter()
+                    .filter(|(_, r)| r.context == context)
+                    .map(|(k, _)| *k)
+                    .collect();
+                keys.iter().filter_map(|k| map.remove(k)).collect()
+            };
+            for r in gone {
+                if r.entry.deferred() {
+                    let _ =
+                        DEFERRED_COUNT.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                            Some(n.saturating_sub(1))
+                        });
+                }
+                b.counters.frees.fetch_add(1, Ordering::Relaxed);
+                refund(b, r.entry.device(), r.entry.charged());
+            }
+        }
     }
 }
 
@@ -424,7 +496,7 @@ pub fn vmm_unmapped(va: u64, size: u64) {
 /// `cuMemRelease` succeeded: return the handle's charge now if nothing maps it, else at its
 /// last unmap (the driver keeps the memory until then).
 pub fn vmm_released(handle: u64, taken: Option<Taken>) {
-    if let Some(Taken(e)) = taken
+    if let Some(Taken(Record { entry: e, .. })) = taken
         && e.charged() > 0
     {
         let mut m = lock(&maps().mappings);
@@ -452,10 +524,11 @@ pub fn charge_deferred() {
     for kind in [Kind::Ptr, Kind::Vmm, Kind::Array] {
         for shard in shards(kind) {
             let mut map = lock(shard);
-            for entry in map.values_mut().filter(|e| e.deferred()) {
+            for record in map.values_mut().filter(|r| r.entry.deferred()) {
+                let entry = record.entry;
                 b.charge(entry.device(), entry.bytes());
                 hold(b, entry.device(), entry.bytes());
-                *entry = Entry::new(entry.device(), entry.bytes(), false);
+                record.entry = Entry::new(entry.device(), entry.bytes(), false);
                 let _ = DEFERRED_COUNT.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
                     Some(n.saturating_sub(1))
                 });

@@ -397,6 +397,17 @@ fn nvml_devices_are_matched_to_cuda_ordinals_by_uuid() {
     assert_eq!(field(&text, "nvml1_v2_used"), 4 * MIB);
 }
 
+/// What was allocated in a context goes with it — destroyed, or a primary context reset —
+/// and so do its charges.
+#[test]
+fn a_destroyed_context_returns_its_charges() {
+    let quota = 64 * MIB;
+    let s = Scenario::new("ctx-memory", quota_block(quota));
+    let text = stdout(&s.run("gpa", &["ctx-memory", &quota.to_string()]));
+    assert!(text.contains("full_after_destroy_rc=0"), "{text}");
+    assert!(text.contains("full_after_reset_rc=0"), "{text}");
+}
+
 /// Arrays are charged by their payload (a floor: the fake, like the driver, pads rows).
 #[test]
 fn arrays_are_charged_and_returned() {

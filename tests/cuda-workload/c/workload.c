@@ -664,6 +664,32 @@ static int mode_runtime(int deepbind) {
     return 0;
 }
 
+/* Memory allocated in a context goes with it: allocate half the quota in a created context and
+ * destroy the context without freeing; then half the quota in the primary context and reset it.
+ * Each time the full quota must be available again. */
+typedef CUresult (*reset_t)(int);
+static int mode_ctx_memory(size_t quota) {
+    RESOLVE(create, ctxcreate2_t, "cuCtxCreate", "cuCtxCreate_v2");
+    RESOLVE(destroy, free_t, "cuCtxDestroy", "cuCtxDestroy_v2");
+    RESOLVE(setcur, ctxset_t, "cuCtxSetCurrent", "cuCtxSetCurrent");
+    RESOLVE(retain, retain_t, "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRetain");
+    RESOLVE(reset, reset_t, "cuDevicePrimaryCtxReset", "cuDevicePrimaryCtxReset_v2");
+    u64 ctx = 0, primary = 0, p = 0;
+    if (create(&ctx, 0, 0)) die("cuCtxCreate", -1);
+    if (g_alloc(&p, quota / 2)) die("alloc in created ctx", -1);
+    if (destroy(ctx)) die("cuCtxDestroy", -1);
+    if (retain(&primary, 0) || setcur(primary)) die("primary", -1);
+    CUresult after_destroy = g_alloc(&p, quota);
+    printf("full_after_destroy_rc=%d\n", after_destroy);
+    if (after_destroy == 0 && g_free(p)) die("free", -1);
+    if (g_alloc(&p, quota / 2)) die("alloc in primary ctx", -1);
+    if (reset(0)) die("reset", -1);
+    if (retain(&primary, 0) || setcur(primary)) die("primary again", -1);
+    CUresult after_reset = g_alloc(&p, quota);
+    printf("full_after_reset_rc=%d\n", after_reset);
+    return 0;
+}
+
 /* getppid through whatever interposers are loaded, against the kernel's answer. */
 static int mode_getppid(void) {
     pid_t via = getppid();
@@ -712,6 +738,7 @@ int main(int argc, char **argv) {
     if (!strcmp(m, "panic")) return mode_panic();
     if (!strcmp(m, "getppid")) return mode_getppid();
     if (!strcmp(m, "dlvsym")) return mode_dlvsym();
+    if (!strcmp(m, "ctx-memory")) return mode_ctx_memory((size_t)atoll(argv[2]));
     if (!strcmp(m, "arrays")) return mode_arrays((size_t)atoll(argv[2]));
     if (!strcmp(m, "vmm")) return mode_vmm((size_t)atoll(argv[2]));
     if (!strcmp(m, "multi-gpu")) return mode_multi_gpu((size_t)atoll(argv[2]));

@@ -38,12 +38,13 @@ pub use layout::{SLOTS, STATE_MAGIC, Slot};
 struct Device {
     slots: &'static [AtomicU64; SLOTS],
     kernel_ns: u64,
-    allocations: Mutex<HashMap<u64, u64>>,
+    /// Device pointer → (bytes, the context it was allocated in).
+    allocations: Mutex<HashMap<u64, (u64, u64)>>,
     vmm: Mutex<HashMap<u64, Physical>>,
     /// VMM mappings: start address → (size, handle).
     mappings: Mutex<BTreeMap<u64, (u64, u64)>>,
     /// Arrays and mipmapped arrays: handle → bytes.
-    arrays: Mutex<HashMap<u64, u64>>,
+    arrays: Mutex<HashMap<u64, (u64, u64)>>,
     capturing: Mutex<HashSet<u64>>,
     /// Devices (`FAKE_CUDA_DEVICES`, default 1); they share one memory pool.
     count: c_int,
@@ -225,7 +226,7 @@ fn alloc_into(dptr: *mut u64, size: usize, extra: Option<Slot>) -> CUresult {
     match reserve_device(size) {
         Ok(addr) => {
             let rounded = (size as u64).div_ceil(512) * 512;
-            lock(&dev().allocations).insert(addr, rounded);
+            lock(&dev().allocations).insert(addr, (rounded, CURRENT.with(|c| c.get())));
             if let Some(s) = extra {
                 bump(s, rounded);
             }
@@ -239,13 +240,29 @@ fn alloc_into(dptr: *mut u64, size: usize, extra: Option<Slot>) -> CUresult {
 
 fn free_addr(addr: u64) -> CUresult {
     match lock(&dev().allocations).remove(&addr) {
-        Some(size) => {
+        Some((size, _)) => {
             slot(Slot::MemUsed).fetch_sub(size, Ordering::AcqRel);
             bump(Slot::Frees, 1);
             SUCCESS
         }
         None => INVALID_VALUE,
     }
+}
+
+/// A context is gone: like the driver, free what was allocated in it (pointers and arrays).
+fn free_in_context(ctx: u64) {
+    let d = dev();
+    let mut freed = 0u64;
+    for map in [&d.allocations, &d.arrays] {
+        lock(map).retain(|_, (size, c)| {
+            let keep = *c != ctx;
+            if !keep {
+                freed += *size;
+            }
+            keep
+        });
+    }
+    slot(Slot::MemUsed).fetch_sub(freed, Ordering::AcqRel);
 }
 
 fn free_everything() {
@@ -479,7 +496,7 @@ fn create_array(handle: *mut u64, bytes: Option<u64>) -> CUresult {
         Ok(_) => {
             let rounded = bytes.div_ceil(512) * 512;
             let h = 0xA000_0000 + dev().next_handle.fetch_add(1, Ordering::Relaxed);
-            lock(&dev().arrays).insert(h, rounded);
+            lock(&dev().arrays).insert(h, (rounded, CURRENT.with(|c| c.get())));
             bump(Slot::ArrayBytes, rounded);
             // SAFETY: checked non-NULL.
             unsafe { *handle = h };
@@ -491,7 +508,7 @@ fn create_array(handle: *mut u64, bytes: Option<u64>) -> CUresult {
 
 fn destroy_array(handle: u64) -> CUresult {
     match lock(&dev().arrays).remove(&handle) {
-        Some(size) => {
+        Some((size, _)) => {
             slot(Slot::MemUsed).fetch_sub(size, Ordering::AcqRel);
             bump(Slot::Frees, 1);
             SUCCESS
@@ -733,6 +750,7 @@ pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: u64) -> CUresult {
     if ctx == 0 || lock(&dev().ctx_device).remove(&ctx).is_none() {
         return INVALID_CONTEXT;
     }
+    free_in_context(ctx);
     context_gone();
     if CURRENT.with(|c| c.get()) == ctx {
         make_current(0);
@@ -771,8 +789,19 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(device: c_int) -> CUresult
     }
     *refs -= 1;
     if *refs == 0 {
+        free_in_context(PRIMARY_CTX + device as u64);
         context_gone();
     }
+    SUCCESS
+}
+
+/// Resets the primary context: everything allocated in it is freed; references stay.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(device: c_int) -> CUresult {
+    if !valid_device(device) {
+        return INVALID_DEVICE;
+    }
+    free_in_context(PRIMARY_CTX + device as u64);
     SUCCESS
 }
 
@@ -1147,6 +1176,7 @@ fn export(name: &[u8]) -> Option<*mut c_void> {
         cuDevicePrimaryCtxRetain,
         cuDevicePrimaryCtxRelease,
         cuDevicePrimaryCtxRelease_v2,
+        cuDevicePrimaryCtxReset_v2,
         cuCtxSetCurrent,
         cuCtxGetCurrent,
         cuCtxGetDevice,
