@@ -9,6 +9,10 @@
 //! from the loaded `libnvidia-ml.so.1` (`RTLD_NOLOAD`, found by its SONAME however it was
 //! loaded), else from the next object after us.
 //!
+//! The per-process queries (`nvmlDeviceGetComputeRunningProcesses{,_v2,_v3}` and their MPS
+//! forms) list only the workload's own processes — those holding a process slot in its block —
+//! so a tenant does not see who else runs on the GPU, nor how much they use.
+//!
 //! Which device: a single-GPU workload's device is ordinal 0. For a multi-GPU workload the
 //! NVML device (whose index ignores `CUDA_VISIBLE_DEVICES`) is matched to a CUDA ordinal by
 //! UUID; a device that matches none of the workload's is shown with the quota as its total
@@ -45,19 +49,68 @@ pub struct MemoryV2 {
     pub used: u64,
 }
 
+/// `nvmlProcessInfo_v1_t`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ProcessInfoV1 {
+    pub pid: c_uint,
+    pub used_gpu_memory: u64,
+}
+
+/// `nvmlProcessInfo_t` (v2; the `_v2` and `_v3` queries).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ProcessInfo {
+    pub pid: c_uint,
+    pub used_gpu_memory: u64,
+    pub gpu_instance_id: c_uint,
+    pub compute_instance_id: c_uint,
+}
+
+/// A process record that has a pid.
+trait HasPid: Copy {
+    fn pid(&self) -> c_uint;
+}
+impl HasPid for ProcessInfoV1 {
+    fn pid(&self) -> c_uint {
+        self.pid
+    }
+}
+impl HasPid for ProcessInfo {
+    fn pid(&self) -> c_uint {
+        self.pid
+    }
+}
+
 #[derive(Clone, Copy)]
 enum Nvml {
     MemoryInfo,
     MemoryInfoV2,
     GetUUID,
+    Processes,
+    ProcessesV2,
+    ProcessesV3,
+    MpsProcesses,
+    MpsProcessesV2,
+    MpsProcessesV3,
 }
 
-const NAMES: [&std::ffi::CStr; 3] = [
+const NAMES: [&std::ffi::CStr; 9] = [
     c"nvmlDeviceGetMemoryInfo",
     c"nvmlDeviceGetMemoryInfo_v2",
     c"nvmlDeviceGetUUID",
+    c"nvmlDeviceGetComputeRunningProcesses",
+    c"nvmlDeviceGetComputeRunningProcesses_v2",
+    c"nvmlDeviceGetComputeRunningProcesses_v3",
+    c"nvmlDeviceGetMPSComputeRunningProcesses",
+    c"nvmlDeviceGetMPSComputeRunningProcesses_v2",
+    c"nvmlDeviceGetMPSComputeRunningProcesses_v3",
 ];
-static REAL: [AtomicPtr<c_void>; 3] = [const { AtomicPtr::new(std::ptr::null_mut()) }; 3];
+static REAL: [AtomicPtr<c_void>; 9] = [const { AtomicPtr::new(std::ptr::null_mut()) }; 9];
+/// `NVML_ERROR_INSUFFICIENT_SIZE`.
+const NVML_ERROR_INSUFFICIENT_SIZE: Ret = 7;
+/// `NVML_ERROR_INVALID_ARGUMENT`.
+const NVML_ERROR_INVALID_ARGUMENT: Ret = 2;
 static RESOLVED: AtomicBool = AtomicBool::new(false);
 
 /// glibc's `RTLD_NEXT`.
@@ -106,13 +159,40 @@ pub fn substitute(p: *mut c_void) -> Option<*mut c_void> {
     if p.is_null() || state::bypassed() || !resolve() {
         return None;
     }
-    if p == REAL[Nvml::MemoryInfo as usize].load(Ordering::Acquire) {
-        return Some(nvmlDeviceGetMemoryInfo as *mut c_void);
-    }
-    if p == REAL[Nvml::MemoryInfoV2 as usize].load(Ordering::Acquire) {
-        return Some(nvmlDeviceGetMemoryInfo_v2 as *mut c_void);
-    }
-    None
+    let ours: [(Nvml, *mut c_void); 8] = [
+        (Nvml::MemoryInfo, nvmlDeviceGetMemoryInfo as *mut c_void),
+        (
+            Nvml::MemoryInfoV2,
+            nvmlDeviceGetMemoryInfo_v2 as *mut c_void,
+        ),
+        (
+            Nvml::Processes,
+            nvmlDeviceGetComputeRunningProcesses as *mut c_void,
+        ),
+        (
+            Nvml::ProcessesV2,
+            nvmlDeviceGetComputeRunningProcesses_v2 as *mut c_void,
+        ),
+        (
+            Nvml::ProcessesV3,
+            nvmlDeviceGetComputeRunningProcesses_v3 as *mut c_void,
+        ),
+        (
+            Nvml::MpsProcesses,
+            nvmlDeviceGetMPSComputeRunningProcesses as *mut c_void,
+        ),
+        (
+            Nvml::MpsProcessesV2,
+            nvmlDeviceGetMPSComputeRunningProcesses_v2 as *mut c_void,
+        ),
+        (
+            Nvml::MpsProcessesV3,
+            nvmlDeviceGetMPSComputeRunningProcesses_v3 as *mut c_void,
+        ),
+    ];
+    ours.iter()
+        .find(|(f, _)| p == REAL[*f as usize].load(Ordering::Acquire))
+        .map(|(_, wrapper)| *wrapper)
 }
 
 /// The quota and the workload's usage to show for `device`, if a quota is enforced.
@@ -266,6 +346,140 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     }
     r
 }
+
+// ---------------------------------------------------------------------------------------------
+// Per-process queries
+
+/// The pids whose processes belong to this workload (its block's claimed slots), if a quota
+/// is enforced; `None`: show NVML's answer unchanged.
+fn own_pids() -> Option<Vec<c_uint>> {
+    if state::mode() != ENFORCE {
+        return None;
+    }
+    let b = state::block()?;
+    let mut pids: Vec<c_uint> = b
+        .processes
+        .iter()
+        .filter_map(|p| c_uint::try_from(p.pid.load(Ordering::Acquire)).ok())
+        .filter(|pid| *pid != 0)
+        .collect();
+    pids.push(std::process::id());
+    Some(pids)
+}
+
+type ProcessesFn<T> = unsafe extern "C" fn(*mut c_void, *mut c_uint, *mut T) -> Ret;
+
+/// NVML's list for `device`, filtered to the workload's processes, returned under NVML's own
+/// size protocol: `*count` in = the caller's capacity, out = the number of entries;
+/// `NVML_ERROR_INSUFFICIENT_SIZE` when they do not fit.
+///
+/// # Safety
+/// NVML's contract for the per-process queries; `f` is one of them, with records of type `T`.
+unsafe fn filtered<T: HasPid>(
+    f: *mut c_void,
+    device: *mut c_void,
+    count: *mut c_uint,
+    infos: *mut T,
+) -> Ret {
+    if f.is_null() {
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
+    }
+    // SAFETY: `f` is NVML's per-process query with records of type T.
+    let query = unsafe { std::mem::transmute::<*mut c_void, ProcessesFn<T>>(f) };
+    let own = std::panic::catch_unwind(|| crate::real::reentrancy_guarded(own_pids))
+        .ok()
+        .flatten()
+        .flatten();
+    let Some(own) = own else {
+        // SAFETY: forwarding the caller's arguments.
+        return unsafe { query(device, count, infos) };
+    };
+    if count.is_null() {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    // Ask NVML into a buffer of our own (the caller's may fit our list but not NVML's), growing
+    // it if processes appear between the size query and the fetch.
+    let mut all: Vec<T> = Vec::new();
+    let mut n: c_uint = 0;
+    let mut r = NVML_ERROR_INSUFFICIENT_SIZE;
+    for _ in 0..4 {
+        n = c_uint::try_from(all.capacity()).unwrap_or(c_uint::MAX);
+        // SAFETY: `all` has room for `n` records; NVML writes at most `n` and sets `n`.
+        r = unsafe { query(device, &mut n, all.as_mut_ptr()) };
+        if r != NVML_ERROR_INSUFFICIENT_SIZE {
+            break;
+        }
+        all.reserve_exact(n as usize + 4);
+    }
+    if r != NVML_SUCCESS {
+        return r;
+    }
+    // SAFETY: NVML initialised the first `n` records (n ≤ capacity on success).
+    unsafe { all.set_len((n as usize).min(all.capacity())) };
+    let mine: Vec<T> = all.into_iter().filter(|p| own.contains(&p.pid())).collect();
+    // SAFETY: `count` is non-NULL (checked) and valid per the caller contract.
+    let cap = unsafe { *count } as usize;
+    // SAFETY: as above.
+    unsafe { *count = mine.len() as c_uint };
+    if mine.is_empty() {
+        return NVML_SUCCESS;
+    }
+    if infos.is_null() || cap < mine.len() {
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    // SAFETY: the caller's buffer holds `cap` ≥ mine.len() records.
+    unsafe { std::ptr::copy_nonoverlapping(mine.as_ptr(), infos, mine.len()) };
+    NVML_SUCCESS
+}
+
+macro_rules! process_query {
+    ($name:ident, $which:ident, $record:ty) => {
+        /// The workload's own processes only (see the module docs).
+        ///
+        /// # Safety
+        /// NVML API contract.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(
+            device: *mut c_void,
+            count: *mut c_uint,
+            infos: *mut $record,
+        ) -> Ret {
+            // SAFETY: forwarding the caller's arguments under NVML's contract.
+            unsafe { filtered(get(Nvml::$which), device, count, infos) }
+        }
+    };
+}
+
+process_query!(
+    nvmlDeviceGetComputeRunningProcesses,
+    Processes,
+    ProcessInfoV1
+);
+process_query!(
+    nvmlDeviceGetComputeRunningProcesses_v2,
+    ProcessesV2,
+    ProcessInfo
+);
+process_query!(
+    nvmlDeviceGetComputeRunningProcesses_v3,
+    ProcessesV3,
+    ProcessInfo
+);
+process_query!(
+    nvmlDeviceGetMPSComputeRunningProcesses,
+    MpsProcesses,
+    ProcessInfoV1
+);
+process_query!(
+    nvmlDeviceGetMPSComputeRunningProcesses_v2,
+    MpsProcessesV2,
+    ProcessInfo
+);
+process_query!(
+    nvmlDeviceGetMPSComputeRunningProcesses_v3,
+    MpsProcessesV3,
+    ProcessInfo
+);
 
 #[cfg(test)]
 mod tests {

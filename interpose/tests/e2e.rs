@@ -334,6 +334,11 @@ impl Scenario {
     /// Installs the fake NVML in the scenario's directory with GPUs of these UUIDs (80 GiB
     /// each); returns the library's path.
     fn fake_nvml(&self, uuids: &[&str]) -> PathBuf {
+        self.fake_nvml_with(uuids, "[]")
+    }
+
+    /// As [`Scenario::fake_nvml`], every GPU listing `processes` (a JSON array).
+    fn fake_nvml_with(&self, uuids: &[&str], processes: &str) -> PathBuf {
         let lib = self.dir.join("libnvidia-ml.so.1");
         std::fs::copy(&fixtures().fake_nvml, &lib).expect("copy fake nvml");
         let gpus: Vec<String> = uuids
@@ -341,7 +346,8 @@ impl Scenario {
             .map(|u| {
                 format!(
                     r#"{{ "name": "Fake GPU", "uuid": "{u}", "memory_total_mib": 81920,
-                        "timeline": [ {{ "t": 0, "utilization_pct": 0 }} ] }}"#
+                        "timeline": [ {{ "t": 0, "utilization_pct": 0,
+                                         "processes": {processes} }} ] }}"#
                 )
             })
             .collect();
@@ -372,6 +378,42 @@ fn nvml_reports_the_quota_and_the_workloads_own_use() {
     let lib = s.fake_nvml(&["GPU-fake-0000"]);
     let text = stdout(&s.run("gpa", &["nvml", &lib.to_string_lossy()]));
     assert_eq!(field(&text, "nvml0_total"), 81920 * MIB);
+}
+
+/// NVML lists another tenant's process beside ours: the workload sees only its own.
+#[test]
+fn nvml_lists_only_the_workloads_own_processes() {
+    let s = Scenario::new("nvml-procs", quota_block(64 * MIB));
+    let go = s.dir.join("GO");
+    let lib = s.dir.join("libnvidia-ml.so.1");
+    let mut child = KillOnDrop(s.spawn(
+        "gpa",
+        &["nvml-procs", &lib.to_string_lossy(), &go.to_string_lossy()],
+    ));
+    let mut out = BufReader::new(child.0.stdout.take().expect("piped stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("pid line");
+    let pid: u32 = line
+        .trim()
+        .strip_prefix("pid=")
+        .and_then(|p| p.parse().ok())
+        .expect("pid=N");
+    s.fake_nvml_with(
+        &["GPU-fake-0000"],
+        &format!(r#"[ {{ "pid": 4242, "used_mib": 500 }}, {{ "pid": {pid}, "used_mib": 100 }} ]"#),
+    );
+    std::fs::write(&go, b"").expect("go");
+    let status = wait_at_most(&mut child.0, Duration::from_secs(20));
+    assert!(status.success());
+    let mut rest = String::new();
+    let _ = std::io::Read::read_to_string(&mut out, &mut rest);
+    assert!(
+        rest.contains(&format!(
+            "size_rc=7 size=1 rc=0 procs=1 first_pid={pid} first_used={}",
+            100 * MIB
+        )),
+        "{rest}"
+    );
 }
 
 /// Two GPUs listed by NVML in the opposite order from CUDA's: matched by UUID, each shows the

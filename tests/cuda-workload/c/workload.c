@@ -398,6 +398,35 @@ static int mode_nvml(const char *lib) {
     return 0;
 }
 
+/* NVML's per-process list as the workload sees it. Allocates (so the process holds a slot in
+ * the block), prints its pid and waits for the file GO (the test writes NVML's scenario with
+ * this pid in it meanwhile), then queries the list twice: size first, then the records. */
+typedef struct { unsigned pid; u64 used; unsigned gi, ci; } NvmlProc;
+typedef int (*nvml_procs_t)(void *, unsigned *, NvmlProc *);
+static int mode_nvml_procs(const char *lib, const char *go) {
+    u64 p = 0;
+    if (g_alloc(&p, 1 << 20)) die("alloc", -1);
+    printf("pid=%d\n", (int)getpid());
+    fflush(stdout);
+    while (access(go, F_OK) != 0) usleep(10000);
+    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (!h) die("dlopen nvml", -1);
+    nvml_init_t init = (nvml_init_t)dlsym(h, "nvmlInit_v2");
+    nvml_handle_t handle = (nvml_handle_t)dlsym(h, "nvmlDeviceGetHandleByIndex_v2");
+    nvml_procs_t procs = (nvml_procs_t)dlsym(h, "nvmlDeviceGetComputeRunningProcesses_v3");
+    if (!init || !handle || !procs || init()) die("nvml", -1);
+    void *d = NULL;
+    if (handle(0, &d)) die("nvml handle", -1);
+    unsigned n = 0;
+    int size_rc = procs(d, &n, NULL);
+    NvmlProc list[16];
+    unsigned cap = 16;
+    int rc = procs(d, &cap, list);
+    printf("size_rc=%d size=%u rc=%d procs=%u first_pid=%u first_used=%llu\n", size_rc, n, rc, cap,
+           cap ? list[0].pid : 0, cap ? list[0].used : 0ULL);
+    return 0;
+}
+
 typedef CUresult (*totalmem_t)(size_t *, int);
 static int mode_meminfo(void) {
     RESOLVE(info, meminfo_t, "cuMemGetInfo", "cuMemGetInfo_v2");
@@ -743,6 +772,7 @@ int main(int argc, char **argv) {
     if (!strcmp(m, "vmm")) return mode_vmm((size_t)atoll(argv[2]));
     if (!strcmp(m, "multi-gpu")) return mode_multi_gpu((size_t)atoll(argv[2]));
     if (!strcmp(m, "nvml")) return mode_nvml(argv[2]);
+    if (!strcmp(m, "nvml-procs")) return mode_nvml_procs(argv[2], argv[3]);
     if (!strcmp(m, "runtime")) return mode_runtime(atoi(argv[2]));
     if (!strcmp(m, "free-after-exit")) return mode_free_after_exit((size_t)atoll(argv[2]));
     fprintf(stderr, "unknown mode %s\n", m);
