@@ -18,8 +18,15 @@ newer() { # is $1 > $2 as a version?
   [ "$1" != "$2" ] && [ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | tail -n 1)" = "$1" ]
 }
 
-versions=$( { objdump -T "$so"; objdump -p "$so"; } | grep -o 'GLIBC_[0-9][0-9.]*' | sort -u -V)
+tables="$( { objdump -T "$so"; objdump -p "$so"; } )"
+versions=$(grep -o 'GLIBC_[0-9][0-9.]*' <<<"$tables" | sort -u -V || true)
+[ -n "$versions" ] || { echo "check-glibc-baseline: $so names no GLIBC version at all" >&2; exit 2; }
 bad=0
+if grep -q 'GLIBC_PRIVATE' <<<"$tables"; then
+  bad=1
+  echo "check-glibc-baseline: $so needs GLIBC_PRIVATE symbols (they change between releases):" >&2
+  objdump -T "$so" | grep -F "GLIBC_PRIVATE" | awk '{print "    " $NF}' >&2 || true
+fi
 for v in $versions; do
   n="${v#GLIBC_}"
   if newer "$n" "$baseline"; then

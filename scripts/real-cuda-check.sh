@@ -5,6 +5,7 @@
 #
 #   scripts/real-cuda-check.sh [libarbiter_interpose.so]   (default: scripts/build-interposer.sh)
 #
+# Needs a Debian host (deb822 apt sources; Debian's `libcuda1` package) — CI's machines are.
 # Fetched, never installed, into target/real-cuda (or $ARBITER_REAL_CUDA_DIR):
 #  * the runtime: `nvidia-cuda-runtime-cu12` 12.9 and `-cu11` 11.8 wheels from PyPI (shared
 #    libcudart; 12.x resolves through cuGetProcAddress_v2, 11.x through the v1 ABI);
@@ -43,7 +44,9 @@ if [ ! -f "$DRIVER/libcuda.so.1" ]; then
   sources=(/etc/apt/sources.list.d/*.sources)
   [ -e "${sources[0]}" ] || fail "no deb822 apt sources under /etc/apt/sources.list.d"
   for f in "${sources[@]}"; do
-    sed -E 's/^(Components:.*\bmain\b.*)$/\1 non-free/' "$f" > "$APT/parts/$(basename "$f")"
+    # non-free on every Components line that lacks it.
+    sed -E '/^Components:/{/[[:space:]]non-free([[:space:]]|$)/!s/$/ non-free/}' "$f" \
+      > "$APT/parts/$(basename "$f")"
   done
   opts=(-o "Dir::Etc::SourceList=/dev/null" -o "Dir::Etc::SourceParts=$APT/parts"
         -o "Dir::State::Lists=$APT/lists" -o "Dir::Cache=$APT/cache" -o "APT::Sandbox::User=root")
@@ -65,7 +68,8 @@ check() { # runtime library, resolver the trace must show
   rm -f "$trace"
   local out
   out="$(ARBITER_INTERPOSE_TRACE="$trace" LD_PRELOAD="$SO" \
-    LD_LIBRARY_PATH="$DRIVER:$(dirname "$cudart")" "$WORK/cudart_probe" "$(basename "$cudart")")"
+    LD_LIBRARY_PATH="$DRIVER:$(dirname "$cudart")" "$WORK/cudart_probe" "$(basename "$cudart")")" \
+    || fail "$(basename "$cudart"): the probe failed (status $?): $out"
   echo "$out"
   grep -q '^cudaGetDeviceCount rc=100$' <<<"$out" || fail "$(basename "$cudart"): expected cudaErrorNoDevice"
   grep -q '^call cuInit rc=100$' "$trace" || fail "$(basename "$cudart"): cuInit did not go through the interposer"

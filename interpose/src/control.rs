@@ -78,8 +78,8 @@ pub struct Liveness {
     /// GPUs the workload was given (node-written). 0 or 1: every allocation is charged to
     /// device 0 without asking the driver which device is current (the single-GPU hot path).
     pub device_count: AtomicU64,
-    /// Interposer-written: CUDA runtimes a process of the workload loaded with
-    /// `RTLD_DEEPBIND`. Such a runtime resolves `dlsym` inside its own scope, around the
+    /// Interposer-written: CUDA runtimes a process of the workload asked `dlopen` to load
+    /// with `RTLD_DEEPBIND` (counted before the load, so a load that fails counts too). Such a runtime resolves `dlsym` inside its own scope, around the
     /// interposer: what it allocates and launches is not enforced. The node reports it.
     pub unenforced_loads: AtomicU64,
     _reserved: [AtomicU64; 3],
@@ -399,10 +399,15 @@ impl ControlBlock {
 
     /// Node side: reconcile `device` with what NVML says the workload's processes use there
     /// (`nvml_bytes`); the part no wrapped allocator charged becomes `unseen_bytes`, which
-    /// later reservations count against the quota. Returns the unseen bytes.
-    pub fn reconcile(&self, device: usize, nvml_bytes: u64) -> u64 {
+    /// later reservations count against the quota. `charged_before` is the device's charge read
+    /// before NVML was sampled: the larger of it and the charge now is taken, so a free landing
+    /// between the sample and this call is not mistaken for unseen memory for a whole period
+    /// (an allocation landing there makes the unseen part smaller for one period instead).
+    /// Returns the unseen bytes.
+    pub fn reconcile(&self, device: usize, nvml_bytes: u64, charged_before: u64) -> u64 {
         let d = self.device(device);
-        let unseen = nvml_bytes.saturating_sub(d.used_bytes.load(Ordering::Relaxed));
+        let charged = charged_before.max(d.used_bytes.load(Ordering::Relaxed));
+        let unseen = nvml_bytes.saturating_sub(charged);
         d.unseen_bytes.store(unseen, Ordering::Release);
         unseen
     }
@@ -702,11 +707,15 @@ mod tests {
         let b = block(100);
         assert!(b.try_reserve(0, 30));
         // NVML: the workload's processes use 50 on device 0, 30 of them charged.
-        assert_eq!(b.reconcile(0, 50), 20);
+        assert_eq!(b.reconcile(0, 50, 0), 20);
         assert!(!b.try_reserve(0, 51), "30 charged + 20 unseen + 51 > 100");
         assert!(b.try_reserve(0, 50));
         // NVML lagging behind a charge never makes the unseen part negative.
-        assert_eq!(b.reconcile(0, 10), 0);
+        assert_eq!(b.reconcile(0, 10, 0), 0);
+        // A free between the NVML sample and the reconciliation: the charge read before the
+        // sample (80) still covers what NVML saw.
+        b.release(0, 50);
+        assert_eq!(b.reconcile(0, 80, 80), 0);
         assert!(b.try_reserve(1, 100), "device 1 is reconciled on its own");
     }
 

@@ -1,5 +1,8 @@
 //! glibc's own `dlvsym`, found in libc's dynamic symbol table.
 //!
+//! Before glibc 2.34 `dlvsym` lives in `libdl.so.2`, from 2.34 in `libc.so.6`: both are
+//! searched (the interposer needs `libdl.so.2`, so it is loaded wherever that matters).
+//!
 //! We export a `dlvsym` of our own (so that programs resolving driver entry points with it get
 //! our wrappers), and that export would also answer *our* calls to `dlvsym` — including the one
 //! that finds glibc's `dlsym`, which everything else rests on. So glibc's `dlvsym` is found
@@ -82,7 +85,7 @@ unsafe extern "C" fn visit(
     // SAFETY: the loader's NUL-terminated object name.
     let name = unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes();
     let base_name = name.rsplit(|b| *b == b'/').next().unwrap_or(name);
-    if !base_name.starts_with(b"libc.so") {
+    if !base_name.starts_with(b"libc.so") && !base_name.starts_with(b"libdl.so") {
         return 0;
     }
     // SAFETY: the program headers of a loaded object, `dlpi_phnum` of them.
@@ -94,7 +97,8 @@ unsafe extern "C" fn visit(
     let dyn_ptr = (base + dynamic.p_vaddr) as *const Dyn;
     // SAFETY: the object's mapped dynamic section, terminated by DT_NULL.
     search.found = unsafe { lookup(base, dyn_ptr, search.name) };
-    1
+    // Stop at the first object that defines it (libc from 2.34, libdl before).
+    c_int::from(!search.found.is_null())
 }
 
 /// Finds the default definition of `name` in the object loaded at `base` with dynamic section

@@ -9,8 +9,10 @@
 //!   chains to it (the application owns that signal and may survive it, so we must not tear the
 //!   GPU down) the way the kernel would have run it — under its `sa_mask`, with the signal
 //!   unblocked for `SA_NODEFER`, and only once for `SA_RESETHAND` (afterwards the signal is
-//!   treated as default); if it was `SIG_IGN` it ignores; if it was `SIG_DFL` (the process is
-//!   about to die) it records the signal and writes one byte to a self-pipe. Nothing else.
+//!   treated as default), installed with its `SA_RESTART` choice; a signal that is ignored is
+//!   left alone (no handler: an ignored signal is inherited across exec, a handler is not); if
+//!   it was `SIG_DFL` (the process is about to die) it records the signal and writes one byte
+//!   to a self-pipe. Nothing else.
 //! * The worker thread wakes on the pipe, holds all further launches, synchronizes every known
 //!   context — all at once, each on its own helper thread, within one grace period for the
 //!   whole process (8 GPUs must fit in Kubernetes' 30 s, not 8 × a timeout) — destroys/releases
@@ -189,10 +191,28 @@ fn install_handlers() {
         if OLD.installed[i].load(Ordering::Acquire) {
             continue;
         }
+        // SAFETY: querying the current disposition into a local.
+        let mut current: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: valid out-pointer; a NULL new action only reads.
+        if unsafe { libc::sigaction(*sig, std::ptr::null(), &mut current) } != 0
+            || current.sa_sigaction == libc::SIG_IGN
+        {
+            // An ignored signal stays ignored — and is inherited across exec as ignored, which
+            // a handler would not be (`nohup`, `trap '' TERM`).
+            continue;
+        }
         // SAFETY: a zeroed sigaction is a valid starting point; we fill handler, mask, flags.
         let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
         act.sa_sigaction = on_signal as *const () as usize;
-        act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
+        // SA_RESTART as the application chose it for its own handler (CPython installs without
+        // it so that blocking calls return EINTR and its handler runs); for the default
+        // disposition, restart (the process is going away on our schedule, not the call's).
+        let restart = if current.sa_sigaction == libc::SIG_DFL {
+            libc::SA_RESTART
+        } else {
+            current.sa_flags & libc::SA_RESTART
+        };
+        act.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | restart;
         // SAFETY: valid sigset pointer.
         unsafe { libc::sigemptyset(&mut act.sa_mask) };
         // SAFETY: OLD.act[i] is written only here, before `installed[i]` is published; the

@@ -184,19 +184,40 @@ pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
 // Memory
 
 /// Charge `size` bytes on the current device, call the driver, commit or roll back.
+/// Memory that belongs to the current context (it goes when the context does).
 fn alloc_with(size: usize, kind: Kind, call: impl FnOnce() -> (CUresult, u64)) -> CUresult {
-    alloc_on(quota::current_device(), size, kind, call)
+    alloc_on(quota::current_device(), size, kind, Owner::Context, call)
+}
+
+/// Memory from a pool: the pool is the device's and may outlive the context.
+fn alloc_from_pool(size: usize, call: impl FnOnce() -> (CUresult, u64)) -> CUresult {
+    alloc_on(
+        quota::current_device(),
+        size,
+        Kind::Ptr,
+        Owner::Device,
+        call,
+    )
+}
+
+/// Whose lifetime an allocation shares.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    Context,
+    Device,
 }
 
 fn alloc_on(
     device: usize,
     size: usize,
     kind: Kind,
+    owner: Owner,
     call: impl FnOnce() -> (CUresult, u64),
 ) -> CUresult {
     exit::late_init();
     let res = match quota::reserve(device, size as u64) {
-        Ok(r) => r.in_context(quota::current_context()),
+        Ok(r) if owner == Owner::Context => r.in_context(quota::current_context()),
+        Ok(r) => r,
         Err(e) => return e,
     };
     let (r, key) = call();
@@ -305,7 +326,7 @@ type AllocPoolFn = unsafe extern "C" fn(*mut u64, usize, Ptr, Ptr) -> CUresult;
 pub unsafe extern "C" fn cuMemAllocAsync(dptr: *mut u64, size: usize, stream: Ptr) -> CUresult {
     guard(|| {
         let f = real!(cuMemAllocAsync: AllocAsyncFn);
-        alloc_with(size, Kind::Ptr, || {
+        alloc_from_pool(size, || {
             // SAFETY: forwarding.
             let r = unsafe { f(dptr, size, stream) };
             (r, if r == CUDA_SUCCESS { read_out(dptr) } else { 0 })
@@ -323,7 +344,7 @@ pub unsafe extern "C" fn cuMemAllocAsync_ptsz(
 ) -> CUresult {
     guard(|| {
         let f = real!(cuMemAllocAsync_ptsz: AllocAsyncFn);
-        alloc_with(size, Kind::Ptr, || {
+        alloc_from_pool(size, || {
             // SAFETY: forwarding.
             let r = unsafe { f(dptr, size, stream) };
             (r, if r == CUDA_SUCCESS { read_out(dptr) } else { 0 })
@@ -342,7 +363,7 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
 ) -> CUresult {
     guard(|| {
         let f = real!(cuMemAllocFromPoolAsync: AllocPoolFn);
-        alloc_with(size, Kind::Ptr, || {
+        alloc_from_pool(size, || {
             // SAFETY: forwarding.
             let r = unsafe { f(dptr, size, pool, stream) };
             (r, if r == CUDA_SUCCESS { read_out(dptr) } else { 0 })
@@ -361,7 +382,7 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(
 ) -> CUresult {
     guard(|| {
         let f = real!(cuMemAllocFromPoolAsync_ptsz: AllocPoolFn);
-        alloc_with(size, Kind::Ptr, || {
+        alloc_from_pool(size, || {
             // SAFETY: forwarding.
             let r = unsafe { f(dptr, size, pool, stream) };
             (r, if r == CUDA_SUCCESS { read_out(dptr) } else { 0 })
@@ -437,7 +458,7 @@ pub unsafe extern "C" fn cuMemCreate(
                 return unsafe { f(handle, size, prop, flags) };
             }
         };
-        alloc_on(device, size, Kind::Vmm, || {
+        alloc_on(device, size, Kind::Vmm, Owner::Device, || {
             // SAFETY: forwarding.
             let r = unsafe { f(handle, size, prop, flags) };
             (
@@ -676,8 +697,10 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
         {
             let quota = b.limits.quota_bytes.load(Ordering::Relaxed);
             let d = b.device(quota::current_device());
-            let used =
-                d.used_bytes.load(Ordering::Relaxed) + d.unseen_bytes.load(Ordering::Relaxed);
+            let used = d
+                .used_bytes
+                .load(Ordering::Relaxed)
+                .saturating_add(d.unseen_bytes.load(Ordering::Relaxed));
             let t = (to as u64).min(quota);
             to = t as usize;
             fr = (fr as u64).min(t.saturating_sub(used)) as usize;

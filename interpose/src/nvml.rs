@@ -13,10 +13,9 @@
 //! forms) list only the workload's own processes — those holding a process slot in its block —
 //! so a tenant does not see who else runs on the GPU, nor how much they use.
 //!
-//! Which device: a single-GPU workload's device is ordinal 0. For a multi-GPU workload the
-//! NVML device (whose index ignores `CUDA_VISIBLE_DEVICES`) is matched to a CUDA ordinal by
-//! UUID; a device that matches none of the workload's is shown with the quota as its total
-//! and nothing of the workload's usage.
+//! Which device: NVML lists every GPU of the machine, whatever `CUDA_VISIBLE_DEVICES` says, so
+//! each NVML device is matched to one of the workload's CUDA ordinals by UUID ([`cuda_ordinal`]);
+//! a GPU that is not the workload's is shown as NVML reports it.
 #![allow(non_snake_case)]
 
 use crate::control::ControlBlock;
@@ -93,9 +92,10 @@ enum Nvml {
     MpsProcesses,
     MpsProcessesV2,
     MpsProcessesV3,
+    DeviceCount,
 }
 
-const NAMES: [&std::ffi::CStr; 9] = [
+const NAMES: [&std::ffi::CStr; 10] = [
     c"nvmlDeviceGetMemoryInfo",
     c"nvmlDeviceGetMemoryInfo_v2",
     c"nvmlDeviceGetUUID",
@@ -105,8 +105,9 @@ const NAMES: [&std::ffi::CStr; 9] = [
     c"nvmlDeviceGetMPSComputeRunningProcesses",
     c"nvmlDeviceGetMPSComputeRunningProcesses_v2",
     c"nvmlDeviceGetMPSComputeRunningProcesses_v3",
+    c"nvmlDeviceGetCount_v2",
 ];
-static REAL: [AtomicPtr<c_void>; 9] = [const { AtomicPtr::new(std::ptr::null_mut()) }; 9];
+static REAL: [AtomicPtr<c_void>; 10] = [const { AtomicPtr::new(std::ptr::null_mut()) }; 10];
 /// `NVML_ERROR_INSUFFICIENT_SIZE`.
 const NVML_ERROR_INSUFFICIENT_SIZE: Ret = 7;
 /// `NVML_ERROR_INVALID_ARGUMENT`.
@@ -195,7 +196,8 @@ pub fn substitute(p: *mut c_void) -> Option<*mut c_void> {
         .map(|(_, wrapper)| *wrapper)
 }
 
-/// The quota and the workload's usage to show for `device`, if a quota is enforced.
+/// The quota and the workload's usage to show for `device`, if a quota is enforced and the
+/// device is one of the workload's.
 fn view(device: *mut c_void) -> Option<(u64, u64)> {
     if state::mode() != ENFORCE {
         return None;
@@ -205,22 +207,56 @@ fn view(device: *mut c_void) -> Option<(u64, u64)> {
     if quota == UNLIMITED {
         return None;
     }
-    let used = cuda_ordinal(b, device).map_or(0, |d| {
-        let usage = b.device(d);
-        usage.used_bytes.load(Ordering::Relaxed) + usage.unseen_bytes.load(Ordering::Relaxed)
-    });
+    let usage = b.device(cuda_ordinal(b, device)?);
+    let used = usage
+        .used_bytes
+        .load(Ordering::Relaxed)
+        .saturating_add(usage.unseen_bytes.load(Ordering::Relaxed));
     Some((quota, used))
 }
 
-/// The workload's CUDA ordinal of an NVML device.
+/// The workload's CUDA ordinal of an NVML device, `None` if it is not one of the workload's
+/// (NVML lists every GPU of the machine whatever `CUDA_VISIBLE_DEVICES` says):
+/// 1. by UUID against CUDA's own ordinals, when the driver is initialised in this process;
+/// 2. by UUID against `CUDA_VISIBLE_DEVICES` naming GPUs by UUID (or a prefix, as CUDA
+///    accepts) — `nvidia-smi` or pynvml alone in a workload;
+/// 3. a machine (or container) whose NVML shows a single GPU: that one.
 fn cuda_ordinal(b: &ControlBlock, device: *mut c_void) -> Option<usize> {
-    let count = b.liveness.device_count.load(Ordering::Relaxed);
-    if count <= 1 {
-        return Some(0);
+    let count = b
+        .liveness
+        .device_count
+        .load(Ordering::Relaxed)
+        .clamp(1, crate::control::MAX_DEVICES as u64) as usize;
+    if let Some(uuid) = nvml_uuid(device) {
+        if let Some(o) = (0..count).find(|&o| cuda_uuid(o).as_deref() == Some(uuid.as_str())) {
+            return Some(o);
+        }
+        if let Some(o) = visible_ordinal(&uuid, std::env::var("CUDA_VISIBLE_DEVICES").ok()) {
+            return Some(o);
+        }
     }
-    let uuid = nvml_uuid(device)?;
-    (0..count.min(crate::control::MAX_DEVICES as u64) as usize)
-        .find(|&ordinal| cuda_uuid(ordinal).as_deref() == Some(uuid.as_str()))
+    (nvml_device_count() == Some(1)).then_some(0)
+}
+
+/// The position of `uuid` in a `CUDA_VISIBLE_DEVICES` list of UUIDs (or UUID prefixes).
+fn visible_ordinal(uuid: &str, visible: Option<String>) -> Option<usize> {
+    visible?
+        .split(',')
+        .map(str::trim)
+        .position(|item| item.starts_with("GPU-") && uuid.starts_with(item))
+}
+
+fn nvml_device_count() -> Option<c_uint> {
+    let p = get(Nvml::DeviceCount);
+    if p.is_null() {
+        return None;
+    }
+    let mut n: c_uint = 0;
+    // SAFETY: `p` is NVML's nvmlDeviceGetCount_v2(unsigned*), valid out-pointer.
+    let r = unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_uint) -> Ret>(p)(&mut n)
+    };
+    (r == NVML_SUCCESS).then_some(n)
 }
 
 fn nvml_uuid(device: *mut c_void) -> Option<String> {
@@ -484,6 +520,20 @@ process_query!(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn visible_devices_name_gpus_by_uuid_or_prefix() {
+        let uuid = "GPU-12345678-9abc-def0-0123-456789abcdef";
+        let list = |s: &str| Some(s.to_string());
+        assert_eq!(visible_ordinal(uuid, list("GPU-aaaa,GPU-1234")), Some(1));
+        assert_eq!(visible_ordinal(uuid, list(uuid)), Some(0));
+        assert_eq!(
+            visible_ordinal(uuid, list("0,1")),
+            None,
+            "indices cannot be matched"
+        );
+        assert_eq!(visible_ordinal(uuid, None), None);
+    }
 
     #[test]
     fn uuids_are_formatted_like_nvml() {

@@ -228,6 +228,7 @@ fn claim_slot(b: &ControlBlock) -> usize {
         Err(other) => {
             // Another thread claimed first: give ours back.
             if let Some(slot) = b.processes.get(i) {
+                slot.start_ticks.store(0, Ordering::Release);
                 slot.pid.store(0, Ordering::Release);
             }
             other
@@ -235,7 +236,8 @@ fn claim_slot(b: &ControlBlock) -> usize {
     }
 }
 
-/// This process now holds `bytes` more on `device`.
+/// This process now holds `bytes` more on `device` (recorded as soon as they are reserved, so
+/// that a process killed inside the driver call leaves them in its slot for the node).
 fn hold(b: &ControlBlock, device: usize, bytes: u64) {
     let d = device.min(MAX_DEVICES - 1);
     MY_HELD[d].fetch_add(bytes, Ordering::Relaxed);
@@ -259,12 +261,29 @@ fn refund(b: &ControlBlock, device: usize, bytes: u64) {
         return;
     }
     b.counters.bytes_freed.fetch_add(refund, Ordering::Relaxed);
+    unhold_slot(b, d, refund);
     b.release(d, refund);
+}
+
+/// Takes `bytes` of `device` off this process's slot — before the block's counters are
+/// released, so that a process killed in between is under-reclaimed (a leak the size of one
+/// allocation) rather than reclaimed twice.
+fn unhold_slot(b: &ControlBlock, device: usize, bytes: u64) {
     if let Some(slot) = my_slot(b) {
-        let _ = slot.held[d].fetch_update(Ordering::AcqRel, Ordering::Relaxed, |u| {
-            Some(u.saturating_sub(refund))
+        let _ = slot.held[device].fetch_update(Ordering::AcqRel, Ordering::Relaxed, |u| {
+            Some(u.saturating_sub(bytes))
         });
     }
+}
+
+/// Gives back a reservation that never became an allocation (it is held since `reserve`).
+fn unreserve(b: &ControlBlock, device: usize, bytes: u64) {
+    let d = device.min(MAX_DEVICES - 1);
+    let _ = MY_HELD[d].fetch_update(Ordering::AcqRel, Ordering::Relaxed, |u| {
+        Some(u.saturating_sub(bytes))
+    });
+    unhold_slot(b, d, bytes);
+    b.release(d, bytes);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -299,10 +318,13 @@ impl Reservation {
 pub fn reserve(device: usize, size: u64) -> Result<Reservation, CUresult> {
     match state::mode() {
         ENFORCE => match state::block() {
-            Some(b) if b.try_reserve(device, size) => Ok(Reservation {
-                charged: size,
-                ..Reservation::uncharged(device, size)
-            }),
+            Some(b) if b.try_reserve(device, size) => {
+                hold(b, device, size);
+                Ok(Reservation {
+                    charged: size,
+                    ..Reservation::uncharged(device, size)
+                })
+            }
             Some(b) => {
                 b.counters.quota_denials.fetch_add(1, Ordering::Relaxed);
                 Err(CUDA_ERROR_OUT_OF_MEMORY)
@@ -333,8 +355,9 @@ impl Reservation {
                 b.counters.quota_denials.fetch_add(1, Ordering::Relaxed);
                 return false;
             }
+            hold(b, self.device, actual - self.charged);
         } else {
-            b.release(self.device, self.charged - actual);
+            unreserve(b, self.device, self.charged - actual);
         }
         self.charged = actual;
         self.size = actual;
@@ -359,12 +382,16 @@ impl Reservation {
             context: self.context,
         };
         if self.charged > 0 {
-            hold(b, self.device, self.charged);
             lock(shard(kind, key))
                 .insert(key, record(Entry::new(self.device, self.charged, false)));
         } else if self.deferred && self.size > 0 {
             DEFERRED_COUNT.fetch_add(1, Ordering::Relaxed);
             lock(shard(kind, key)).insert(key, record(Entry::new(self.device, self.size, true)));
+            // Enforcement may have returned (and the deferred walk run) between our reservation
+            // and this insert: then charge now rather than at the next stale/fresh cycle.
+            if state::mode() == ENFORCE {
+                charge_deferred();
+            }
         }
     }
 
@@ -373,7 +400,7 @@ impl Reservation {
         if self.charged > 0
             && let Some(b) = state::block()
         {
-            b.release(self.device, self.charged);
+            unreserve(b, self.device, self.charged);
         }
     }
 }
@@ -537,22 +564,27 @@ pub fn charge_deferred() {
     }
 }
 
-/// Return everything this process holds (graceful exit, `atexit`) and free its slot.
+/// Return everything this process holds (graceful exit, `atexit`) and free its slot. From
+/// then on nothing is charged (`RELEASED`): a destructor's allocation would never be returned.
 pub fn release_all() {
+    state::set_released();
     let Some(b) = state::block() else { return };
-    let slot = b.processes.get(SLOT.load(Ordering::Acquire));
+    let i = SLOT.swap(NO_SLOT, Ordering::AcqRel);
+    let slot = b.processes.get(i);
     for (d, held) in MY_HELD.iter().enumerate() {
         let mine = held.swap(0, Ordering::AcqRel);
-        if mine > 0 {
-            b.release(d, mine);
-        }
         if let Some(slot) = slot {
             slot.held[d].store(0, Ordering::Release);
+        }
+        if mine > 0 {
+            b.release(d, mine);
         }
     }
     if let Some(slot) = slot
         && slot.pid.load(Ordering::Acquire) == u64::from(std::process::id())
     {
+        // The start time first: a slot never pairs a new owner's pid with our start time.
+        slot.start_ticks.store(0, Ordering::Release);
         slot.pid.store(0, Ordering::Release);
     }
 }

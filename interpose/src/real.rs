@@ -396,8 +396,8 @@ extern "C" fn note_deepbind(filename: *const c_char, _flags: std::ffi::c_int) {
             return;
         }
         eprintln!(
-            "[arbiter-interpose {}] {base} loaded with RTLD_DEEPBIND: its CUDA calls bypass \
-             the interposer and are not enforced",
+            "[arbiter-interpose {}] {base} is being loaded with RTLD_DEEPBIND: its CUDA calls \
+             bypass the interposer and are not enforced",
             std::process::id()
         );
         // The runtime is usually loaded before any CUDA call: configure now to find the block.

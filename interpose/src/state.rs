@@ -20,6 +20,9 @@ pub const OPEN: u8 = 3;
 pub const CLOSED: u8 = 4;
 /// Graceful exit in progress: launches are held until the process is gone.
 pub const EXITING: u8 = 5;
+/// The process returned its charges at `exit()`: what it allocates from now on (destructors,
+/// late `atexit` handlers) passes through uncharged — nobody would return it.
+pub const RELEASED: u8 = 6;
 
 static MODE: AtomicU8 = AtomicU8::new(UNINIT);
 static BLOCK: AtomicPtr<ControlBlock> = AtomicPtr::new(std::ptr::null_mut());
@@ -126,6 +129,18 @@ fn init_slow() -> u8 {
 pub fn set_mode(from: u8, to: u8) -> bool {
     MODE.compare_exchange(from, to, Ordering::AcqRel, Ordering::Relaxed)
         .is_ok()
+}
+
+/// Enter `RELEASED` (normal exit, after the charges were returned) unless bypassed or already
+/// exiting gracefully.
+pub fn set_released() {
+    let _ = MODE.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |m| {
+        if m == BYPASS || m == EXITING {
+            None
+        } else {
+            Some(RELEASED)
+        }
+    });
 }
 
 /// Enter `EXITING` from whatever mode we are in (except bypass).

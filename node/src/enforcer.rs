@@ -276,6 +276,16 @@ impl Node {
     /// refreshes the launch-time estimates (so call it once per control period).
     pub fn view(&mut self) -> NodeView {
         self.supervisor.heartbeat();
+        // Each workload's charge before NVML is sampled (see `ControlBlock::reconcile`).
+        let charged_before: HashMap<u32, u64> = self
+            .supervisor
+            .ids()
+            .into_iter()
+            .filter_map(|id| {
+                let w = self.supervisor.get(id)?;
+                Some((id, w.block().device(0).used_bytes.load(Ordering::Relaxed)))
+            })
+            .collect();
         let count = match self.backend.device_count() {
             Ok(n) => n,
             Err(e) => {
@@ -351,6 +361,7 @@ impl Node {
         // start time (a `/proc` read per process, which tells a reused pid) every
         // `VERIFY_EVERY` periods and on the first.
         self.periods = self.periods.wrapping_add(1);
+        self.reported_unenforced.retain(|id| ids.contains(id));
         let verify = self.periods % VERIFY_EVERY == 1;
         for id in ids {
             let Some(w) = self.supervisor.get(id) else {
@@ -389,7 +400,7 @@ impl Node {
             // (context, module, graph, pool memory) counts against its quota from now on. No
             // sample this period: keep the last reconciliation rather than forget it.
             let unseen = if sample.is_some() {
-                b.reconcile(0, nvml_used)
+                b.reconcile(0, nvml_used, charged_before.get(&id).copied().unwrap_or(0))
             } else {
                 b.device(0).unseen_bytes.load(Ordering::Relaxed)
             };

@@ -599,8 +599,10 @@ static void install_chained_handler(void) {
 static int mode_sigstate(void) {
     struct sigaction cur;
     sigaction(SIGTERM, NULL, &cur);
-    int ours = cur.sa_handler != SIG_DFL;
-    printf("term_hooked=%d term_onstack=%d\n", ours, (cur.sa_flags & SA_ONSTACK) != 0);
+    int ignored = cur.sa_handler == SIG_IGN;
+    int ours = cur.sa_handler != SIG_DFL && !ignored;
+    printf("term_hooked=%d term_onstack=%d term_ignored=%d\n", ours,
+           (cur.sa_flags & SA_ONSTACK) != 0, ignored);
     return 0;
 }
 
