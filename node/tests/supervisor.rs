@@ -67,6 +67,24 @@ impl Env {
         }
     }
 
+    /// A workload that races 8 threads allocating 1 MiB chunks until the quota says no, but
+    /// only once the returned file exists: the test can set limits (or NVML readings) on the
+    /// running workload before its first allocation.
+    fn gated_alloc_race(&self) -> (WorkloadSpec, PathBuf) {
+        let go = self.dir.join("GO");
+        let script = format!(
+            "while [ ! -e '{}' ]; do sleep 0.01; done; exec '{}' alloc-race 8 {MIB}",
+            go.display(),
+            common::cuda_fixtures().workload.display()
+        );
+        let spec = WorkloadSpec {
+            command: vec!["sh".into(), "-c".into(), script],
+            env: self.cuda_env(),
+            ..WorkloadSpec::default()
+        };
+        (spec, go)
+    }
+
     fn cuda_env(&self) -> Vec<(String, String)> {
         let f = common::cuda_fixtures();
         vec![
@@ -134,20 +152,8 @@ fn only_ok(outcomes: &[arbiter_node::ActionOutcome]) -> Vec<Applied> {
 fn memory_limit_set_through_apply_actions_is_enforced_in_the_workload() {
     let env = Env::new("sup-memlimit");
     let mut node = env.node();
-    let f = common::cuda_fixtures();
-    // The workload starts its CUDA work only once GO exists, so the limit is set on a running
-    // workload before its first allocation.
-    let go = env.dir.join("GO");
-    let script = format!(
-        "while [ ! -e '{}' ]; do sleep 0.01; done; exec '{}' alloc-race 8 {MIB}",
-        go.display(),
-        f.workload.display()
-    );
-    let spec = WorkloadSpec {
-        command: vec!["sh".into(), "-c".into(), script],
-        env: env.cuda_env(),
-        ..WorkloadSpec::default()
-    };
+    // The limit is set on a running workload before its first allocation.
+    let (spec, go) = env.gated_alloc_race();
     let id = node.launch(&spec).expect("launch");
     let v = node.view();
     assert_eq!(v.workloads.len(), 1);
@@ -195,18 +201,10 @@ fn memory_nvml_sees_but_the_interposer_cannot_counts_against_the_limit() {
     let sim = Arc::new(SimBackend::new(1, 16 << 30));
     let backend: Arc<dyn GpuBackend> = sim.clone();
     let mut node = Node::new(backend, None, sup, NodeConfig::default());
-    let f = common::cuda_fixtures();
-    let go = env.dir.join("GO");
-    let script = format!(
-        "while [ ! -e '{}' ]; do sleep 0.01; done; exec '{}' alloc-race 8 {MIB}",
-        go.display(),
-        f.workload.display()
-    );
+    let (spec, go) = env.gated_alloc_race();
     let spec = WorkloadSpec {
-        command: vec!["sh".into(), "-c".into(), script],
-        env: env.cuda_env(),
         memory_limit_bytes: Some(16 * MIB),
-        ..WorkloadSpec::default()
+        ..spec
     };
     let id = node.launch(&spec).expect("launch");
     let pid = node.supervisor().get(id).expect("running").record().pid;
