@@ -360,6 +360,8 @@ impl<P: Preset> Dynamo<P> {
         let need = job.workers();
         let per_worker = job.gpus_per_worker().max(1);
         let rooms = Rooms::of(plan, job.index());
+        // One pass over the running jobs for every node, not one per node.
+        let mut surplus = self.surplus_by_node(plan);
         let mut best: Option<(u32, u32)> = None; // (removals, node)
         for node in 0..cluster.node_count() as u32 {
             let free = rooms.workers_on(node);
@@ -368,7 +370,7 @@ impl<P: Preset> Dynamo<P> {
             }
             let mut gpus = free * per_worker;
             let mut removals = 0;
-            for donor in self.surplus_on(plan, node) {
+            for donor in surplus.get(&node).into_iter().flatten() {
                 for _ in 0..donor.1.len() {
                     if gpus >= need * per_worker {
                         break;
@@ -384,7 +386,7 @@ impl<P: Preset> Dynamo<P> {
         let Some((mut removals, node)) = best else {
             return false;
         };
-        for (donor, positions, _) in self.surplus_on(plan, node) {
+        for (donor, positions, _) in surplus.remove(&node).unwrap_or_default() {
             if removals == 0 {
                 break;
             }
@@ -395,38 +397,48 @@ impl<P: Preset> Dynamo<P> {
         true
     }
 
-    /// Running training jobs with workers beyond their submitted count on
-    /// `node`: (job, removable positions there, highest first; GPUs per
-    /// worker), the job with the most workers first.
-    fn surplus_on(&self, plan: &Plan<'_>, node: u32) -> Vec<(u32, Vec<u32>, u32)> {
+    /// Running training jobs with workers beyond their submitted count, by
+    /// node: (job, its removable positions on that node, highest first; GPUs
+    /// per worker), on each node the job with the most workers first.
+    fn surplus_by_node(&self, plan: &Plan<'_>) -> HashMap<u32, Vec<(u32, Vec<u32>, u32)>> {
         let cluster = plan.cluster();
-        let mut out: Vec<(u32, u32, Vec<u32>, u32)> = cluster
+        // node → (job, its workers, positions, GPUs per worker)
+        let mut by_node: HashMap<u32, Vec<(u32, u32, Vec<u32>, u32)>> = HashMap::new();
+        for j in cluster
             .running_jobs()
             .filter(|j| j.kind() == job_kind::TRAINING && !plan.is_decided(j.index()))
-            .filter_map(|j| {
-                let keep = self.initial_workers(&j).max(1);
-                let surplus = j.workers().saturating_sub(keep);
-                let positions: Vec<u32> = j
-                    .placement()
-                    .iter()
-                    .enumerate()
-                    .rev()
-                    .filter(|(p, w)| *p > 0 && w.node == node)
-                    .map(|(p, _)| p as u32)
-                    .take(surplus as usize)
-                    .collect();
-                (!positions.is_empty()).then(|| {
-                    (
+        {
+            let keep = self.initial_workers(&j).max(1);
+            let surplus = j.workers().saturating_sub(keep) as usize;
+            if surplus == 0 {
+                continue;
+            }
+            let mut positions: HashMap<u32, Vec<u32>> = HashMap::new();
+            for (p, w) in j.placement().iter().enumerate().rev() {
+                let on_node = positions.entry(w.node).or_default();
+                if p > 0 && on_node.len() < surplus {
+                    on_node.push(p as u32);
+                }
+            }
+            for (node, positions) in positions {
+                if !positions.is_empty() {
+                    by_node.entry(node).or_default().push((
                         j.index(),
                         j.workers(),
                         positions,
                         j.gpus_per_worker().max(1),
-                    )
-                })
+                    ));
+                }
+            }
+        }
+        by_node
+            .into_iter()
+            .map(|(node, mut donors)| {
+                donors.sort_by_key(|d| (std::cmp::Reverse(d.1), d.0));
+                let donors = donors.into_iter().map(|(j, _, p, g)| (j, p, g)).collect();
+                (node, donors)
             })
-            .collect();
-        out.sort_by_key(|d| (std::cmp::Reverse(d.1), d.0));
-        out.into_iter().map(|(j, _, p, g)| (j, p, g)).collect()
+            .collect()
     }
 
     /// Monopolisation: preempts (with its checkpoint) the training job that
