@@ -151,6 +151,16 @@ macro_rules! dynamoml_policy {
     };
 }
 
+/// A running training job with workers beyond its submitted count on one node.
+struct Donor {
+    job: u32,
+    /// All its workers (the biggest donor gives first).
+    workers: u32,
+    /// Its removable positions on the node, highest first (never the chief, 0).
+    positions: Vec<u32>,
+    gpus_per_worker: u32,
+}
+
 impl<P: Preset> Dynamo<P> {
     pub fn config(&self) -> &Config {
         &self.cfg
@@ -371,11 +381,11 @@ impl<P: Preset> Dynamo<P> {
             let mut gpus = free * per_worker;
             let mut removals = 0;
             for donor in surplus.get(&node).into_iter().flatten() {
-                for _ in 0..donor.1.len() {
+                for _ in 0..donor.positions.len() {
                     if gpus >= need * per_worker {
                         break;
                     }
-                    gpus += donor.2;
+                    gpus += donor.gpus_per_worker;
                     removals += 1;
                 }
             }
@@ -386,24 +396,26 @@ impl<P: Preset> Dynamo<P> {
         let Some((mut removals, node)) = best else {
             return false;
         };
-        for (donor, positions, _) in surplus.remove(&node).unwrap_or_default() {
+        for donor in surplus.remove(&node).unwrap_or_default() {
             if removals == 0 {
                 break;
             }
-            let take: Vec<u32> = positions.into_iter().take(removals as usize).collect();
+            let take: Vec<u32> = donor
+                .positions
+                .into_iter()
+                .take(removals as usize)
+                .collect();
             removals -= take.len() as u32;
-            let _ = plan.apply(Decision::ScaleIn(donor, take));
+            let _ = plan.apply(Decision::ScaleIn(donor.job, take));
         }
         true
     }
 
     /// Running training jobs with workers beyond their submitted count, by
-    /// node: (job, its removable positions on that node, highest first; GPUs
-    /// per worker), on each node the job with the most workers first.
-    fn surplus_by_node(&self, plan: &Plan<'_>) -> HashMap<u32, Vec<(u32, Vec<u32>, u32)>> {
+    /// node, on each node the job with the most workers first.
+    fn surplus_by_node(&self, plan: &Plan<'_>) -> HashMap<u32, Vec<Donor>> {
         let cluster = plan.cluster();
-        // node → (job, its workers, positions, GPUs per worker)
-        let mut by_node: HashMap<u32, Vec<(u32, u32, Vec<u32>, u32)>> = HashMap::new();
+        let mut by_node: HashMap<u32, Vec<Donor>> = HashMap::new();
         for j in cluster
             .running_jobs()
             .filter(|j| j.kind() == job_kind::TRAINING && !plan.is_decided(j.index()))
@@ -422,23 +434,19 @@ impl<P: Preset> Dynamo<P> {
             }
             for (node, positions) in positions {
                 if !positions.is_empty() {
-                    by_node.entry(node).or_default().push((
-                        j.index(),
-                        j.workers(),
+                    by_node.entry(node).or_default().push(Donor {
+                        job: j.index(),
+                        workers: j.workers(),
                         positions,
-                        j.gpus_per_worker().max(1),
-                    ));
+                        gpus_per_worker: j.gpus_per_worker().max(1),
+                    });
                 }
             }
         }
+        for donors in by_node.values_mut() {
+            donors.sort_by_key(|d| (std::cmp::Reverse(d.workers), d.job));
+        }
         by_node
-            .into_iter()
-            .map(|(node, mut donors)| {
-                donors.sort_by_key(|d| (std::cmp::Reverse(d.1), d.0));
-                let donors = donors.into_iter().map(|(j, _, p, g)| (j, p, g)).collect();
-                (node, donors)
-            })
-            .collect()
     }
 
     /// Monopolisation: preempts (with its checkpoint) the training job that
