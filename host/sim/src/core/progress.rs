@@ -340,13 +340,10 @@ impl Progress {
         } else {
             self.deactivate(job);
         }
+        self.tracks[job].settle(now);
+        self.tracks[job].rate = rate;
+        self.repredict(job, now);
         let t = &mut self.tracks[job];
-        t.settle(now);
-        t.rate = rate;
-        t.stamp = t.stamp.wrapping_add(1);
-        if let Some(done) = t.completion(now) {
-            self.completions.push(Reverse((done, job, t.stamp)));
-        }
         if self.rules.report_progress && rate > 0.0 && rate != t.reported_rate {
             t.reported_rate = rate;
             let left =
@@ -370,6 +367,13 @@ impl Progress {
         }
         t.settle(now);
         t.resume_at = t.resume_at.max(until);
+        self.repredict(job, now);
+    }
+
+    /// The job's rate or pause changed (after `settle`): its completion is predicted again,
+    /// and the earlier prediction, stamped with the old `stamp`, becomes stale in the queue.
+    fn repredict(&mut self, job: usize, now: u64) {
+        let t = &mut self.tracks[job];
         t.stamp = t.stamp.wrapping_add(1);
         if let Some(done) = t.completion(now) {
             self.completions.push(Reverse((done, job, t.stamp)));

@@ -433,7 +433,7 @@ fn latency_bin(response_ms: f64) -> usize {
 }
 
 impl core::WorkloadModel for DynamoModel<'_> {
-    fn next_event(&self, ctx: &SimCtx, now: u64) -> Option<u64> {
+    fn next_event(&self, _ctx: &SimCtx, now: u64) -> Option<u64> {
         if self.training_left == 0 {
             return None;
         }
@@ -445,7 +445,6 @@ impl core::WorkloadModel for DynamoModel<'_> {
         if let Some(t) = self.ready_at.values().copied().filter(|&t| t > now).min() {
             next = next.min(t);
         }
-        let _ = ctx;
         Some(next.max(now))
     }
 
