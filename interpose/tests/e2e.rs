@@ -12,7 +12,7 @@
 
 use arbiter_interpose::control::{
     BlockInit, ControlBlock, FLAG_EXIT, FLAG_FREEZE, MappedBlock, UNLIMITED, monotonic_ns,
-    process_alive,
+    process_start_ticks,
 };
 use cuda_workload::{FakeSlot, FakeState, Fixtures};
 use std::io::{BufRead, BufReader};
@@ -324,10 +324,12 @@ fn the_node_reclaims_what_a_killed_process_held() {
     let _ = victim.0.kill();
     let _ = victim.0.wait();
     assert_eq!(used(), 128 * MIB, "SIGKILL returned nothing by itself");
-    let reclaimed = b.reclaim_dead_processes(process_alive);
+    // The node's question, asked the simplest way: is that pid still the same process?
+    let alive = |pid, ticks| process_start_ticks(pid) == Some(ticks);
+    let reclaimed = b.reclaim_dead_processes(alive);
     assert_eq!(reclaimed, 64 * MIB);
     assert_eq!(used(), 64 * MIB, "the survivor's charge is untouched");
-    assert_eq!(b.reclaim_dead_processes(process_alive), 0, "idempotent");
+    assert_eq!(b.reclaim_dead_processes(alive), 0, "idempotent");
 }
 
 impl Scenario {

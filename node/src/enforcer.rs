@@ -26,7 +26,7 @@ use crate::hostload::HostSampler;
 use crate::mps::MpsManager;
 use crate::procfs;
 use crate::supervisor::{ExitReport, Supervisor, SupervisorError, Workload, WorkloadSpec};
-use arbiter_interpose::control::{FLAG_FREEZE, process_alive, process_exists};
+use arbiter_interpose::control::FLAG_FREEZE;
 use arbiter_policy_sdk::model::{
     GpuStatus, NodeAction, NodeView, WorkloadStatus, health, qos, workload_role,
 };
@@ -371,11 +371,8 @@ impl Node {
             let b = w.block();
             // A process of the workload killed before it could return its charges (SIGKILL,
             // the OOM killer) left them in its slot: give them back to the workload's quota.
-            let reclaimed = if verify {
-                b.reclaim_dead_processes(process_alive)
-            } else {
-                b.reclaim_dead_processes(|pid, _| process_exists(pid))
-            };
+            let reclaimed =
+                b.reclaim_dead_processes(|pid, ticks| slot_process_alive(pid, ticks, verify));
             if reclaimed > 0 {
                 tracing::info!(
                     workload = id,
@@ -583,6 +580,20 @@ fn log_sample_error(index: u32, e: &GpuError) {
         GpuError::Lost(_) => tracing::error!(gpu = index, error = %e, "GPU lost"),
         _ => tracing::warn!(gpu = index, error = %e, "GPU sample failed"),
     }
+}
+
+/// Whether the process that claimed a control-block slot as (`pid`, `start_ticks`) still runs:
+/// its pid exists (one syscall), and, when `verify`, it is the same process (its start time,
+/// a `/proc` read) and not a zombie (whose GPU memory is already gone). A start time of 0 is a
+/// slot being claimed right now: the pid alone decides.
+fn slot_process_alive(pid: u64, start_ticks: u64, verify: bool) -> bool {
+    let Ok(pid) = u32::try_from(pid) else {
+        return false;
+    };
+    if !verify || start_ticks == 0 {
+        return procfs::exists(pid);
+    }
+    procfs::liveness(pid, start_ticks) == procfs::Liveness::Alive
 }
 
 /// NVML's processes attributed to workloads, once per view: a process belongs to the workload

@@ -66,6 +66,16 @@ pub fn liveness(pid: u32, start_ticks: u64) -> Liveness {
     }
 }
 
+/// Whether a process with this pid exists (signal 0: nothing is sent). One syscall, but a pid
+/// reused by another process exists too: [`liveness`] tells them apart.
+pub fn exists(p: u32) -> bool {
+    pid(p).is_ok_and(|p| match rustix::process::test_kill_process(p) {
+        Ok(()) => true,
+        // It exists; we may not signal it.
+        Err(e) => e == rustix::io::Errno::PERM,
+    })
+}
+
 fn pid(raw: u32) -> io::Result<Pid> {
     i32::try_from(raw)
         .ok()
