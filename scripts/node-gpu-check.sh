@@ -9,8 +9,11 @@
 #   e.g. scripts/node-gpu-check.sh --samples 5 --interval-ms 1000
 #        scripts/node-gpu-check.sh --no-mps
 #        scripts/node-gpu-check.sh --nvml-lib /path/to/libnvidia-ml.so.1
-# Needs: an NVIDIA driver (libnvidia-ml.so.1), cargo. Run a GPU job meanwhile (e.g. a PyTorch
-# loop) to see processes and per-process utilization. Exit status: that of gpu_check.
+#        scripts/node-gpu-check.sh --mps-client "python3 scripts/gpu/matmul_bench.py 5"
+#          (throughput of a real client under the private daemon at 100 % and 25 % of the SMs)
+# Needs: an NVIDIA driver (libnvidia-ml.so.1), cargo — or GPU_CHECK=/path/to/a/built/gpu_check.
+# Run a GPU job meanwhile (e.g. a PyTorch loop) to see processes and per-process utilization.
+# Exit status: that of gpu_check.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -24,4 +27,7 @@ else
     echo "nvidia-smi not found"
 fi
 
+if [ -n "${GPU_CHECK:-}" ]; then
+    exec "$GPU_CHECK" "$@"
+fi
 exec cargo run --quiet -p arbiter-node --example gpu_check -- "$@"

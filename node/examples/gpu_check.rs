@@ -4,8 +4,19 @@
 //!
 //! Usage: gpu_check [--nvml-lib PATH] [--samples N] [--interval-ms MS]
 //!                  [--mps-binary PATH | --no-mps] [--mps-dir DIR]
+//!                  [--block PATH] [--mps-client CMD] [--mps-client-pcts 100,25]
+//!
+//! `--block PATH` reconciles a workload's control block with NVML as the node does every
+//! period (`ControlBlock::reconcile`): the NVML memory of the processes in the block's slots
+//! minus what the interposer charged is written to the block as `unseen_bytes` (context and
+//! module memory), which counts against the quota from then on.
+//!
+//! `--mps-client CMD` runs `sh -c CMD` as a client of the private MPS daemon once per
+//! percentage in `--mps-client-pcts` (`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`), to measure what a
+//! thread percentage does to a real kernel's throughput.
 
 use anyhow::{Context, Result, bail};
+use arbiter_interpose::control::MappedBlock;
 use arbiter_node::NvmlBackend;
 use arbiter_node::gpu::{GpuBackend, throttle_reason_names};
 use arbiter_node::mps::{MpsConfig, MpsControl, MpsDaemon, find_on_path};
@@ -20,6 +31,9 @@ struct Args {
     mps_binary: Option<PathBuf>,
     no_mps: bool,
     mps_dir: Option<PathBuf>,
+    block: Option<PathBuf>,
+    mps_client: Option<String>,
+    mps_client_pcts: Vec<u8>,
 }
 
 fn parse_args() -> Result<Args> {
@@ -30,6 +44,9 @@ fn parse_args() -> Result<Args> {
         mps_binary: None,
         no_mps: false,
         mps_dir: None,
+        block: None,
+        mps_client: None,
+        mps_client_pcts: vec![100, 25],
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -44,10 +61,19 @@ fn parse_args() -> Result<Args> {
             "--mps-binary" => a.mps_binary = Some(value("--mps-binary")?.into()),
             "--mps-dir" => a.mps_dir = Some(value("--mps-dir")?.into()),
             "--no-mps" => a.no_mps = true,
+            "--block" => a.block = Some(value("--block")?.into()),
+            "--mps-client" => a.mps_client = Some(value("--mps-client")?),
+            "--mps-client-pcts" => {
+                a.mps_client_pcts = value("--mps-client-pcts")?
+                    .split(',')
+                    .map(|p| p.trim().parse().context("--mps-client-pcts"))
+                    .collect::<Result<_>>()?
+            }
             "-h" | "--help" => {
                 println!(
                     "gpu_check [--nvml-lib PATH] [--samples N] [--interval-ms MS] \
-                     [--mps-binary PATH | --no-mps] [--mps-dir DIR]"
+                     [--mps-binary PATH | --no-mps] [--mps-dir DIR] [--block PATH] \
+                     [--mps-client CMD] [--mps-client-pcts 100,25]"
                 );
                 std::process::exit(0);
             }
@@ -119,6 +145,10 @@ fn main() -> Result<()> {
         }
     }
 
+    if let Some(path) = &args.block {
+        reconcile_block(&nvml, path)?;
+    }
+
     if args.no_mps {
         return Ok(());
     }
@@ -163,6 +193,11 @@ fn main() -> Result<()> {
             h.daemon_running, h.servers
         );
         println!("client environment: {:?}", d.client_env());
+        if let Some(cmd) = &args.mps_client {
+            for pct in &args.mps_client_pcts {
+                run_mps_client(cmd, &d.client_env(), *pct)?;
+            }
+        }
         Ok(())
     })();
     if let Err(e) = d.quit() {
@@ -175,4 +210,72 @@ fn main() -> Result<()> {
         let _ = std::fs::remove_dir_all(&dir);
     }
     result
+}
+
+/// One reconciliation of GPU 0 as the node's enforcer does it each period: the block's charge
+/// before sampling, NVML's memory of the block's processes, the difference written back.
+fn reconcile_block(nvml: &NvmlBackend, path: &std::path::Path) -> Result<()> {
+    use std::sync::atomic::Ordering;
+    let block = MappedBlock::open(path)
+        .with_context(|| format!("opening control block {}", path.display()))?;
+    let charged_before = block.device(0).used_bytes.load(Ordering::Relaxed);
+    let pids: Vec<u64> = block
+        .processes
+        .iter()
+        .map(|p| p.pid.load(Ordering::Acquire))
+        .filter(|&pid| pid != 0)
+        .collect();
+    let sample = nvml.sample(0).context("sampling GPU 0")?;
+    let mut found = Vec::new();
+    let mut nvml_bytes = 0u64;
+    for p in &sample.processes {
+        if pids.contains(&u64::from(p.pid)) {
+            found.push(p.pid);
+            nvml_bytes += p.used_memory_bytes.unwrap_or(0);
+        }
+    }
+    println!("== reconciliation of {}", path.display());
+    println!(
+        "block processes {pids:?}; NVML processes on GPU 0 {:?}",
+        sample.processes.iter().map(|p| p.pid).collect::<Vec<_>>()
+    );
+    if found.is_empty() {
+        println!(
+            "reconcile: NVML reports none of the block's processes (another pid namespace?); \
+             nothing written"
+        );
+        return Ok(());
+    }
+    let unseen = block.reconcile(0, nvml_bytes, charged_before);
+    println!(
+        "reconcile: charged {charged_before} B ({} MiB), NVML {nvml_bytes} B ({} MiB) for pids \
+         {found:?}, unseen {unseen} B ({} MiB)",
+        charged_before >> 20,
+        nvml_bytes >> 20,
+        unseen >> 20
+    );
+    Ok(())
+}
+
+/// Runs `sh -c cmd` as a client of the private MPS daemon limited to `pct` % of the SMs and
+/// prints its output.
+fn run_mps_client(cmd: &str, env: &[(String, String)], pct: u8) -> Result<()> {
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", pct.to_string())
+        .output()
+        .with_context(|| format!("running the MPS client {cmd:?}"))?;
+    println!(
+        "mps client at {pct}%: status {}, stdout {:?}, stderr tail {:?}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout).trim(),
+        String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .rev()
+            .take(3)
+            .collect::<Vec<_>>()
+    );
+    Ok(())
 }

@@ -126,7 +126,10 @@ pub struct MpsConfig {
     pub binary: PathBuf,
     /// Pipe and log directories are `<base_dir>/gpu<N>/{pipe,log}`.
     pub base_dir: PathBuf,
-    /// Re-applied on every start (`None`: leave the daemon's default of 100).
+    /// Re-applied on every start (`None`: leave the daemon's default of 100). A ceiling for
+    /// every client: a workload's `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` can only lower it
+    /// (measured on an H200 — a client asking 100 % under a default of 50 % ran at 50 %;
+    /// `docs/gpu-validation.md`).
     pub default_active_thread_pct: Option<u8>,
     /// Re-applied on every start.
     pub default_pinned_mem_limit_bytes: Option<u64>,

@@ -1,0 +1,146 @@
+//! The `gpu_check` example (run on real GPUs by `scripts/node-gpu-check.sh` and
+//! `scripts/gpu-smoke.sh`) against the fake NVML and fake MPS control: its reconciliation of a
+//! control block writes what NVML sees beyond the interposer's charge, and its MPS client runs
+//! once per thread percentage with the daemon's client environment.
+
+mod common;
+
+use arbiter_interpose::control::{BlockInit, MappedBlock};
+use serde_json::json;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::Ordering;
+
+/// `target/<profile>/examples/gpu_check`, built by `cargo test` with the other examples.
+fn gpu_check_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>/deps");
+    let bin = profile_dir.join("examples").join("gpu_check");
+    assert!(
+        bin.exists(),
+        "{} missing: `cargo test` builds examples (`cargo build -p arbiter-node --examples`)",
+        bin.display()
+    );
+    bin
+}
+
+#[test]
+fn reconciliation_writes_what_nvml_sees_beyond_the_charge() {
+    let dir = common::test_dir("gpu-check-reconcile");
+    let pid = std::process::id();
+    let lib = common::install_fake_nvml(
+        &dir,
+        &json!({
+            "driver_version": "580.159.04",
+            "gpus": [{
+                "name": "Fake H200", "uuid": "GPU-fake-0000", "memory_total_mib": 143771,
+                "timeline": [{ "t": 0, "utilization_pct": 10, "processes": [
+                    { "pid": pid, "used_mib": 1542 },
+                    { "pid": 1, "used_mib": 900 }
+                ] }]
+            }]
+        }),
+    );
+    let path = dir.join("w.blk");
+    let block = MappedBlock::create(
+        &path,
+        &BlockInit {
+            quota_bytes: 4 << 30,
+            ..BlockInit::default()
+        },
+    )
+    .expect("block");
+    let slot = block.claim_process_slot(u64::from(pid), 0).expect("slot");
+    assert!(block.try_reserve(0, 1 << 30));
+    block.processes[slot].held[0].store(1 << 30, Ordering::Relaxed);
+
+    let out = Command::new(gpu_check_binary())
+        .args(["--nvml-lib".as_ref(), lib.as_os_str()])
+        .args(["--samples", "1", "--no-mps", "--block"])
+        .arg(&path)
+        .output()
+        .expect("run gpu_check");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Only the block's own process counts (pid 1 is another workload): 1542 - 1024 MiB.
+    assert_eq!(
+        block.device(0).unseen_bytes.load(Ordering::Relaxed),
+        518 << 20,
+        "{stdout}"
+    );
+    assert!(stdout.contains("unseen 543162368 B (518 MiB)"), "{stdout}");
+    // Unseen memory now counts against the quota: 4096 - 1024 - 518 MiB are left.
+    assert!(!block.try_reserve(0, (2554 << 20) + 1));
+    assert!(block.try_reserve(0, 2554 << 20));
+}
+
+#[test]
+fn a_block_whose_processes_nvml_does_not_report_is_left_alone() {
+    let dir = common::test_dir("gpu-check-no-pid");
+    let lib = common::install_fake_nvml(
+        &dir,
+        &json!({ "gpus": [{ "name": "Fake", "uuid": "GPU-fake-0000", "memory_total_mib": 1024,
+                  "timeline": [{ "t": 0, "processes": [{ "pid": 1, "used_mib": 900 }] }] }] }),
+    );
+    let path = dir.join("w.blk");
+    let block = MappedBlock::create(&path, &BlockInit::default()).expect("block");
+    block
+        .claim_process_slot(u64::from(std::process::id()), 0)
+        .expect("slot");
+    let out = Command::new(gpu_check_binary())
+        .args(["--nvml-lib".as_ref(), lib.as_os_str()])
+        .args(["--samples", "1", "--no-mps", "--block"])
+        .arg(&path)
+        .output()
+        .expect("run gpu_check");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("NVML reports none of the block's processes"),
+        "{stdout}"
+    );
+    assert_eq!(block.device(0).unseen_bytes.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn the_mps_client_runs_once_per_thread_percentage_with_the_daemons_environment() {
+    let dir = common::test_dir("gpu-check-mps");
+    let lib = common::install_fake_nvml(
+        &dir,
+        &json!({ "gpus": [{ "name": "Fake", "uuid": "GPU-fake-0000", "memory_total_mib": 1024,
+                  "timeline": [{ "t": 0 }] }] }),
+    );
+    let mps_dir = dir.join("mps");
+    let out = Command::new(gpu_check_binary())
+        .args(["--nvml-lib".as_ref(), lib.as_os_str()])
+        .args(["--samples", "1", "--mps-binary"])
+        .arg(common::fake_mps_binary())
+        .args(["--mps-dir".as_ref(), mps_dir.as_os_str()])
+        .args([
+            "--mps-client",
+            "echo pct=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE pipe=$CUDA_MPS_PIPE_DIRECTORY",
+            "--mps-client-pcts",
+            "100,25",
+        ])
+        .output()
+        .expect("run gpu_check");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pipe = mps_dir.join("gpu0").join("pipe");
+    for pct in [100, 25] {
+        let line = format!("pct={pct} pipe={}", pipe.display());
+        assert!(stdout.contains(&line), "no {line:?} in\n{stdout}");
+    }
+    assert!(stdout.contains("daemon stopped (quit)"), "{stdout}");
+}
