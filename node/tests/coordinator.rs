@@ -68,17 +68,9 @@ impl Env {
     }
 
     fn cuda_env(&self) -> Vec<(String, String)> {
-        let f = common::cuda_fixtures();
-        vec![
-            ("WL_RESOLVE".into(), "gpa".into()),
-            ("LD_LIBRARY_PATH".into(), f.libdir.display().to_string()),
-            (
-                "FAKE_CUDA_STATE".into(),
-                self.dir.join("fake-cuda-state").display().to_string(),
-            ),
-            ("FAKE_CUDA_KERNEL_NS".into(), "200000".into()),
-            ("RUST_BACKTRACE".into(), "0".into()),
-        ]
+        let mut env = common::cuda_env(&self.dir);
+        env.push(("FAKE_CUDA_KERNEL_NS".into(), "200000".into()));
+        env
     }
 }
 

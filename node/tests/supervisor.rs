@@ -86,16 +86,7 @@ impl Env {
     }
 
     fn cuda_env(&self) -> Vec<(String, String)> {
-        let f = common::cuda_fixtures();
-        vec![
-            ("WL_RESOLVE".into(), "gpa".into()),
-            ("LD_LIBRARY_PATH".into(), f.libdir.display().to_string()),
-            (
-                "FAKE_CUDA_STATE".into(),
-                self.fake_state().display().to_string(),
-            ),
-            ("RUST_BACKTRACE".into(), "0".into()),
-        ]
+        common::cuda_env(&self.dir)
     }
 }
 

@@ -71,6 +71,21 @@ pub fn cuda_fixtures() -> &'static cuda_workload::Fixtures {
     }
 }
 
+/// Environment of a C workload over the fake driver: resolving the driver like cudart does
+/// (`cuGetProcAddress`), the fake's counters in `dir/fake-cuda-state`.
+pub fn cuda_env(dir: &Path) -> Vec<(String, String)> {
+    let f = cuda_fixtures();
+    vec![
+        ("WL_RESOLVE".into(), "gpa".into()),
+        ("LD_LIBRARY_PATH".into(), f.libdir.display().to_string()),
+        (
+            "FAKE_CUDA_STATE".into(),
+            dir.join("fake-cuda-state").display().to_string(),
+        ),
+        ("RUST_BACKTRACE".into(), "0".into()),
+    ]
+}
+
 pub fn init_tracing() {
     let _ = tracing_subscriber::fmt()
         .with_test_writer()

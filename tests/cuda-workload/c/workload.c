@@ -485,6 +485,14 @@ static int mode_launch_loop(long ms) {
     return 0;
 }
 
+/* Idle (no CUDA call after init) for wait_ms, then a launch loop for run_ms: a neighbour
+ * whose share is lent while it is quiet and must come back when it launches. */
+static int mode_launch_after(long wait_ms, long run_ms) {
+    struct timespec ts = {wait_ms / 1000, (wait_ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+    return mode_launch_loop(run_ms);
+}
+
 typedef CUresult (*launchex_t)(const LaunchConfig *, Ptr, Ptr *, Ptr *);
 typedef CUresult (*coop_t)(Ptr, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                            unsigned, Ptr, Ptr *);
@@ -759,6 +767,7 @@ int main(int argc, char **argv) {
     if (!strcmp(m, "meminfo")) return mode_meminfo();
     if (!strcmp(m, "pace")) return mode_pace(atol(argv[2]));
     if (!strcmp(m, "launch-loop")) return mode_launch_loop(atol(argv[2]));
+    if (!strcmp(m, "launch-after")) return mode_launch_after(atol(argv[2]), atol(argv[3]));
     if (!strcmp(m, "rejected")) return mode_rejected(atol(argv[2]));
     if (!strcmp(m, "variants")) return mode_variants();
     if (!strcmp(m, "capture")) return mode_capture(atol(argv[2]));
