@@ -8,7 +8,9 @@
 //!   (the driver's native policy), to split policy cost from host cost;
 //! * `grid`: 6 policies × seeds 42–51, all cores;
 //! * `philly`: time-based replay of the 82k Philly jobs on the PAI cluster
-//!   with best-fit, with the process's peak RSS.
+//!   with best-fit, with the process's peak RSS;
+//! * `dynamoml`: DynamoML's §4 scenario under the four settings of Table 2
+//!   (issue 19 target: the scenario ≤ 10 s), compile included.
 
 use arbiter_host::runtime::NativePolicy;
 use arbiter_policy_sdk::Runtime;
@@ -190,5 +192,30 @@ fn main() {
     }
     if wants("grid") {
         bench_grid(&engine);
+    }
+    if wants("dynamoml") {
+        bench_dynamoml();
+    }
+}
+
+fn bench_dynamoml() {
+    use arbiter_sim::models::dynamoml::DynamoSimConfig;
+    let cfg = DynamoSimConfig::default();
+    let demand = match arbiter_repro::dynamoml::trace_demand(&cfg) {
+        Ok(d) => d,
+        Err(e) => {
+            println!("dynamoml: skipped ({e:#})");
+            return;
+        }
+    };
+    let started = Instant::now();
+    let comparison = arbiter_repro::dynamoml::compare(&cfg, &demand).expect("scenario");
+    let total = started.elapsed();
+    println!(
+        "dynamoml: 4 settings of Table 2 (compile included, in parallel) {:.2} s (target <= 10 s)",
+        total.as_secs_f64()
+    );
+    for (label, m) in &comparison.runs {
+        println!("  {label}: simulation {:.3} s", m.wall_seconds);
     }
 }

@@ -500,7 +500,9 @@ impl<P: Preset> Dynamo<P> {
             })
             .collect();
         let mut added: Vec<Vec<WorkerPlacement>> = vec![Vec::new(); jobs.len()];
-        let mut rooms: Vec<Rooms> = jobs.iter().map(|j| Rooms::of(plan, j.0)).collect();
+        // Workers are only added on a job's home node (packing), so that is the only room
+        // each job needs.
+        let mut rooms: Vec<Rooms> = jobs.iter().map(|j| Rooms::at(plan, j.0, j.3)).collect();
         loop {
             // Fewest workers (counting this round's) first, then arrival.
             let next = jobs
@@ -515,10 +517,11 @@ impl<P: Preset> Dynamo<P> {
             let Some(worker) = rooms[k].take_on(home) else {
                 break;
             };
-            // Every other job's view loses those GPUs too.
+            // Every other job at home there loses those GPUs, CPU and memory too.
+            let (cpu, memory) = rooms[k].worker_needs();
             for (other, r) in rooms.iter_mut().enumerate() {
-                if other != k {
-                    r.remove_gpus(&worker.gpus);
+                if other != k && jobs[other].3 == home {
+                    r.remove_worker(&worker, cpu, memory);
                 }
             }
             added[k].push(worker);

@@ -367,3 +367,19 @@ fn configurations_parse_and_bad_values_are_refused() {
     assert!(Config::parse("tolerance_pct = 100").is_err());
     assert!(Config::parse("autoscale = true").is_err(), "unknown key");
 }
+
+#[test]
+fn jobs_growing_on_one_node_share_its_cpu_fairly() {
+    // Eight GPUs but CPU for four workers: two one-worker jobs can add two workers between
+    // them, one each (fewest workers first), not two for one and a refused decision for the
+    // other.
+    let mut c = TestCluster::new();
+    c.node("small-cpu", "p", 4_000, 488_000, "V100", 16_384, 8);
+    let a = spec(&mut c, "a", job_kind::TRAINING, (1, 1, 4), FULL_GPU_MILLI);
+    let b = spec(&mut c, "b", job_kind::TRAINING, (1, 1, 4), FULL_GPU_MILLI);
+    let mut p = dynamoml();
+    round(&mut c, &mut p, 1_000);
+    assert_eq!((workers(&c, a), workers(&c, b)), (1, 1));
+    let grown = round(&mut c, &mut p, 16_000);
+    assert_eq!((workers(&c, a), workers(&c, b)), (2, 2), "{grown:?}");
+}
