@@ -171,6 +171,17 @@ pub struct SubmitArgs {
     /// Host memory to reserve, in MiB (default: none).
     #[arg(long, default_value_t = 0)]
     pub memory_mib: u32,
+    /// What the job is: `inference` jobs are services that report their
+    /// load (`arbiter service`); `interactive` is a notebook.
+    #[arg(long, value_parser = ["training", "inference", "interactive"], default_value = "training")]
+    pub kind: String,
+    /// Elastic jobs: the fewest workers a policy may shrink the job to
+    /// (default: the submitted `gpus / gpus-per-worker`).
+    #[arg(long)]
+    pub min_workers: Option<u32>,
+    /// Elastic jobs: the most workers a policy may grow the job to.
+    #[arg(long)]
+    pub max_workers: Option<u32>,
     /// The workload command.
     #[arg(last = true)]
     pub command: Vec<String>,
@@ -202,6 +213,13 @@ pub async fn submit(a: &SubmitArgs) -> anyhow::Result<()> {
         duration_ms: a.duration.map_or(0, |d| d.as_millis() as u64),
         deadline_ms: a.deadline.map_or(0, |d| d.as_millis() as u64),
         command: a.command.clone(),
+        kind: match a.kind.as_str() {
+            "inference" => 1,
+            "interactive" => 2,
+            _ => 0,
+        },
+        min_workers: a.min_workers.unwrap_or(0),
+        max_workers: a.max_workers.unwrap_or(0),
         ..Default::default()
     };
     let id = c
@@ -255,6 +273,40 @@ fn state_name(s: i32) -> &'static str {
     }
 }
 
+fn kind_name(kind: u32) -> &'static str {
+    match kind {
+        0 => "training",
+        1 => "inference",
+        2 => "interactive",
+        _ => "?",
+    }
+}
+
+fn service_json(s: &v1::ServiceLoad) -> serde_json::Value {
+    serde_json::json!({
+        "requests_per_s": s.requests_per_s,
+        "p50_latency_ms": s.p50_latency_ms,
+        "p99_latency_ms": s.p99_latency_ms,
+        "reported_ms": s.reported_ms,
+    })
+}
+
+/// `120.0 rps p50 40 p99 90/128 ms` for a service that reported its load.
+fn service_text(j: &v1::Job) -> String {
+    let slo = j.spec.as_ref().map_or(0, |s| s.slo_ms);
+    j.service.as_ref().map_or_else(String::new, |s| {
+        let objective = if slo > 0 {
+            format!("/{slo}")
+        } else {
+            String::new()
+        };
+        format!(
+            "{:.1} rps p50 {} p99 {}{objective} ms",
+            s.requests_per_s, s.p50_latency_ms, s.p99_latency_ms
+        )
+    })
+}
+
 fn job_json(j: &v1::Job) -> serde_json::Value {
     let spec = j.spec.clone().unwrap_or_default();
     serde_json::json!({
@@ -277,6 +329,12 @@ fn job_json(j: &v1::Job) -> serde_json::Value {
         "arm": j.arm,
         "message": j.message,
         "progress": j.progress.as_ref().map(progress_json),
+        "kind": kind_name(spec.kind),
+        "workers": j.workers,
+        "min_workers": spec.min_workers,
+        "max_workers": spec.max_workers,
+        "slo_ms": spec.slo_ms,
+        "service": j.service.as_ref().map(service_json),
     })
 }
 
@@ -321,24 +379,78 @@ pub async fn jobs(a: &JobsArgs) -> anyhow::Result<()> {
         return print_json(&jobs.iter().map(job_json).collect::<Vec<_>>());
     }
     println!(
-        "{:>6} {:<24} {:<12} {:<9} {:>4} {:<16} {:<8} MESSAGE",
-        "ID", "NAME", "TENANT", "STATE", "GPUS", "NODE", "ARM"
+        "{:>6} {:<24} {:<12} {:<9} {:>4} {:>7} {:<16} {:<8} MESSAGE",
+        "ID", "NAME", "TENANT", "STATE", "GPUS", "WORKERS", "NODE", "ARM"
     );
     for j in &jobs {
         let spec = j.spec.clone().unwrap_or_default();
+        let workers = if spec.max_workers > spec.min_workers {
+            format!("{}/{}-{}", j.workers, spec.min_workers, spec.max_workers)
+        } else {
+            j.workers.to_string()
+        };
+        let load = service_text(j);
+        let message = match (load.is_empty(), j.message.is_empty()) {
+            (true, _) => j.message.clone(),
+            (false, true) => load,
+            (false, false) => format!("{load}; {}", j.message),
+        };
         println!(
-            "{:>6} {:<24} {:<12} {:<9} {:>4} {:<16} {:<8} {}",
+            "{:>6} {:<24} {:<12} {:<9} {:>4} {:>7} {:<16} {:<8} {}",
             j.id,
             spec.name,
             spec.tenant,
             state_name(j.state),
             spec.gpus,
+            workers,
             j.node,
             j.arm,
-            j.message
+            message
         );
     }
     Ok(())
+}
+
+#[derive(Args)]
+pub struct ServiceArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+    /// The inference job.
+    pub id: u64,
+    /// Requests per second over the reporter's window.
+    #[arg(long)]
+    pub rps: f32,
+    /// Median latency (e.g. `40ms`).
+    #[arg(long, value_parser = parse_duration)]
+    pub p50: Duration,
+    /// 99th-percentile latency (e.g. `120ms`).
+    #[arg(long, value_parser = parse_duration)]
+    pub p99: Duration,
+}
+
+pub async fn service(a: &ServiceArgs) -> anyhow::Result<()> {
+    let mut c = connect(&a.conn).await?;
+    let ms = |d: Duration| u32::try_from(d.as_millis()).unwrap_or(u32::MAX);
+    let load = c
+        .jobs
+        .report_service(v1::ReportServiceRequest {
+            id: a.id,
+            requests_per_s: a.rps,
+            p50_latency_ms: ms(a.p50),
+            p99_latency_ms: ms(a.p99),
+        })
+        .await
+        .map_err(status_error)?
+        .into_inner();
+    if a.conn.json {
+        print_json(&service_json(&load))
+    } else {
+        println!(
+            "job {}: {:.1} requests/s, p50 {} ms, p99 {} ms (reported at {} ms)",
+            a.id, load.requests_per_s, load.p50_latency_ms, load.p99_latency_ms, load.reported_ms
+        );
+        Ok(())
+    }
 }
 
 #[derive(Args)]
@@ -904,6 +1016,20 @@ pub async fn top(conn: &Conn) -> anyhow::Result<()> {
         .map_err(status_error)?
         .into_inner()
         .nodes;
+    // Running services and their load: what an autoscaling policy acts on.
+    let services: Vec<v1::Job> = c
+        .jobs
+        .list(v1::ListJobsRequest {
+            states: vec![v1::JobState::Running as i32],
+            ..Default::default()
+        })
+        .await
+        .map_err(status_error)?
+        .into_inner()
+        .jobs
+        .into_iter()
+        .filter(|j| j.spec.as_ref().is_some_and(|s| s.kind == 1))
+        .collect();
     if conn.json {
         return print_json(&serde_json::json!({
             "epoch": view.epoch, "rounds": view.rounds, "nodes": view.nodes, "gpus": view.gpus,
@@ -919,6 +1045,11 @@ pub async fn top(conn: &Conn) -> anyhow::Result<()> {
             "node_list": nodes.iter().map(|n| serde_json::json!({
                 "name": n.name, "state": n.state, "gpus": n.gpus, "gpus_free": n.gpus_free,
                 "arm": n.arm, "kind": n.kind, "gpu_model": n.gpu_model,
+            })).collect::<Vec<_>>(),
+            "services": services.iter().map(|j| serde_json::json!({
+                "id": j.id, "name": j.spec.as_ref().map(|s| s.name.clone()),
+                "replicas": j.workers, "slo_ms": j.spec.as_ref().map_or(0, |s| s.slo_ms),
+                "load": j.service.as_ref().map(service_json),
             })).collect::<Vec<_>>(),
         }));
     }
@@ -967,6 +1098,19 @@ pub async fn top(conn: &Conn) -> anyhow::Result<()> {
             "{:<16} {:<10} {:<12} {:>5} {:>5} {}",
             n.name, n.state, n.gpu_model, n.gpus, n.gpus_free, n.arm
         );
+    }
+    if !services.is_empty() {
+        println!("{:>6} {:<24} {:>8} LOAD", "SERVICE", "NAME", "REPLICAS");
+        for j in &services {
+            let name = j.spec.as_ref().map_or("", |s| s.name.as_str());
+            let load = service_text(j);
+            let load = if load.is_empty() {
+                "no report yet".to_string()
+            } else {
+                load
+            };
+            println!("{:>6} {:<24} {:>8} {}", j.id, name, j.workers, load);
+        }
     }
     Ok(())
 }

@@ -47,6 +47,8 @@ enum Command {
     Cancel(client::CancelArgs),
     /// Tell the policies what a job has left to run.
     Progress(client::ProgressArgs),
+    /// Tell the policies an inference job's request rate and latency.
+    Service(client::ServiceArgs),
     /// A/B experiments: split and shadow.
     #[command(subcommand)]
     Ab(client::AbCommand),
@@ -106,6 +108,7 @@ fn main() -> ExitCode {
         Command::Jobs(a) => block_on(client::jobs(a)),
         Command::Cancel(a) => block_on(client::cancel(a)),
         Command::Progress(a) => block_on(client::progress(a)),
+        Command::Service(a) => block_on(client::service(a)),
         Command::Ab(cmd) => block_on(client::ab(cmd)),
         Command::Top(a) => block_on(client::top(&a.conn)),
         Command::Nodes(cmd) => block_on(client::nodes(cmd)),

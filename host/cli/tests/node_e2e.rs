@@ -853,3 +853,149 @@ fn an_upgrade_reaches_the_running_workload() {
     drop(node_b);
     drop(server);
 }
+
+/// DynamoML live (issue 19 item 8): the built-in `dynamoml` policy in `arbiter serve` with two
+/// agents on fake GPUs (two GPUs each). Two elastic training jobs grow to fill the cluster; a
+/// service arrives and takes a training worker; a rising request rate reported through the API
+/// (`arbiter service`) scales it out as far as the chiefs allow, shrinking both training jobs to
+/// their chiefs; when the
+/// rate falls the service scales in and training grows back. Worker counts are read from the
+/// workloads the agents run as well as from the job table.
+#[test]
+fn dynamoml_scales_a_service_on_reported_load_borrowing_from_training_and_gives_back() {
+    let TwoNodes {
+        server,
+        c,
+        node_a,
+        node_b,
+        ..
+    } = two_nodes("cli-dynamoml-live");
+    let wl = c.workload.display().to_string();
+    let config = c.dir.join("dynamoml.toml");
+    std::fs::write(
+        &config,
+        "target_requests_per_replica = 10.0\nscale_down_delay_s = 1\n",
+    )
+    .unwrap();
+    c.cli(&[
+        "policy",
+        "load",
+        "builtin:dynamoml",
+        "--slot",
+        "default",
+        "--config",
+        config.to_str().unwrap(),
+    ]);
+    let submit = |name: &str, extra: &[&str]| -> u64 {
+        let mut args = vec!["submit", "--name", name, "--gpus", "1"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", &wl, "train"]);
+        c.cli(&args)["id"].as_u64().expect("job id")
+    };
+    let elastic = ["--min-workers", "1", "--max-workers", "2"];
+    let a = submit("train-a", &elastic);
+    let b = submit("train-b", &elastic);
+
+    // (workers in the job table, workloads the agents run) of `job`.
+    let count = |job: u64| -> (u64, usize) {
+        let prefix = format!("job-{job}/");
+        let running = ["node-a", "node-b"]
+            .iter()
+            .flat_map(|n| c.records(n))
+            .filter(|r| r["tag"].as_str().is_some_and(|t| t.starts_with(&prefix)))
+            .count();
+        (c.job(job)["workers"].as_u64().unwrap_or(0), running)
+    };
+    // Waits until table and agents agree on every job's count and `want` accepts the counts.
+    let expect = |what: &str, jobs: &[u64], want: &dyn Fn(&[u64]) -> bool| {
+        wait_until_or(
+            what,
+            Duration::from_secs(40),
+            || {
+                let n: Vec<(u64, usize)> = jobs.iter().map(|&j| count(j)).collect();
+                let workers: Vec<u64> = n.iter().map(|x| x.0).collect();
+                n.iter().all(|&(w, r)| w as usize == r) && want(&workers)
+            },
+            || {
+                let n: Vec<(u64, usize)> = jobs.iter().map(|&j| count(j)).collect();
+                format!(
+                    "(workers, workloads) {n:?}\n{}",
+                    common::cli_text(&c.url, &c.token, &["jobs"])
+                )
+            },
+        );
+    };
+    // Every training job's chief (rank 0) is running.
+    let chiefs = || {
+        [a, b].iter().all(|j| {
+            let tag = format!("job-{j}/0");
+            ["node-a", "node-b"]
+                .iter()
+                .any(|n| c.records(n).iter().any(|r| r["tag"] == tag))
+        })
+    };
+    expect("training to grow into the idle GPUs", &[a, b], &|w| {
+        w == [2, 2]
+    });
+
+    let service = submit(
+        "resnet-serving",
+        &[
+            "--kind",
+            "inference",
+            "--min-workers",
+            "1",
+            "--max-workers",
+            "3",
+            "--slo",
+            "128ms",
+        ],
+    );
+    let jobs = [service, a, b];
+    expect(
+        "the service to start on a GPU taken from training",
+        &jobs,
+        &|w| w[0] == 1 && w[1] + w[2] == 3,
+    );
+    assert!(chiefs());
+
+    // The request rate rises: 30 requests/s at 10 per replica wants three replicas; it gets
+    // every GPU but the two chiefs' (the paper's 16 - 1 - 4 = 11 at this size).
+    let report = |rps: &str, p50: &str, p99: &str| {
+        let id = service.to_string();
+        c.cli(&["service", &id, "--rps", rps, "--p50", p50, "--p99", p99]);
+    };
+    report("30", "60ms", "300ms");
+    expect(
+        "the service to scale out and training to shrink to its chiefs",
+        &jobs,
+        &|w| w == [2, 1, 1],
+    );
+    assert!(chiefs(), "chiefs keep running");
+    let listed = common::cli_text(&c.url, &c.token, &["jobs"]);
+    assert!(
+        listed.contains("30.0 rps p50 60 p99 300/128 ms"),
+        "`arbiter jobs` shows the load: {listed}"
+    );
+    let top = c.cli(&["top"]);
+    let shown = &top["services"][0];
+    assert_eq!(shown["id"], service, "{top}");
+    assert_eq!(shown["replicas"], 2, "{top}");
+    assert_eq!(shown["load"]["p99_latency_ms"], 300, "{top}");
+
+    // It falls to one replica's worth: after the stabilisation delay the service shrinks and
+    // training takes the GPUs back.
+    report("4", "20ms", "40ms");
+    expect(
+        "the service to scale in and training to grow back",
+        &jobs,
+        &|w| w[0] == 1 && w[1] + w[2] == 3,
+    );
+    assert!(chiefs());
+    for j in jobs {
+        c.cli(&["cancel", &j.to_string()]);
+    }
+    drop(node_a);
+    drop(node_b);
+    drop(server);
+}

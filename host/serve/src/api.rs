@@ -182,6 +182,15 @@ impl v1::jobs_server::Jobs for Api {
             .report_progress(&caller, r.id, r.remaining_ms)?;
         Ok(Response::new(progress))
     }
+    async fn report_service(
+        &self,
+        request: Request<v1::ReportServiceRequest>,
+    ) -> Reply<v1::ServiceLoad> {
+        let caller = self.caller(&request)?;
+        let r = request.into_inner();
+        let load = self.plane.lock().report_service(&caller, r.id, r)?;
+        Ok(Response::new(load))
+    }
 }
 
 #[tonic::async_trait]

@@ -838,6 +838,7 @@ impl Plane {
                 arm: String::new(),
                 message: String::new(),
                 progress: ProgressRecord::default(),
+                service: None,
             };
             writes.push(job_write(&job));
             self.notify(&job, v1::JobState::Unspecified);
@@ -962,6 +963,51 @@ impl Plane {
             .as_ref()
             .map(progress_proto)
             .ok_or_else(|| internal("reported job vanished from its cell"))
+    }
+
+    /// Records an inference job's load for the policies of its cell (and
+    /// keeps it, so a rebuilt cell starts from it).
+    pub fn report_service(
+        &mut self,
+        caller: &Caller,
+        id: u64,
+        load: v1::ReportServiceRequest,
+    ) -> Result<v1::ServiceLoad, ApiError> {
+        self.live_job(caller, id)?;
+        let finite = load.requests_per_s.is_finite() && load.requests_per_s >= 0.0;
+        if !finite || load.p50_latency_ms > load.p99_latency_ms {
+            return Err(ApiError::InvalidArgument(
+                "requests_per_s must be a finite rate >= 0 and p50 <= p99".into(),
+            ));
+        }
+        if self
+            .jobs
+            .get(&id)
+            .is_some_and(|j| j.spec.kind != model::job_kind::INFERENCE)
+        {
+            return Err(ApiError::FailedPrecondition(format!(
+                "job {id} is not an inference job (submit it with kind 1)"
+            )));
+        }
+        let record = ServiceRecord {
+            requests_per_s: load.requests_per_s,
+            p50_latency_ms: load.p50_latency_ms,
+            p99_latency_ms: load.p99_latency_ms,
+            reported_ms: now_ms(),
+        };
+        let Some(cell) = self.cells.iter_mut().find(|c| c.local.contains_key(&id)) else {
+            return Err(ApiError::FailedPrecondition(format!(
+                "job {id} is not in any cell yet"
+            )));
+        };
+        record_service(&mut cell.state, cell.local[&id], record)
+            .map_err(|e| internal(format!("recording the load of job {id}: {e}")))?;
+        if let Some(job) = self.jobs.get_mut(&id) {
+            job.service = Some(record);
+            let job = job.clone();
+            self.writer.send(job_write(&job));
+        }
+        Ok(record.to_proto())
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<v1::JobEvent> {
@@ -2818,6 +2864,11 @@ impl Plane {
             {
                 tracing::warn!(job = id, error = %e, "progress not restored");
             }
+            if let Some(load) = job.service
+                && let Err(e) = record_service(&mut cell.state, local, load)
+            {
+                tracing::warn!(job = id, error = %e, "service load not restored");
+            }
             if let Some(j) = self.jobs.get_mut(&id) {
                 j.arm = if self
                     .experiment
@@ -3438,11 +3489,30 @@ fn job_traits(job: &StoredJob) -> JobTraits {
     }
 }
 
+/// Hands a service's load to its cell's policies (`service-metric`).
+fn record_service(
+    state: &mut ClusterState,
+    local: JobId,
+    load: ServiceRecord,
+) -> Result<(), arbiter_host::state::StateError> {
+    let Some(job) = state.job_index(local) else {
+        return Ok(()); // not in the cell any more: nothing to tell
+    };
+    state.record_service_metrics(vec![model::ServiceMetric {
+        job,
+        requests_per_s: load.requests_per_s,
+        p50_latency_ms: load.p50_latency_ms,
+        p99_latency_ms: load.p99_latency_ms,
+    }])
+}
+
 fn job_request(job: &StoredJob) -> JobRequest {
     let s = &job.spec;
     let workers = s.workers();
     let per_worker = if s.gpus == 0 { 0 } else { s.gpus_per_worker };
     let mut req = JobRequest::gpus(job.state_name(), job.tenant.clone(), workers, per_worker);
+    req.kind = s.kind;
+    (req.min_workers, req.max_workers) = s.worker_bounds();
     req.priority = s.priority;
     req.qos = s.qos;
     // What the user asked for, nothing implied: a GPU job that states no CPU

@@ -1,6 +1,7 @@
 //! What the control plane persists: jobs, tenants, experiments and policy
 //! slots, as serde records (JSON in the store), and their API forms.
 
+use arbiter_policy_sdk::model::job_kind;
 use arbiter_proto::v1;
 use serde::{Deserialize, Serialize};
 
@@ -75,6 +76,29 @@ pub struct StoredJob {
     /// rebuilt cells (experiment start or end, restart).
     #[serde(default)]
     pub progress: ProgressRecord,
+    /// An inference job's last reported load, restored into rebuilt cells.
+    #[serde(default)]
+    pub service: Option<ServiceRecord>,
+}
+
+/// An inference job's load as its reporter last stated it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServiceRecord {
+    pub requests_per_s: f32,
+    pub p50_latency_ms: u32,
+    pub p99_latency_ms: u32,
+    pub reported_ms: u64,
+}
+
+impl ServiceRecord {
+    pub fn to_proto(self) -> v1::ServiceLoad {
+        v1::ServiceLoad {
+            requests_per_s: self.requests_per_s,
+            p50_latency_ms: self.p50_latency_ms,
+            p99_latency_ms: self.p99_latency_ms,
+            reported_ms: self.reported_ms,
+        }
+    }
 }
 
 /// What survives of a job's progress when its cell is rebuilt: its run time
@@ -112,6 +136,15 @@ pub struct JobSpecRecord {
     pub slo_ms: u32,
     #[serde(default)]
     pub group: String,
+    /// `model::job_kind` code (absent from stores written before it: training).
+    #[serde(default)]
+    pub kind: u8,
+    /// Elastic bounds on the worker count, resolved (0 only in stores
+    /// written before them: read as the submitted count).
+    #[serde(default)]
+    pub min_workers: u32,
+    #[serde(default)]
+    pub max_workers: u32,
 }
 
 /// Longest job name accepted.
@@ -179,6 +212,29 @@ impl JobSpecRecord {
                 "group must be at most {MAX_NAME} bytes without control characters"
             ));
         }
+        if spec.kind > u32::from(job_kind::INTERACTIVE) {
+            return Err("kind must be 0 (training), 1 (inference) or 2 (interactive)".into());
+        }
+        let workers = if gpus == 0 { 1 } else { gpus / per_worker };
+        let min_workers = match spec.min_workers {
+            0 => workers,
+            n => n,
+        };
+        let max_workers = match spec.max_workers {
+            0 => workers,
+            n => n,
+        };
+        if !(1..=workers).contains(&min_workers) || max_workers < workers {
+            return Err(format!(
+                "workers must satisfy 1 <= min_workers ({min_workers}) <= submitted \
+                 ({workers}) <= max_workers ({max_workers})"
+            ));
+        }
+        if max_workers.saturating_mul(per_worker.max(1)) > MAX_GPUS {
+            return Err(format!(
+                "max_workers × gpus_per_worker must be at most {MAX_GPUS} GPUs"
+            ));
+        }
         Ok(JobSpecRecord {
             name: spec.name.clone(),
             gpus,
@@ -197,7 +253,21 @@ impl JobSpecRecord {
             locality: spec.locality as u8,
             slo_ms: spec.slo_ms,
             group: spec.group.clone(),
+            kind: spec.kind as u8,
+            min_workers,
+            max_workers,
         })
+    }
+
+    /// Elastic bounds as the cluster state takes them (a record from before
+    /// they existed: the submitted count).
+    pub fn worker_bounds(&self) -> (u32, u32) {
+        let w = self.workers();
+        let or_submitted = |n: u32| if n == 0 { w } else { n };
+        (
+            or_submitted(self.min_workers),
+            or_submitted(self.max_workers),
+        )
     }
 
     pub fn workers(&self) -> u32 {
@@ -233,6 +303,9 @@ impl StoredJob {
                 locality: u32::from(s.locality),
                 slo_ms: s.slo_ms,
                 group: s.group.clone(),
+                kind: u32::from(s.kind),
+                min_workers: s.worker_bounds().0,
+                max_workers: s.worker_bounds().1,
             }),
             state: self.status.to_proto() as i32,
             submit_ms: self.submit_ms,
@@ -249,6 +322,8 @@ impl StoredJob {
             arm: self.arm.clone(),
             message: self.message.clone(),
             progress: None,
+            service: self.service.map(ServiceRecord::to_proto),
+            workers: self.placement.len() as u32,
         }
     }
 

@@ -970,6 +970,124 @@ async fn reported_progress_survives_a_restart() {
     running.shutdown().await.unwrap();
 }
 
+/// An inference job's tenant reports its load; the job shows it, it survives
+/// a restart, and bad reports are refused: another tenant's job, a job that
+/// is not a service, a rate that is not a finite number, p50 above p99.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn services_report_their_load_and_it_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = server(dir.path(), 1, Duration::from_secs(600)).await;
+    let admin_token = running.new_admin_token.clone().unwrap();
+    let (admin, mut a, mut b) = two_tenants(&running).await;
+    let service = submit(
+        &mut a,
+        v1::JobSpec {
+            kind: 1,
+            min_workers: 1,
+            max_workers: 3,
+            slo_ms: 128,
+            ..spec("serving", 1, 600_000)
+        },
+    )
+    .await;
+    let training = submit(&mut a, spec("train", 1, 600_000)).await;
+    wait_state(&a, service, v1::JobState::Running).await;
+    let report = |id: u64, rps: f32, p50: u32, p99: u32| v1::ReportServiceRequest {
+        id,
+        requests_per_s: rps,
+        p50_latency_ms: p50,
+        p99_latency_ms: p99,
+    };
+    let load = a
+        .jobs
+        .report_service(report(service, 42.5, 30, 95))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (
+            load.requests_per_s,
+            load.p50_latency_ms,
+            load.p99_latency_ms
+        ),
+        (42.5, 30, 95)
+    );
+    assert!(load.reported_ms > 0);
+    let shown = a
+        .jobs
+        .get(v1::JobRef { id: service })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(shown.service, Some(load));
+    let spec_shown = shown.spec.expect("spec");
+    assert_eq!(
+        (
+            spec_shown.kind,
+            spec_shown.min_workers,
+            spec_shown.max_workers
+        ),
+        (1, 1, 3)
+    );
+    assert_eq!(shown.workers, 1);
+
+    let code = |r: Result<tonic::Response<v1::ServiceLoad>, tonic::Status>| r.unwrap_err().code();
+    assert_eq!(
+        code(b.jobs.report_service(report(service, 1.0, 1, 1)).await),
+        Code::NotFound
+    );
+    assert_eq!(
+        code(a.jobs.report_service(report(training, 1.0, 1, 1)).await),
+        Code::FailedPrecondition
+    );
+    for bad in [
+        report(service, f32::NAN, 1, 1),
+        report(service, -1.0, 1, 1),
+        report(service, 1.0, 9, 1),
+    ] {
+        assert_eq!(
+            code(a.jobs.report_service(bad).await),
+            Code::InvalidArgument
+        );
+    }
+    // Two workers of one GPU: bounds must hold 1 <= min <= 2 <= max.
+    for (min, max, accepted) in [(1, 4, true), (0, 0, true), (3, 0, false), (0, 1, false)] {
+        let e = a
+            .jobs
+            .submit(v1::SubmitJobRequest {
+                spec: Some(v1::JobSpec {
+                    gpus_per_worker: 1,
+                    min_workers: min,
+                    max_workers: max,
+                    ..spec(&format!("bounds-{min}-{max}"), 2, 1_000)
+                }),
+            })
+            .await;
+        assert_eq!(e.is_ok(), accepted, "min {min} max {max}: {e:?}");
+        if let Err(e) = e {
+            assert_eq!(e.code(), Code::InvalidArgument);
+        }
+    }
+    drop((admin, a, b));
+    running.shutdown().await.unwrap();
+
+    let running = server(dir.path(), 1, Duration::from_secs(600)).await;
+    let admin = client(&running, Some(&admin_token)).await;
+    wait_for("the service to run again with its load", || {
+        let mut c = client_clone(&admin);
+        async move {
+            let j = c.jobs.get(v1::JobRef { id: service }).await;
+            j.ok().is_some_and(|j| {
+                let j = j.into_inner();
+                j.state == v1::JobState::Running as i32
+                    && j.service.is_some_and(|s| s.requests_per_s == 42.5)
+            })
+        }
+    })
+    .await;
+    running.shutdown().await.unwrap();
+}
+
 /// Asks one node of the `sim` pool back.
 async fn reclaim_one(
     c: &mut Client,
