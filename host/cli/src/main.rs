@@ -91,8 +91,14 @@ fn init_logging(filter: &str, json: bool) {
 }
 
 fn sim(args: &arbiter_repro::SimArgs) -> anyhow::Result<()> {
-    if args.protocol == Some(arbiter_sim::Protocol::Aryl) {
-        return arbiter_repro::aryl::run_protocol(args)?.print(args.json);
+    match args.protocol {
+        Some(arbiter_sim::Protocol::Aryl) => {
+            return arbiter_repro::aryl::run_protocol(args)?.print(args.json);
+        }
+        Some(arbiter_sim::Protocol::Dynamoml) => {
+            return arbiter_repro::dynamoml::run_protocol(args)?.print(args.json);
+        }
+        _ => {}
     }
     arbiter_repro::run(args)?.print(args.json)
 }

@@ -4,6 +4,7 @@
 
 use anyhow::Context;
 use arbiter_sim::core::RunPolicy;
+use arbiter_sim::models::ModelConfigFile;
 use arbiter_sim::models::dynamoml::{DynamoMetrics, DynamoSimConfig, ServiceDemand, run_dynamoml};
 use arbiter_sim::parallel_map;
 use std::time::Duration;
@@ -117,4 +118,87 @@ pub fn compare(cfg: &DynamoSimConfig, demand: &ServiceDemand) -> anyhow::Result<
     Ok(Comparison {
         runs: SETTINGS.iter().map(|s| s.label).zip(metrics).collect(),
     })
+}
+
+/// `arbiter sim --protocol dynamoml`: the comparison and the paper's figures beside it.
+pub struct DynamoReport {
+    pub comparison: Comparison,
+}
+
+/// Runs the §4 scenario under the four settings: the default scenario, or the
+/// `DynamoSimConfig` TOML file `--config` names.
+pub fn run_protocol(args: &crate::SimArgs) -> anyhow::Result<DynamoReport> {
+    if args.nodes.is_some() || args.trace.is_some() {
+        anyhow::bail!(
+            "the dynamoml protocol builds its own cluster and workload; --nodes and --trace do not apply"
+        );
+    }
+    let cfg = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading the scenario configuration `{path}`"))?;
+            DynamoSimConfig::from_toml(&text)
+                .with_context(|| format!("the scenario configuration `{path}`"))?
+        }
+        None => DynamoSimConfig::default(),
+    };
+    let demand = trace_demand(&cfg)?;
+    Ok(DynamoReport {
+        comparison: compare(&cfg, &demand)?,
+    })
+}
+
+impl DynamoReport {
+    pub fn print(&self, json: bool) -> anyhow::Result<()> {
+        let c = &self.comparison;
+        let ratio = c.makespan_ratio()?;
+        let cut = c.cut_vs_native_pct(|m| m.mean_training_min)?;
+        if json {
+            let runs: Vec<_> = c
+                .runs
+                .iter()
+                .map(|(label, m)| serde_json::json!({ "setting": label, "metrics": m }))
+                .collect();
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&serde_json::json!({
+                    "runs": runs,
+                    "makespan_ratio": ratio,
+                    "paper_makespan_ratio": PAPER_MAKESPAN_MIN.0 / PAPER_MAKESPAN_MIN.1,
+                    "training_cut_vs_native_pct": cut,
+                    "paper_training_cut_vs_native_pct": PAPER_TRAINING_CUT_PCT,
+                }))?
+            );
+            return Ok(());
+        }
+        println!(
+            "{:<12} {:>9} {:>6} {:>9} {:>6} {:>9} {:>8} {:>10}",
+            "setting", "makespan", "wait", "training", "total", "over SLO", "> 1 s", "GPUs 0-7"
+        );
+        for (label, m) in &c.runs {
+            println!(
+                "{:<12} {:>9.1} {:>6.1} {:>9.1} {:>6.1} {:>8.1}% {:>7.1}% {:>10}",
+                label,
+                m.makespan_min,
+                m.mean_wait_min,
+                m.mean_training_min,
+                m.mean_total_min,
+                100.0 * m.over_slo,
+                100.0 * m.latency_bins[3],
+                m.inference_gpus_0_7
+            );
+        }
+        println!(
+            "makespan DynamoML / K8S+Scaling {ratio:.2} (paper {:.2}); training time cut vs \
+             native {cut:.0} % (paper {:.0} %); inference GPUs at the first peak {} / {} \
+             (paper {} / {}). Minutes; see docs/reproductions/dynamoml.md.",
+            PAPER_MAKESPAN_MIN.0 / PAPER_MAKESPAN_MIN.1,
+            PAPER_TRAINING_CUT_PCT,
+            c.get("DynamoML").map_or(0, |m| m.inference_gpus_0_7),
+            c.get("K8S+Scaling").map_or(0, |m| m.inference_gpus_0_7),
+            PAPER_INFERENCE_GPUS_0_7.0,
+            PAPER_INFERENCE_GPUS_0_7.1,
+        );
+        Ok(())
+    }
 }

@@ -61,9 +61,11 @@ pub struct SimArgs {
     /// Trace format, if the header does not tell.
     #[arg(long)]
     pub format: Option<TraceFormat>,
-    /// `fgd` (static placement, the FGD paper's protocol), `replay` (time-based; the default)
-    /// or `aryl` (the Aryl paper's comparison on the Philly trace; `--trace` may name the
-    /// Philly job table, `--policy` does not apply).
+    /// `fgd` (static placement, the FGD paper's protocol), `replay` (time-based; the default),
+    /// `aryl` (the Aryl paper's comparison on the Philly trace; `--trace` may name the
+    /// Philly job table, `--policy` does not apply) or `dynamoml` (DynamoML's §4 scenario
+    /// under its Table 2 settings; `--config` may name the scenario's TOML, `--policy`,
+    /// `--nodes` and `--trace` do not apply).
     #[arg(long)]
     pub protocol: Option<Protocol>,
     /// Seed: task order of the FGD protocol and the policies' tie-breaking.
@@ -229,8 +231,14 @@ pub fn run(args: &SimArgs) -> anyhow::Result<SimOutput> {
     if args.seeds == 0 {
         bail!("--seeds must be at least 1");
     }
-    if args.protocol == Some(Protocol::Aryl) {
-        bail!("the aryl protocol has its own driver: `arbiter_repro::aryl::run_protocol`");
+    match args.protocol {
+        Some(Protocol::Aryl) => {
+            bail!("the aryl protocol has its own driver: `arbiter_repro::aryl::run_protocol`")
+        }
+        Some(Protocol::Dynamoml) => bail!(
+            "the dynamoml protocol has its own driver: `arbiter_repro::dynamoml::run_protocol`"
+        ),
+        _ => {}
     }
     let scenario = scenario::from_files(args.nodes.as_deref(), args.trace.as_deref(), args.format)?;
     let protocol = args.protocol.unwrap_or(Protocol::Replay);

@@ -19,10 +19,13 @@ pub enum Protocol {
     /// The Aryl paper's loaning model on the Philly trace
     /// ([`crate::models::aryl`]); its runs are cases, not scenario runs.
     Aryl,
+    /// DynamoML's §4 scenario under the four settings of its Table 2
+    /// ([`crate::models::dynamoml`]); like Aryl's, not a scenario run.
+    Dynamoml,
 }
 
 impl Protocol {
-    pub const NAMES: [&'static str; 3] = ["fgd", "replay", "aryl"];
+    pub const NAMES: [&'static str; 4] = ["fgd", "replay", "aryl", "dynamoml"];
 }
 
 impl std::fmt::Display for Protocol {
@@ -31,6 +34,7 @@ impl std::fmt::Display for Protocol {
             Protocol::Fgd => "fgd",
             Protocol::Replay => "replay",
             Protocol::Aryl => "aryl",
+            Protocol::Dynamoml => "dynamoml",
         })
     }
 }
@@ -42,7 +46,8 @@ impl std::str::FromStr for Protocol {
             "fgd" => Ok(Protocol::Fgd),
             "replay" => Ok(Protocol::Replay),
             "aryl" => Ok(Protocol::Aryl),
-            other => bail!("unknown protocol `{other}` (fgd, replay or aryl)"),
+            "dynamoml" => Ok(Protocol::Dynamoml),
+            other => bail!("unknown protocol `{other}` (fgd, replay, aryl or dynamoml)"),
         }
     }
 }
