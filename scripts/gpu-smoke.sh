@@ -10,7 +10,9 @@
 #      process dies by SIGTERM (status 143), with no process left on the GPU;
 #   4. context memory: the node's reconciliation (`gpu_check --block`) finds the CUDA context
 #      and module memory NVML sees beyond the interposer's charge, and from then on it counts
-#      against the quota (an allocation 64 MiB over what is left fails, 64 MiB under succeeds).
+#      against the quota (an allocation 64 MiB over what is left fails, 64 MiB under succeeds);
+#   5. iterations: a PyTorch optimizer step hook calls the interposer's arbiter_iteration()
+#      through ctypes, and the block counts every step (the node's iteration-time signal).
 # The Python pieces and the control-block writer are in scripts/gpu/.
 #
 # Usage: scripts/gpu-smoke.sh            (needs: nvidia driver, python3 with torch+CUDA, cargo)
@@ -55,7 +57,7 @@ block() { "$PYTHON" "$PY_DIR/block.py" "$@"; }
 # background would be a subshell, and a signal sent to it would miss the workload).
 PRELOAD=(env LD_PRELOAD="$SO")
 # Which checks to run (e.g. CHECKS="3 4" to rerun two of them).
-want() { [[ " ${CHECKS:-1 2 3 4} " == *" $1 "* ]]; }
+want() { [[ " ${CHECKS:-1 2 3 4 5} " == *" $1 "* ]]; }
 
 if want 1; then
   echo "== 1. memory quota (${QUOTA_GIB} GiB)"
@@ -133,6 +135,20 @@ if want 4; then
     pass "context memory: $((UNSEEN >> 20)) MiB unseen by the interposer found by reconciliation and enforced"
   else
     fail "context memory: status $HSTATUS, unseen $UNSEEN B"
+  fi
+fi
+
+if want 5; then
+  echo "== 5. iterations reported by a PyTorch optimizer hook"
+  block create "$WORK/i.blk" 18446744073709551615 0
+  OUT5=$("${PRELOAD[@]}" ARBITER_CONTROL_BLOCK="$WORK/i.blk" "$PYTHON" "$PY_DIR/train_iterations.py" 200)
+  echo "$OUT5"
+  COUNT=$(block get "$WORK/i.blk" iterations)
+  echo "block: $COUNT iterations"
+  if [ "$COUNT" -eq 200 ] && echo "$OUT5" | grep -q "reported=200"; then
+    pass "iterations: 200 optimizer steps counted in the block"
+  else
+    fail "iterations: block $COUNT, workload said: $OUT5"
   fi
 fi
 

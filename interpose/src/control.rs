@@ -98,7 +98,13 @@ pub struct Shared {
     pub pace_tat_ns: AtomicU64,
     /// Last `pace_epoch` the pacer re-planned for (interposer-owned).
     pub pace_epoch_applied: AtomicU64,
-    _reserved: [AtomicU64; 4],
+    /// Training iterations the workload reported finished (`arbiter_iteration()`, exported
+    /// by the interposer for the workload or a framework hook to call). In layout 2's
+    /// reserved space: a block written by an older interposer reads 0.
+    pub iterations: AtomicU64,
+    /// `CLOCK_MONOTONIC` ns of the last reported iteration.
+    pub last_iteration_ns: AtomicU64,
+    _reserved: [AtomicU64; 2],
 }
 
 /// Cache line 3: counters reported back to the node (interposer-written, relaxed).
@@ -267,6 +273,8 @@ impl ControlBlock {
         self.shared.peak_used_bytes.store(0, Ordering::Relaxed);
         self.shared.pace_tat_ns.store(0, Ordering::Relaxed);
         self.shared.pace_epoch_applied.store(0, Ordering::Relaxed);
+        self.shared.iterations.store(0, Ordering::Relaxed);
+        self.shared.last_iteration_ns.store(0, Ordering::Relaxed);
         for c in [
             &self.counters.allocations,
             &self.counters.frees,
@@ -280,6 +288,15 @@ impl ControlBlock {
             c.store(0, Ordering::Relaxed);
         }
         self.limits.magic.store(MAGIC, Ordering::Release);
+    }
+
+    /// Workload side: one more training iteration finished at `now_ns`; returns the count.
+    pub fn record_iteration(&self, now_ns: u64) -> u64 {
+        // The time first: a reader that sees the new count sees a time at least this new.
+        self.shared
+            .last_iteration_ns
+            .fetch_max(now_ns, Ordering::AcqRel);
+        self.shared.iterations.fetch_add(1, Ordering::AcqRel) + 1
     }
 
     /// Node side: change the pacing rate (applies to waiting launches within one pacer slice).
@@ -592,6 +609,8 @@ mod tests {
         assert_eq!(offset_of!(Limits, pace_interval_ns), 24);
         assert_eq!(offset_of!(Limits, flags), 48);
         assert_eq!(offset_of!(Counters, launches), 32);
+        assert_eq!(offset_of!(Shared, iterations), 32);
+        assert_eq!(offset_of!(Shared, last_iteration_ns), 40);
     }
 
     #[test]

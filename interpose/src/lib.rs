@@ -17,6 +17,7 @@
 //! * `exit` — signal handlers, the worker thread, fork handling;
 //! * `hooks` — the exported `cu*` entry points;
 //! * `nvml` — `nvmlDeviceGetMemoryInfo{,_v2}` as the workload sees them (the quota);
+//! * `iteration` — `arbiter_iteration()`, the workload's report of a finished iteration;
 //! * `trace` — the resolution trace checked against the real CUDA runtime and driver.
 
 mod arrays;
@@ -24,6 +25,7 @@ pub mod control;
 mod elf;
 mod exit;
 pub mod hooks;
+pub mod iteration;
 mod nvml;
 mod pacer;
 mod quota;

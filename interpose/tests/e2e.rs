@@ -547,6 +547,27 @@ fn mem_info_reports_the_quota_view() {
     assert_eq!(field(&text, "free"), (1 << 30) - MIB);
 }
 
+/// A workload reports its iterations through the exported `arbiter_iteration()`: the block
+/// counts them and stamps the last; without a block the call is a harmless no-op.
+#[test]
+fn iterations_reported_by_the_workload_reach_the_block() {
+    let s = Scenario::new("iterations", quota_block(100 * MIB));
+    let before = arbiter_interpose::control::monotonic_ns();
+    let text = stdout(&s.run("gpa", &["iterations", "5", "20"]));
+    assert!(text.contains("hook=1 reported=5"), "{text}");
+    let b = s.block();
+    assert_eq!(b.shared.iterations.load(Ordering::Relaxed), 5);
+    let last = b.shared.last_iteration_ns.load(Ordering::Relaxed);
+    assert!(
+        last > before + 80_000_000,
+        "5 iterations 20 ms apart: {last} vs {before}"
+    );
+
+    let s = Scenario::new("iterations-no-block", None);
+    let text = stdout(&s.run("gpa", &["iterations", "3", "1"]));
+    assert!(text.contains("hook=1 reported=0"), "{text}");
+}
+
 #[test]
 fn every_launch_entry_point_is_counted() {
     for resolve in ["gpa", "gpa-ptds"] {

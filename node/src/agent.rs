@@ -48,7 +48,7 @@ use crate::enforcer::Node;
 use crate::hostload::HostSampler;
 use crate::supervisor::{ExitOutcome, ExitReport, ShareTerms, WorkloadSpec};
 use anyhow::Context;
-use arbiter_policy_sdk::model::{NodeAction, health, qos};
+use arbiter_policy_sdk::model::{JobMetric, NodeAction, health, qos};
 use arbiter_proto::v1;
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -303,6 +303,7 @@ impl State {
         v1::Heartbeat {
             seq,
             gpus,
+            jobs: self.job_samples(),
             host: Some(v1::HostLoad {
                 cpu_utilization_pct: u32::from(load.cpu_utilization_pct),
                 memory_used_mib: load.memory_used_mib,
@@ -310,6 +311,38 @@ impl State {
                 swap_in_per_s: load.swap_in_per_s,
             }),
         }
+    }
+
+    /// Each running job's statistics since the previous heartbeat, its workloads (ranks)
+    /// combined by the contract's per-worker rule.
+    fn job_samples(&mut self) -> Vec<v1::JobSample> {
+        let stats = self.node.take_stats();
+        self.jobs
+            .iter()
+            .filter(|(_, j)| !j.stopped)
+            .filter_map(|(&job_id, j)| {
+                let m = j
+                    .workloads
+                    .iter()
+                    .filter_map(|w| stats.get(w))
+                    .map(|s| JobMetric {
+                        job: 0,
+                        iteration_ms: s.iteration_ms,
+                        peak_memory_mib: s.peak_memory_mib,
+                        min_memory_mib: s.min_memory_mib,
+                        utilization_pct: s.utilization_pct,
+                        ..JobMetric::default()
+                    })
+                    .reduce(JobMetric::combine)?;
+                Some(v1::JobSample {
+                    job_id,
+                    iteration_ms: m.iteration_ms,
+                    peak_memory_mib: m.peak_memory_mib,
+                    min_memory_mib: m.min_memory_mib,
+                    utilization_pct: u32::from(m.utilization_pct),
+                })
+            })
+            .collect()
     }
 
     /// Carry out a `Launch`; returns the event to send.

@@ -23,6 +23,7 @@
 
 use crate::gpu::{GpuBackend, GpuError, GpuSample};
 use crate::hostload::HostSampler;
+use crate::jobstats::{StatsSample, WorkloadStats};
 use crate::mps::MpsManager;
 use crate::procfs;
 use crate::supervisor::{ExitReport, Supervisor, SupervisorError, Workload, WorkloadSpec};
@@ -111,6 +112,8 @@ pub struct Node {
     /// Memory of each GPU (MiB), remembered so a lost GPU still reports its size.
     memory_total_mib: HashMap<u32, u32>,
     launch_samples: HashMap<u32, LaunchSample>,
+    /// Iteration time, memory and utilization of each workload (`job-metric`).
+    stats: HashMap<u32, WorkloadStats>,
     host: HostSampler,
     /// Origin of `node-view.monotonic-ms`.
     started: Instant,
@@ -161,6 +164,7 @@ impl Node {
             mps_health: HashMap::new(),
             memory_total_mib: HashMap::new(),
             launch_samples: HashMap::new(),
+            stats: HashMap::new(),
             host: HostSampler::default(),
             started: Instant::now(),
             periods: 0,
@@ -226,11 +230,21 @@ impl Node {
         Ok(self.supervisor.launch_tagged(spec, mps, tag)?)
     }
 
+    /// Each workload's statistics over the window since the last call (the agent reports them
+    /// with its heartbeat); a workload no control period sampled since is left out.
+    pub fn take_stats(&mut self) -> HashMap<u32, StatsSample> {
+        self.stats
+            .iter_mut()
+            .filter_map(|(&id, s)| Some((id, s.take_window()?)))
+            .collect()
+    }
+
     /// Reap finished workloads and escalate overdue evictions (call every control period).
     pub fn poll(&mut self) -> Vec<ExitReport> {
         let reports = self.supervisor.poll(self.mps.as_ref());
         for r in &reports {
             self.launch_samples.remove(&r.id);
+            self.stats.remove(&r.id);
         }
         reports
     }
@@ -403,6 +417,12 @@ impl Node {
             };
             let block_used = b.device(0).used_bytes.load(Ordering::Relaxed);
             let total_mib = self.memory_total_mib.get(&rec.gpu).copied().unwrap_or(0);
+            let stats = self.stats.entry(id).or_default();
+            let iteration_ms = stats.iteration.observe(
+                b.shared.iterations.load(Ordering::Acquire),
+                b.shared.last_iteration_ns.load(Ordering::Acquire),
+            );
+            stats.sample(mib(block_used + unseen), util);
             workloads.push(WorkloadStatus {
                 id,
                 gpu: rec.gpu,
@@ -413,7 +433,7 @@ impl Node {
                 compute_share: rec.compute_share_permille,
                 launches,
                 pacing_delay_us: b.counters.pacing_delay_ns.load(Ordering::Relaxed) / 1000,
-                iteration_ms: 0,
+                iteration_ms,
                 frozen: b.limits.flags.load(Ordering::Acquire) & FLAG_FREEZE != 0,
                 // The agent labels a workload `job-<id>/<rank>`.
                 job: rec

@@ -26,6 +26,7 @@ pub mod coordinator;
 pub mod enforcer;
 pub mod gpu;
 pub mod hostload;
+pub mod jobstats;
 pub mod mps;
 pub mod nvml;
 pub mod procfs;

@@ -12,7 +12,9 @@ OFF = {"devices": 88,"quota": 16, "interval": 24, "burst": 32, "epoch": 40, "fla
        "used": 128, "peak": 136, "launches": 192 + 32, "allocs": 192, "denials": 192 + 16,
        "delay": 192 + 48,
        # device 0's usage line: charged bytes, and the node-written unseen bytes
-       "dev0_used": 256, "dev0_unseen": 256 + 16}
+       "dev0_used": 256, "dev0_unseen": 256 + 16,
+       # the workload's reported iterations and the CLOCK_MONOTONIC ns of the last
+       "iterations": 128 + 32, "last_iteration_ns": 128 + 40}
 def create(path, quota, interval):
     with open(path, "wb") as f:
         f.write(bytes(SIZE))

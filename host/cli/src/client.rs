@@ -335,6 +335,12 @@ fn job_json(j: &v1::Job) -> serde_json::Value {
         "max_workers": spec.max_workers,
         "slo_ms": spec.slo_ms,
         "service": j.service.as_ref().map(service_json),
+        "metrics": j.metrics.as_ref().map(|m| serde_json::json!({
+            "iteration_ms": m.iteration_ms,
+            "peak_memory_mib": m.peak_memory_mib,
+            "min_memory_mib": m.min_memory_mib,
+            "utilization_pct": m.utilization_pct,
+        })),
     })
 }
 

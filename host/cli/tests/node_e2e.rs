@@ -886,10 +886,11 @@ fn dynamoml_scales_a_service_on_reported_load_borrowing_from_training_and_gives_
         "--config",
         config.to_str().unwrap(),
     ]);
+    // Every job runs a loop that reports an iteration every 20 ms through the interposer.
     let submit = |name: &str, extra: &[&str]| -> u64 {
         let mut args = vec!["submit", "--name", name, "--gpus", "1"];
         args.extend_from_slice(extra);
-        args.extend_from_slice(&["--", &wl, "train"]);
+        args.extend_from_slice(&["--", &wl, "iterations", "1000000", "20"]);
         c.cli(&args)["id"].as_u64().expect("job id")
     };
     let elastic = ["--min-workers", "1", "--max-workers", "2"];
@@ -937,6 +938,18 @@ fn dynamoml_scales_a_service_on_reported_load_borrowing_from_training_and_gives_
     expect("training to grow into the idle GPUs", &[a, b], &|w| {
         w == [2, 2]
     });
+    // The job statistics its node reports (contract 0.3 job-metric): the iteration time
+    // from the interposer's counter, measured on the node.
+    wait_until_or(
+        "the training job's iteration time to reach the control plane",
+        Duration::from_secs(20),
+        || {
+            c.job(a)["metrics"]["iteration_ms"]
+                .as_u64()
+                .is_some_and(|ms| (20..=80).contains(&ms))
+        },
+        || c.job(a).to_string(),
+    );
 
     let service = submit(
         "resnet-serving",

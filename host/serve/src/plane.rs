@@ -366,6 +366,9 @@ pub struct Plane {
     next_session: u64,
     /// Sequence number of the last node-link `Update` sent.
     update_seq: u64,
+    /// Each running job's statistics as each of its nodes last reported them (transient:
+    /// the next heartbeats bring them back after a restart).
+    job_samples: HashMap<u64, BTreeMap<String, model::JobMetric>>,
 }
 
 /// What opening the plane produced besides the plane.
@@ -470,6 +473,7 @@ impl Plane {
             control_stats: ArmStats::default(),
             tenant_faults: 0,
             tenant_memory: BTreeMap::new(),
+            job_samples: HashMap::new(),
             rounds: 0,
             next_session: 1,
             update_seq: 0,
@@ -856,7 +860,69 @@ impl Plane {
     fn job_proto(&self, job: &StoredJob) -> v1::Job {
         let mut proto = job.to_proto();
         proto.progress = self.cell_progress(job.id).as_ref().map(progress_proto);
+        proto.metrics = self.job_metric(job.id).map(|m| v1::JobSample {
+            job_id: job.id,
+            iteration_ms: m.iteration_ms,
+            peak_memory_mib: m.peak_memory_mib,
+            min_memory_mib: m.min_memory_mib,
+            utilization_pct: u32::from(m.utilization_pct),
+        });
         proto
+    }
+
+    /// Job `id`'s statistics over its nodes' last reports.
+    fn job_metric(&self, id: u64) -> Option<model::JobMetric> {
+        self.job_samples
+            .get(&id)?
+            .values()
+            .copied()
+            .reduce(model::JobMetric::combine)
+    }
+
+    /// A node's statistics of the jobs it runs: kept per node, combined per job, recorded as
+    /// `job-metrics` in each job's cell. Samples for jobs not running there are ignored.
+    fn record_job_samples(&mut self, node: &str, samples: &[v1::JobSample]) {
+        let mut changed = Vec::new();
+        for s in samples {
+            let here = self.jobs.get(&s.job_id).is_some_and(|j| {
+                j.status == JobStatus::Running && j.placement.iter().any(|w| w.node == node)
+            });
+            if !here {
+                continue;
+            }
+            let metric = model::JobMetric {
+                job: 0,
+                iteration_ms: s.iteration_ms,
+                peak_memory_mib: s.peak_memory_mib,
+                min_memory_mib: s.min_memory_mib.min(s.peak_memory_mib),
+                host_memory_mib: 0,
+                utilization_pct: s.utilization_pct.min(100) as u8,
+                sm_activity_pct: s.utilization_pct.min(100) as u8,
+            };
+            self.job_samples
+                .entry(s.job_id)
+                .or_default()
+                .insert(node.to_string(), metric);
+            changed.push(s.job_id);
+        }
+        for id in changed {
+            let Some(combined) = self.job_metric(id) else {
+                continue;
+            };
+            let Some(cell) = self.cells.iter_mut().find(|c| c.local.contains_key(&id)) else {
+                continue;
+            };
+            let Some(index) = cell.state.job_index(cell.local[&id]) else {
+                continue;
+            };
+            let metric = model::JobMetric {
+                job: index,
+                ..combined
+            };
+            if let Err(e) = cell.state.record_job_metrics(vec![metric]) {
+                tracing::warn!(job = id, node, error = %e, "job metrics refused");
+            }
+        }
     }
 
     /// Job `id`'s progress in the cell it is in.
@@ -1053,6 +1119,7 @@ impl Plane {
         };
         let previous = job.status.to_proto();
         let was_running = job.status == JobStatus::Running;
+        self.job_samples.remove(&id);
         move_status(&mut self.by_status, id, job.status, status);
         job.status = status;
         job.end_ms = now;
@@ -2439,6 +2506,10 @@ impl Plane {
     /// A heartbeat from a node agent's current session.
     pub fn node_heartbeat(&mut self, name: &str, session: u64, hb: &v1::Heartbeat) {
         let now = std::time::Instant::now();
+        if self.agent_mut(name, session).is_none() {
+            return;
+        }
+        self.record_job_samples(name, &hb.jobs);
         let Some(node) = self.agent_mut(name, session) else {
             return;
         };

@@ -324,6 +324,7 @@ impl StoredJob {
             progress: None,
             service: self.service.map(ServiceRecord::to_proto),
             workers: self.placement.len() as u32,
+            metrics: None,
         }
     }
 

@@ -86,7 +86,12 @@ impl Agent {
     }
 
     async fn heartbeat_with_health(&self, health: u32) {
+        self.heartbeat_with(health, Vec::new()).await;
+    }
+
+    async fn heartbeat_with(&self, health: u32, jobs: Vec<v1::JobSample>) {
         self.send(v1::node_message::Body::Heartbeat(v1::Heartbeat {
+            jobs,
             seq: 1,
             gpus: vec![v1::GpuSample {
                 index: 0,
@@ -345,6 +350,37 @@ async fn agents_register_run_jobs_get_lost_and_are_adopted() {
     assert_eq!(adopted.state, v1::JobState::Running as i32);
     assert_eq!(adopted.node, "node-b");
     assert_eq!(adopted.preemptions, 1);
+
+    // The job's statistics from its node reach the job (and its cell's policies as
+    // `job-metrics`); samples for jobs not running on that node are ignored.
+    let sample = v1::JobSample {
+        job_id: long,
+        iteration_ms: 120,
+        peak_memory_mib: 3000,
+        min_memory_mib: 1000,
+        utilization_pct: 70,
+    };
+    let stray = |job_id| v1::JobSample {
+        job_id,
+        iteration_ms: 1,
+        ..sample
+    };
+    b.heartbeat_with(1, vec![sample, stray(held), stray(999_999)])
+        .await;
+    let mut shown = None;
+    for _ in 0..100 {
+        shown = job(&running, &token, long).await.metrics;
+        if shown.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(shown, Some(sample));
+    assert_eq!(
+        job(&running, &token, held).await.metrics,
+        None,
+        "not running there"
+    );
     b.event(long, v1::WorkloadEventKind::Exited, 3).await;
     let failed = wait_state(&running, &token, long, v1::JobState::Failed).await;
     assert!(failed.message.contains("exit code 3"), "{}", failed.message);

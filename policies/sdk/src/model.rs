@@ -420,6 +420,23 @@ pub struct JobMetric {
     pub sm_activity_pct: u8,
 }
 
+impl JobMetric {
+    /// Two workers' (or two nodes') statistics as one job's: the contract's fields are per
+    /// worker, so the job reports its slowest iteration, its fullest and emptiest worker's
+    /// memory, and its busiest worker's utilization. The `job` of `self` is kept.
+    pub fn combine(self, other: JobMetric) -> JobMetric {
+        JobMetric {
+            job: self.job,
+            iteration_ms: self.iteration_ms.max(other.iteration_ms),
+            peak_memory_mib: self.peak_memory_mib.max(other.peak_memory_mib),
+            min_memory_mib: self.min_memory_mib.min(other.min_memory_mib),
+            host_memory_mib: self.host_memory_mib.max(other.host_memory_mib),
+            utilization_pct: self.utilization_pct.max(other.utilization_pct),
+            sm_activity_pct: self.sm_activity_pct.max(other.sm_activity_pct),
+        }
+    }
+}
+
 /// `types.service-metric`: load of an inference job (since 0.3).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]

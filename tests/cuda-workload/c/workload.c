@@ -485,6 +485,25 @@ static int mode_launch_loop(long ms) {
     return 0;
 }
 
+/* A training loop that reports each of its n iterations (every_ms apart, one launch each)
+ * through the interposer's exported arbiter_iteration(), found as a framework hook would find
+ * it: by name in the process (without an interposer the symbol is absent and the loop runs
+ * unreported). */
+static int mode_iterations(long n, long every_ms) {
+    typedef unsigned long long (*iter_t)(void);
+    iter_t report = (iter_t)dlsym(RTLD_DEFAULT, "arbiter_iteration");
+    unsigned long long last = 0;
+    struct timespec ts = {every_ms / 1000, (every_ms % 1000) * 1000000L};
+    for (long i = 0; i < n; i++) {
+        CUresult rc = launch1(NULL);
+        if (rc) die("launch", rc);
+        nanosleep(&ts, NULL);
+        if (report) last = report();
+    }
+    printf("hook=%d reported=%llu\n", report != NULL, last);
+    return 0;
+}
+
 /* Idle (no CUDA call after init) for wait_ms, then a launch loop for run_ms: a neighbour
  * whose share is lent while it is quiet and must come back when it launches. */
 static int mode_launch_after(long wait_ms, long run_ms) {
@@ -768,6 +787,7 @@ int main(int argc, char **argv) {
     if (!strcmp(m, "pace")) return mode_pace(atol(argv[2]));
     if (!strcmp(m, "launch-loop")) return mode_launch_loop(atol(argv[2]));
     if (!strcmp(m, "launch-after")) return mode_launch_after(atol(argv[2]), atol(argv[3]));
+    if (!strcmp(m, "iterations")) return mode_iterations(atol(argv[2]), atol(argv[3]));
     if (!strcmp(m, "rejected")) return mode_rejected(atol(argv[2]));
     if (!strcmp(m, "variants")) return mode_variants();
     if (!strcmp(m, "capture")) return mode_capture(atol(argv[2]));
