@@ -40,6 +40,10 @@ pub struct ServeArgs {
     /// Heartbeat period asked of `arbiter node` agents.
     #[arg(long, value_parser = parse_duration, default_value = "500ms")]
     pub heartbeat: Duration,
+    /// How often the `matcher` slot (if a policy is loaded there) pairs offline
+    /// with online jobs; `0s` turns matching off.
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    pub match_every: Duration,
     /// An agent silent this long is lost and its jobs are rescheduled.
     #[arg(long, value_parser = parse_duration, default_value = "3s")]
     pub lost_after: Duration,
@@ -101,6 +105,7 @@ pub fn serve(a: &ServeArgs) -> anyhow::Result<()> {
             default_policy: a.policy.clone(),
             default_duration: a.default_duration,
             heartbeat: a.heartbeat,
+            match_interval: (!a.match_every.is_zero()).then_some(a.match_every),
             lost_after: a.lost_after,
             gpu_speeds: a.gpu_speeds.clone(),
             sharing: arbiter_policy_sdk::model::SharingRules {

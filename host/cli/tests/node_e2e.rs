@@ -1012,3 +1012,110 @@ fn dynamoml_scales_a_service_on_reported_load_borrowing_from_training_and_gives_
     drop(node_b);
     drop(server);
 }
+
+/// The control plane's matcher loop (contract 0.3's G9, MuxFlow's pairing): with a matcher in
+/// the `matcher` slot, an opportunistic one-GPU job is moved onto the GPU of a running
+/// guaranteed service and runs there with the pairing's SM share (the MPS active thread % its
+/// launch carries), on real agents.
+#[test]
+fn a_matcher_pairs_offline_work_onto_a_services_gpu_with_an_sm_share() {
+    let TwoNodes {
+        server,
+        c,
+        node_a,
+        node_b,
+        ..
+    } = two_nodes_with(
+        "cli-matcher-e2e",
+        // Host spill: opportunistic memory is soft, so it may join a GPU whose guaranteed
+        // job holds all of its memory (contract 0.3's G1, AntMan's Table 2).
+        &[
+            "--oversub-milli",
+            "1000",
+            "--host-spill",
+            "--match-every",
+            "200ms",
+        ],
+    );
+    let wl = c.workload.display().to_string();
+    // A pure matcher goes to the `matcher` slot.
+    c.cli(&["policy", "load", "builtin:greedy-matcher"]);
+    let slot = c.cli(&["policy", "describe", "matcher"]);
+    assert!(slot.to_string().contains("greedy-matcher"), "{slot}");
+    let service = c.cli(&[
+        "submit",
+        "--name",
+        "online",
+        "--gpus",
+        "1",
+        "--kind",
+        "inference",
+        "--slo",
+        "100ms",
+        "--",
+        &wl,
+        "train",
+    ])["id"]
+        .as_u64()
+        .expect("id");
+    wait_until_or(
+        "the service to run",
+        Duration::from_secs(20),
+        || c.job(service)["state"] == "running",
+        || c.job(service).to_string(),
+    );
+    let offline = c.cli(&[
+        "submit",
+        "--name",
+        "offline",
+        "--gpus",
+        "1",
+        "--opportunistic",
+        "--gpu-memory",
+        "1024",
+        "--",
+        &wl,
+        "train",
+    ])["id"]
+        .as_u64()
+        .expect("id");
+    let record = |c: &Cluster, job: u64| -> Option<(String, Value)> {
+        let tag = format!("job-{job}/0");
+        ["node-a", "node-b"].into_iter().find_map(|n| {
+            c.records(n)
+                .into_iter()
+                .find(|r| r["tag"] == tag)
+                .map(|r| (n.to_string(), r))
+        })
+    };
+    wait_until_or(
+        "the offline job to run on the service's GPU with an SM share",
+        Duration::from_secs(30),
+        || {
+            let (Some((n1, s)), Some((n2, o))) = (record(&c, service), record(&c, offline)) else {
+                return false;
+            };
+            n1 == n2
+                && s["gpu"] == o["gpu"]
+                && o["mps_thread_pct"]
+                    .as_u64()
+                    .is_some_and(|p| (1..=100).contains(&p))
+        },
+        || {
+            format!(
+                "service {:?}\noffline {:?}\n{}",
+                record(&c, service),
+                record(&c, offline),
+                common::cli_text(&c.url, &c.token, &["jobs"])
+            )
+        },
+    );
+    assert_eq!(c.job(offline)["node"], c.job(service)["node"]);
+    assert_eq!(c.job(offline)["gpu_indices"], c.job(service)["gpu_indices"]);
+    for j in [service, offline] {
+        c.cli(&["cancel", &j.to_string()]);
+    }
+    drop(node_a);
+    drop(node_b);
+    drop(server);
+}

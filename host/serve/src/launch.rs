@@ -88,6 +88,15 @@ pub fn resolve(
     Ok(out)
 }
 
+/// An offline job a matcher paired with an online one (MuxFlow; contract 0.3's G9) runs
+/// beside it under MPS with the pairing's share of the SMs: every node's launch carries it as
+/// the client's active thread percentage.
+pub fn with_sm_share(launches: &mut [NodeLaunch], sm_percent: u8) {
+    for l in launches {
+        l.launch.mps_thread_pct = u32::from(sm_percent.clamp(1, 100));
+    }
+}
+
 /// The `Update` that moves a running job's workloads on one node to the
 /// terms `launch` resolves (everything but the command and the ranks).
 pub fn update_of(launch: &v1::Launch, seq: u64) -> v1::Update {

@@ -26,6 +26,7 @@ use crate::stats::{Sample, fragmentation_pct, p_worse, pending_demand};
 use crate::store::{Ack, Contents, Store, StoreWriter, Write};
 use anyhow::Context;
 use arbiter_host::registry::{Generation, PolicySlot, Registry};
+use arbiter_host::roles::matcher::MatcherDriver;
 use arbiter_host::roles::reclaim::ReclaimDriver;
 use arbiter_host::roles::scheduler::{RoundDriver, Served};
 use arbiter_host::roles::tenant::{self, AdmissionRequest};
@@ -45,6 +46,9 @@ use tokio::sync::broadcast;
 
 /// The scheduler slot outside experiments (and the control arm in them).
 pub const DEFAULT_SLOT: &str = "default";
+/// The slot whose active generation answers the `matcher` role (MuxFlow's pairing of offline
+/// with online work); empty: nothing is paired, offline work runs where the scheduler put it.
+pub const MATCHER_SLOT: &str = "matcher";
 pub const CONTROL: &str = "control";
 pub const CANDIDATE: &str = "candidate";
 /// Largest component accepted by upload.
@@ -64,6 +68,8 @@ pub struct PlaneConfig {
     pub runtime: RuntimeConfig,
     /// How often node agents send heartbeats.
     pub heartbeat: Duration,
+    /// How often the `matcher` slot is asked to pair offline with online jobs (`None`: never).
+    pub match_interval: Option<Duration>,
     /// A node agent silent this long is lost; its jobs are rescheduled.
     pub lost_after: Duration,
     /// Write the decision journal (on by default; off only to measure its cost).
@@ -94,6 +100,7 @@ impl Default for PlaneConfig {
             max_decisions: 10_000,
             runtime: RuntimeConfig::default(),
             heartbeat: Duration::from_millis(500),
+            match_interval: Some(Duration::from_secs(10)),
             lost_after: Duration::from_secs(3),
             journal: true,
             gpu_speeds: Vec::new(),
@@ -369,6 +376,11 @@ pub struct Plane {
     /// Each running job's statistics as each of its nodes last reported them (transient:
     /// the next heartbeats bring them back after a restart).
     job_samples: HashMap<u64, BTreeMap<String, model::JobMetric>>,
+    /// The SM share (MPS active thread %) of each offline job the matcher paired, sent with
+    /// its launches; forgotten when the job ends or is paired no more.
+    sm_shares: HashMap<u64, u8>,
+    /// When the `matcher` slot was last asked.
+    last_match: Option<std::time::Instant>,
 }
 
 /// What opening the plane produced besides the plane.
@@ -474,6 +486,8 @@ impl Plane {
             tenant_faults: 0,
             tenant_memory: BTreeMap::new(),
             job_samples: HashMap::new(),
+            sm_shares: HashMap::new(),
+            last_match: None,
             rounds: 0,
             next_session: 1,
             update_seq: 0,
@@ -1120,6 +1134,7 @@ impl Plane {
         let previous = job.status.to_proto();
         let was_running = job.status == JobStatus::Running;
         self.job_samples.remove(&id);
+        self.sm_shares.remove(&id);
         move_status(&mut self.by_status, id, job.status, status);
         job.status = status;
         job.end_ms = now;
@@ -1179,6 +1194,12 @@ impl Plane {
     ) -> Result<(v1::GenerationInfo, Ack), ApiError> {
         let slot = match (caller, slot) {
             (Caller::Tenant(t), "") => tenant_slot(t),
+            // A pure matcher has one place to go.
+            (Caller::Admin, "")
+                if compiled.has_role(Role::Matcher) && !compiled.has_role(Role::Scheduler) =>
+            {
+                MATCHER_SLOT.to_string()
+            }
             (Caller::Admin, "") => compiled.manifest.name.clone(),
             (_, s) => s.to_string(),
         };
@@ -1194,6 +1215,13 @@ impl Plane {
                 )));
             }
             self.check_tenant_code(tenant, &slot, &compiled)?;
+        } else if slot == MATCHER_SLOT {
+            if !compiled.has_role(Role::Matcher) {
+                return Err(ApiError::InvalidArgument(format!(
+                    "slot `{MATCHER_SLOT}` pairs offline with online work; `{}` does not implement the `matcher` role (it implements {:?})",
+                    compiled.manifest.name, compiled.manifest.roles
+                )));
+            }
         } else if !compiled.has_role(Role::Scheduler) {
             return Err(ApiError::InvalidArgument(format!(
                 "slot `{slot}` schedules; `{}` does not implement the `scheduler` role (it implements {:?})",
@@ -2733,18 +2761,18 @@ impl Plane {
     fn resolve_launches(&self, id: u64) -> Option<Result<Vec<launch::NodeLaunch>, String>> {
         let job = self.jobs.get(&id)?;
         let shared = self.cfg.sharing.is_shared(job.spec.qos);
-        Some(launch::resolve(
-            id,
-            &job.spec,
-            &job.placement,
-            shared,
-            |node| {
-                self.nodes
-                    .iter()
-                    .find(|n| n.request.name == node)
-                    .map(|n| n.request.gpu_memory_mib)
-            },
-        ))
+        let resolved = launch::resolve(id, &job.spec, &job.placement, shared, |node| {
+            self.nodes
+                .iter()
+                .find(|n| n.request.name == node)
+                .map(|n| n.request.gpu_memory_mib)
+        });
+        Some(resolved.map(|mut launches| {
+            if let Some(&pct) = self.sm_shares.get(&id) {
+                launch::with_sm_share(&mut launches, pct);
+            }
+            launches
+        }))
     }
 
     /// Sends the job's resolved launches (one per agent node it is placed
@@ -3028,6 +3056,7 @@ impl Plane {
         for i in 0..self.cells.len() {
             self.run_cell_round(i, now);
         }
+        self.match_if_due(now);
         self.rounds += 1;
         self.check_guardrail();
     }
@@ -3384,6 +3413,130 @@ impl Plane {
             }
             self.update_on_agents(id);
         }
+    }
+
+    /// Every `match_interval`, when the `matcher` slot has an active generation: in each cell,
+    /// the running guaranteed inference jobs are the online candidates and the one-GPU
+    /// opportunistic jobs (pending or running) the offline ones, profiled from their nodes'
+    /// job statistics; the host core's matcher driver validates the pairings and the
+    /// placements that carry them out, which are applied and reconciled like a round's. A
+    /// paired job's launches carry the pairing's SM share; a share that changes reaches the
+    /// running workloads as an `Update`.
+    fn match_if_due(&mut self, now: u64) {
+        let Some(interval) = self.cfg.match_interval else {
+            return;
+        };
+        if self.last_match.is_some_and(|t| t.elapsed() < interval) {
+            return;
+        }
+        let Some(slot) = self.registry.find(MATCHER_SLOT) else {
+            return;
+        };
+        if slot.active().is_none() {
+            return;
+        }
+        self.last_match = Some(std::time::Instant::now());
+        let driver = MatcherDriver::new(slot);
+        for index in 0..self.cells.len() {
+            let (online, offline, profiles) = self.match_candidates(index);
+            if online.is_empty() || offline.is_empty() {
+                continue;
+            }
+            let cell = &mut self.cells[index];
+            cell.state.set_now(now);
+            let outcome = driver.match_workloads(&mut cell.state, &online, &offline, profiles);
+            for (generation, fault) in &outcome.faults {
+                let g = generation.map_or_else(|| "native".to_string(), |g| g.to_string());
+                *self
+                    .metrics
+                    .faults
+                    .entry((MATCHER_SLOT.to_string(), g, fault.kind().to_string()))
+                    .or_default() += 1;
+            }
+            let applied = if outcome.decisions.is_empty() {
+                Applied::default()
+            } else {
+                match cell.state.apply(outcome.decisions.clone()) {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::error!(error = %e, "validated pairings did not apply");
+                        continue;
+                    }
+                }
+            };
+            let cell = &self.cells[index];
+            let paired: Vec<(u64, u8)> = outcome
+                .pairings
+                .iter()
+                .filter_map(|p| {
+                    let local = cell.state.records().get(p.offline as usize)?.id;
+                    Some((*cell.global.get(&local)?, p.sm_percent))
+                })
+                .collect();
+            let changes = Changes::read(cell, &applied);
+            let moved: BTreeSet<u64> = changes
+                .started
+                .iter()
+                .chain(&changes.moved)
+                .map(|(id, _)| *id)
+                .collect();
+            let mut updated = Vec::new();
+            for &(id, pct) in &paired {
+                if self.sm_shares.insert(id, pct) != Some(pct) && !moved.contains(&id) {
+                    updated.push(id);
+                }
+            }
+            tracing::info!(
+                pairings = outcome.pairings.len(),
+                decisions = outcome.decisions.len(),
+                served = outcome.served.label(),
+                "matched offline to online work"
+            );
+            self.reconcile(changes, now);
+            for id in updated {
+                self.update_on_agents(id);
+            }
+        }
+    }
+
+    /// The matcher's candidates in cell `index`, as job indices, and their profiles.
+    fn match_candidates(&self, index: usize) -> (Vec<u32>, Vec<u32>, Vec<model::WorkloadProfile>) {
+        let cell = &self.cells[index];
+        let cluster = cell.state.cluster();
+        let (mut online, mut offline, mut profiles) = (Vec::new(), Vec::new(), Vec::new());
+        for (&id, &local) in &cell.local {
+            let Some(i) = cell.state.job_index(local) else {
+                continue;
+            };
+            let job = cluster.job(i);
+            let candidate = if job.qos() == model::qos::GUARANTEED {
+                job.kind() == model::job_kind::INFERENCE && job.phase() == model::job_phase::RUNNING
+            } else {
+                job.workers() == 1 && job.gpus_per_worker() == 1
+            };
+            if !candidate {
+                continue;
+            }
+            if job.qos() == model::qos::GUARANTEED {
+                online.push(i);
+            } else {
+                offline.push(i);
+            }
+            if let Some(m) = self.job_metric(id) {
+                profiles.push(model::WorkloadProfile {
+                    job: i,
+                    utilization_pct: m.utilization_pct,
+                    sm_activity_pct: m.sm_activity_pct,
+                    memory_mib: m.peak_memory_mib,
+                    solo_iteration_ms: m.iteration_ms,
+                    ..model::WorkloadProfile::default()
+                });
+            }
+        }
+        online.sort_unstable();
+        offline.sort_unstable();
+        profiles.sort_unstable_by_key(|p| p.job);
+        (online, offline, profiles)
     }
 
     /// A running job's terms changed (its QoS): its agents get an `Update`

@@ -1395,3 +1395,24 @@ async fn a_lost_store_is_refused_not_reinitialised() {
     assert!(fresh.new_admin_token.is_some());
     fresh.shutdown().await.unwrap();
 }
+
+/// The `matcher` slot takes matchers only; a pure matcher loaded without a slot lands there,
+/// and a scheduler cannot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_matcher_slot_takes_matchers_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = server(dir.path(), 1, Duration::from_secs(600)).await;
+    let mut admin = client(&running, running.new_admin_token.as_deref()).await;
+    let best_fit = arbiter_policies::get("best-fit").unwrap();
+    let e = upload(&mut admin, "matcher", best_fit, "").await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("matcher"), "{}", e.message());
+    let matcher = arbiter_policies::get("greedy-matcher").unwrap();
+    load(&mut admin, "", matcher, "").await;
+    let slot = describe(&mut admin, "matcher").await;
+    assert!(
+        slot.generations.iter().any(|g| g.name == "greedy-matcher" && g.active),
+        "{slot:?}"
+    );
+    running.shutdown().await.unwrap();
+}
