@@ -7,7 +7,8 @@ mod common;
 
 use arbiter_interpose::control::{BlockInit, MappedBlock};
 use serde_json::json;
-use std::path::PathBuf;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::Ordering;
 
@@ -25,6 +26,32 @@ fn gpu_check_binary() -> PathBuf {
         bin.display()
     );
     bin
+}
+
+/// Runs `gpu_check --nvml-lib LIB ARGS...`; its stdout, after checking it succeeded.
+fn gpu_check(lib: &Path, args: &[&OsStr]) -> String {
+    let out = Command::new(gpu_check_binary())
+        .arg("--nvml-lib")
+        .arg(lib)
+        .args(args)
+        .output()
+        .expect("run gpu_check");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// One sample of GPU 0, no MPS, and the reconciliation of the block at `path`.
+fn reconcile_args(path: &Path) -> Vec<&OsStr> {
+    let mut args = ["--samples", "1", "--no-mps", "--block"]
+        .map(OsStr::new)
+        .to_vec();
+    args.push(path.as_os_str());
+    args
 }
 
 #[test]
@@ -57,18 +84,7 @@ fn reconciliation_writes_what_nvml_sees_beyond_the_charge() {
     assert!(block.try_reserve(0, 1 << 30));
     block.processes[slot].held[0].store(1 << 30, Ordering::Relaxed);
 
-    let out = Command::new(gpu_check_binary())
-        .args(["--nvml-lib".as_ref(), lib.as_os_str()])
-        .args(["--samples", "1", "--no-mps", "--block"])
-        .arg(&path)
-        .output()
-        .expect("run gpu_check");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = gpu_check(&lib, &reconcile_args(&path));
     // Only the block's own process counts (pid 1 is another workload): 1542 - 1024 MiB.
     assert_eq!(
         block.device(0).unseen_bytes.load(Ordering::Relaxed),
@@ -94,14 +110,7 @@ fn a_block_whose_processes_nvml_does_not_report_is_left_alone() {
     block
         .claim_process_slot(u64::from(std::process::id()), 0)
         .expect("slot");
-    let out = Command::new(gpu_check_binary())
-        .args(["--nvml-lib".as_ref(), lib.as_os_str()])
-        .args(["--samples", "1", "--no-mps", "--block"])
-        .arg(&path)
-        .output()
-        .expect("run gpu_check");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}");
+    let stdout = gpu_check(&lib, &reconcile_args(&path));
     assert!(
         stdout.contains("NVML reports none of the block's processes"),
         "{stdout}"
@@ -118,24 +127,21 @@ fn the_mps_client_runs_once_per_thread_percentage_with_the_daemons_environment()
                   "timeline": [{ "t": 0 }] }] }),
     );
     let mps_dir = dir.join("mps");
-    let out = Command::new(gpu_check_binary())
-        .args(["--nvml-lib".as_ref(), lib.as_os_str()])
-        .args(["--samples", "1", "--mps-binary"])
-        .arg(common::fake_mps_binary())
-        .args(["--mps-dir".as_ref(), mps_dir.as_os_str()])
-        .args([
-            "--mps-client",
-            "echo pct=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE pipe=$CUDA_MPS_PIPE_DIRECTORY",
-            "--mps-client-pcts",
-            "100,25",
-        ])
-        .output()
-        .expect("run gpu_check");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let mps_binary = common::fake_mps_binary();
+    let stdout = gpu_check(
+        &lib,
+        &[
+            OsStr::new("--samples"),
+            OsStr::new("1"),
+            OsStr::new("--mps-binary"),
+            mps_binary.as_os_str(),
+            OsStr::new("--mps-dir"),
+            mps_dir.as_os_str(),
+            OsStr::new("--mps-client"),
+            OsStr::new("echo pct=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE pipe=$CUDA_MPS_PIPE_DIRECTORY"),
+            OsStr::new("--mps-client-pcts"),
+            OsStr::new("100,25"),
+        ],
     );
     let pipe = mps_dir.join("gpu0").join("pipe");
     for pct in [100, 25] {

@@ -250,6 +250,17 @@ impl Cluster {
         out
     }
 
+    /// Rank `rank` of job `job`: the node running it and its workload record.
+    fn rank_record(&self, job: u64, rank: u32) -> Option<(String, Value)> {
+        let tag = format!("job-{job}/{rank}");
+        ["node-a", "node-b"].into_iter().find_map(|n| {
+            self.records(n)
+                .into_iter()
+                .find(|r| r["tag"] == tag)
+                .map(|r| (n.to_string(), r))
+        })
+    }
+
     /// Everything the node's workloads wrote on stdout.
     fn outputs(&self, node: &str) -> String {
         let dir = self.state_dir(node).join("workloads");
@@ -812,15 +823,7 @@ fn an_upgrade_reaches_the_running_workload() {
     ])["id"]
         .as_u64()
         .expect("job id");
-    let record_of = |c: &Cluster| -> Option<(String, Value)> {
-        let tag = format!("job-{job}/0");
-        ["node-a", "node-b"].into_iter().find_map(|n| {
-            c.records(n)
-                .into_iter()
-                .find(|r| r["tag"] == tag)
-                .map(|r| (n.to_string(), r))
-        })
-    };
+    let record_of = |c: &Cluster| c.rank_record(job, 0);
     wait_until_or(
         "the opportunistic job to run as offline work",
         Duration::from_secs(30),
@@ -927,14 +930,7 @@ fn dynamoml_scales_a_service_on_reported_load_borrowing_from_training_and_gives_
         );
     };
     // Every training job's chief (rank 0) is running.
-    let chiefs = || {
-        [a, b].iter().all(|j| {
-            let tag = format!("job-{j}/0");
-            ["node-a", "node-b"]
-                .iter()
-                .any(|n| c.records(n).iter().any(|r| r["tag"] == tag))
-        })
-    };
+    let chiefs = || [a, b].iter().all(|&j| c.rank_record(j, 0).is_some());
     expect("training to grow into the idle GPUs", &[a, b], &|w| {
         w == [2, 2]
     });
@@ -1079,15 +1075,7 @@ fn a_matcher_pairs_offline_work_onto_a_services_gpu_with_an_sm_share() {
     ])["id"]
         .as_u64()
         .expect("id");
-    let record = |c: &Cluster, job: u64| -> Option<(String, Value)> {
-        let tag = format!("job-{job}/0");
-        ["node-a", "node-b"].into_iter().find_map(|n| {
-            c.records(n)
-                .into_iter()
-                .find(|r| r["tag"] == tag)
-                .map(|r| (n.to_string(), r))
-        })
-    };
+    let record = |c: &Cluster, job: u64| c.rank_record(job, 0);
     wait_until_or(
         "the offline job to run on the service's GPU with an SM share",
         Duration::from_secs(30),

@@ -1404,14 +1404,18 @@ async fn the_matcher_slot_takes_matchers_only() {
     let running = server(dir.path(), 1, Duration::from_secs(600)).await;
     let mut admin = client(&running, running.new_admin_token.as_deref()).await;
     let best_fit = arbiter_policies::get("best-fit").unwrap();
-    let e = upload(&mut admin, "matcher", best_fit, "").await.unwrap_err();
+    let e = upload(&mut admin, "matcher", best_fit, "")
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
     assert!(e.message().contains("matcher"), "{}", e.message());
     let matcher = arbiter_policies::get("greedy-matcher").unwrap();
     load(&mut admin, "", matcher, "").await;
     let slot = describe(&mut admin, "matcher").await;
     assert!(
-        slot.generations.iter().any(|g| g.name == "greedy-matcher" && g.active),
+        slot.generations
+            .iter()
+            .any(|g| g.name == "greedy-matcher" && g.active),
         "{slot:?}"
     );
     running.shutdown().await.unwrap();
