@@ -52,9 +52,10 @@ use arbiter_policy_sdk::model::{JobMetric, NodeAction, health, qos};
 use arbiter_proto::v1;
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tracing::Instrument;
@@ -92,6 +93,10 @@ pub struct AgentConfig {
     pub workload_env: Vec<(String, String)>,
     /// Called after every successful registration.
     pub on_registered: Option<RegisteredHook>,
+    /// This agent's identity across restarts ([`instance_id`] of its state directory; a fresh
+    /// one per process by default): the host refuses a second agent of the same name while
+    /// this one is connected, and lets this one reconnect at once.
+    pub instance: String,
 }
 
 impl std::fmt::Debug for AgentConfig {
@@ -120,8 +125,41 @@ impl AgentConfig {
             connect_timeout: Duration::from_secs(5),
             workload_env: Vec::new(),
             on_registered: None,
+            instance: fresh_instance(),
         }
     }
+}
+
+/// The agent instance id kept in `state_dir/agent-instance`, made on first use: 128 random
+/// bits in hex. It tells the host that a reconnecting agent is the one it knew, not another
+/// machine given the same name; it is not a credential (the node token is).
+pub fn instance_id(state_dir: &Path) -> anyhow::Result<String> {
+    let path = state_dir.join("agent-instance");
+    match std::fs::read_to_string(&path) {
+        Ok(s) if !s.trim().is_empty() => return Ok(s.trim().to_string()),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+    std::fs::create_dir_all(state_dir)
+        .with_context(|| format!("creating {}", state_dir.display()))?;
+    let id = fresh_instance();
+    std::fs::write(&path, &id).with_context(|| format!("writing {}", path.display()))?;
+    Ok(id)
+}
+
+fn fresh_instance() -> String {
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    let random = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
+    if random.is_err() {
+        // No urandom: unique enough to tell two agents apart (it is no secret).
+        let t = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        bytes = (t ^ (u128::from(std::process::id()) << 64)).to_le_bytes();
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// One job on this node: its ranks (one workload per GPU).
@@ -261,6 +299,7 @@ impl State {
             memory_mib: cfg.memory_mib.unwrap_or_else(machine_memory_mib),
             gpus,
             workloads,
+            instance: cfg.instance.clone(),
         }
     }
 
@@ -954,5 +993,20 @@ mod tests {
         assert_eq!(job_of_tag("job-7"), Some(7));
         assert_eq!(job_of_tag("job-x/0"), None);
         assert_eq!(job_of_tag("other"), None);
+    }
+
+    #[test]
+    fn the_instance_id_is_kept_in_the_state_directory() {
+        let dir = std::env::temp_dir().join(format!("agent-instance-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let first = instance_id(&dir).expect("made");
+        assert_eq!(first.len(), 32, "{first}");
+        assert_eq!(
+            instance_id(&dir).expect("read"),
+            first,
+            "the same across restarts"
+        );
+        assert_ne!(fresh_instance(), first);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -148,6 +148,7 @@ pub fn node(a: &NodeArgs) -> anyhow::Result<()> {
     };
     let name = a.name.clone();
     let mut cfg = AgentConfig::new(&a.server, &a.token, &a.name);
+    cfg.instance = arbiter_node::agent::instance_id(&a.state_dir)?;
     cfg.pool = a.pool.clone();
     cfg.cpu_milli = a.cpu_milli;
     cfg.memory_mib = a.memory_mib;

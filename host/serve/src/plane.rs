@@ -230,6 +230,8 @@ pub enum NodeKind {
 
 /// The host's end of a node agent's stream.
 pub struct AgentLink {
+    /// The agent's instance id from its hello ("" from an agent that sends none).
+    instance: String,
     pub session: u64,
     pub tx: tokio::sync::mpsc::UnboundedSender<v1::HostMessage>,
     pub last_seen: std::time::Instant,
@@ -2392,6 +2394,22 @@ impl Plane {
                 "`{name}` is a simulated node of the embedded pool"
             )));
         }
+        // One live agent per name: a second agent (another instance id) is refused while the
+        // first is connected and heard from within `lost_after`, so two machines configured
+        // with the same name cannot take the node from each other in turn (each launch would
+        // land on whichever connected last). The same agent reconnecting (its instance id,
+        // which `arbiter node` keeps in its state directory) takes its session over at once.
+        if let Some(n) = self.nodes.iter().find(|n| n.request.name == name)
+            && let Some(link) = &n.link
+            && n.last_seen.elapsed() < self.cfg.lost_after
+            && (hello.instance.is_empty() || hello.instance != link.instance)
+        {
+            return Err(ApiError::AlreadyExists(format!(
+                "node `{name}` is connected from another agent (instance `{}`); another agent \
+                 may take the name once it has been silent for {:?}",
+                link.instance, self.cfg.lost_after
+            )));
+        }
         let session = self.next_session;
         self.next_session += 1;
         let now = std::time::Instant::now();
@@ -2403,6 +2421,7 @@ impl Plane {
             })),
         });
         let link = AgentLink {
+            instance: hello.instance.clone(),
             session,
             tx,
             last_seen: now,

@@ -26,12 +26,25 @@ struct Agent {
 }
 
 impl Agent {
+    /// The agent of `name` (instance `instance-<name>`, as if it kept its state directory).
     async fn connect(
         running: &Running,
         token: &str,
         name: &str,
         workloads: Vec<v1::WorkloadReport>,
     ) -> Agent {
+        Self::connect_as(running, token, name, &format!("instance-{name}"), workloads)
+            .await
+            .unwrap_or_else(|s| panic!("session refused: {s:?}"))
+    }
+
+    async fn connect_as(
+        running: &Running,
+        token: &str,
+        name: &str,
+        instance: &str,
+        workloads: Vec<v1::WorkloadReport>,
+    ) -> Result<Agent, tonic::Status> {
         let mut client = v1::node_link_client::NodeLinkClient::new(channel(running).await);
         let (tx, rx) = mpsc::channel(64);
         tx.send(v1::NodeMessage {
@@ -48,21 +61,21 @@ impl Agent {
                     })
                     .collect(),
                 workloads,
+                instance: instance.into(),
             })),
         })
         .await
         .unwrap();
         let rx = client
             .session(bearer(token, ReceiverStream::new(rx)))
-            .await
-            .unwrap()
+            .await?
             .into_inner();
         let mut agent = Agent { tx, rx };
         match agent.next().await {
             v1::host_message::Body::Welcome(w) => assert!(w.heartbeat_ms > 0),
             other => panic!("expected welcome, got {other:?}"),
         }
-        agent
+        Ok(agent)
     }
 
     async fn next(&mut self) -> v1::host_message::Body {
@@ -518,5 +531,55 @@ async fn the_node_token_opens_node_sessions_and_nothing_else() {
     let again = Agent::connect(&running, &node, "node-a", Vec::new()).await;
     again.heartbeat().await;
     drop(again);
+    running.shutdown().await.unwrap();
+}
+
+/// Two agents given the same name (issue 14: they used to take the node from each other
+/// several times a second): while the first is connected and heard from, the second is
+/// refused; the first reconnecting (same instance) is welcome at once; once the first has
+/// been silent for `lost_after`, the name is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_agent_cannot_take_a_live_nodes_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = start(ServeConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        data: dir.path().to_path_buf(),
+        metrics_listen: None,
+        plane: PlaneConfig {
+            round_interval: Duration::from_millis(20),
+            nodes: Vec::new(),
+            heartbeat: Duration::from_millis(100),
+            lost_after: Duration::from_millis(600),
+            ..PlaneConfig::default()
+        },
+    })
+    .await
+    .unwrap();
+    let token = running.new_admin_token.clone().unwrap();
+    let first = Agent::connect_as(&running, &token, "gpu-01", "machine-1", Vec::new())
+        .await
+        .unwrap();
+    first.heartbeat().await;
+    for instance in ["machine-2", ""] {
+        let refused = Agent::connect_as(&running, &token, "gpu-01", instance, Vec::new())
+            .await
+            .err()
+            .expect("a second agent is refused");
+        assert_eq!(refused.code(), tonic::Code::AlreadyExists, "{refused:?}");
+        assert!(refused.message().contains("machine-1"), "{refused:?}");
+    }
+    // The first agent reconnects (a new stream before the old one is noticed gone).
+    let again = Agent::connect_as(&running, &token, "gpu-01", "machine-1", Vec::new())
+        .await
+        .expect("the same agent takes its session over");
+    again.heartbeat().await;
+    // Silent past `lost_after`: another machine may have the name.
+    drop((first, again));
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let other = Agent::connect_as(&running, &token, "gpu-01", "machine-2", Vec::new())
+        .await
+        .expect("the name is free once the first agent is lost");
+    other.heartbeat().await;
+    drop(other);
     running.shutdown().await.unwrap();
 }
