@@ -252,6 +252,25 @@ pub struct PolicyMetrics {
     pub node_updates: BTreeMap<&'static str, u64>,
 }
 
+/// How a serving generation is labelled in the metrics: its id, or `native`.
+pub fn generation_label(generation: Option<u64>) -> String {
+    generation.map_or_else(|| "native".to_string(), |g| g.to_string())
+}
+
+impl PolicyMetrics {
+    /// Counts one fault of `slot`'s `generation` (`None`: the native policy) of `kind`.
+    pub fn count_fault(&mut self, slot: &str, generation: Option<u64>, kind: &str) {
+        *self
+            .faults
+            .entry((
+                slot.to_string(),
+                generation_label(generation),
+                kind.to_string(),
+            ))
+            .or_default() += 1;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,7 +19,7 @@
 
 use crate::journal::{JournalWriter, Record, RoundRecord};
 use crate::launch;
-use crate::metrics::{Exposition, GaugeValue, Histogram, PolicyMetrics};
+use crate::metrics::{Exposition, GaugeValue, Histogram, PolicyMetrics, generation_label};
 use crate::records::*;
 use crate::shadow::{Shadow, ShadowInput};
 use crate::stats::{Sample, fragmentation_pct, p_worse, pending_demand};
@@ -925,17 +925,17 @@ impl Plane {
             let Some(combined) = self.job_metric(id) else {
                 continue;
             };
-            let Some(cell) = self.cells.iter_mut().find(|c| c.local.contains_key(&id)) else {
+            let Ok((state, local)) = self.in_cell(id) else {
                 continue;
             };
-            let Some(index) = cell.state.job_index(cell.local[&id]) else {
+            let Some(index) = state.job_index(local) else {
                 continue;
             };
             let metric = model::JobMetric {
                 job: index,
                 ..combined
             };
-            if let Err(e) = cell.state.record_job_metrics(vec![metric]) {
+            if let Err(e) = state.record_job_metrics(vec![metric]) {
                 tracing::warn!(job = id, node, error = %e, "job metrics refused");
             }
         }
@@ -1031,13 +1031,8 @@ impl Plane {
         remaining_ms: u64,
     ) -> Result<v1::JobProgress, ApiError> {
         self.live_job(caller, id)?;
-        let Some(cell) = self.cells.iter_mut().find(|c| c.local.contains_key(&id)) else {
-            return Err(ApiError::FailedPrecondition(format!(
-                "job {id} is not in any cell yet"
-            )));
-        };
-        let local = cell.local[&id];
-        cell.state
+        let (state, local) = self.in_cell(id)?;
+        state
             .report_progress(local, remaining_ms)
             .map_err(|e| internal(format!("recording progress of job {id}: {e}")))?;
         self.keep_progress(id);
@@ -1045,6 +1040,14 @@ impl Plane {
             .as_ref()
             .map(progress_proto)
             .ok_or_else(|| internal("reported job vanished from its cell"))
+    }
+
+    /// The cluster state of the cell job `id` is in, and its id there.
+    fn in_cell(&mut self, id: u64) -> Result<(&mut ClusterState, JobId), ApiError> {
+        self.cells
+            .iter_mut()
+            .find_map(|c| Some((&mut c.state, *c.local.get(&id)?)))
+            .ok_or_else(|| ApiError::FailedPrecondition(format!("job {id} is not in any cell yet")))
     }
 
     /// Records an inference job's load for the policies of its cell (and
@@ -1077,12 +1080,8 @@ impl Plane {
             p99_latency_ms: load.p99_latency_ms,
             reported_ms: now_ms(),
         };
-        let Some(cell) = self.cells.iter_mut().find(|c| c.local.contains_key(&id)) else {
-            return Err(ApiError::FailedPrecondition(format!(
-                "job {id} is not in any cell yet"
-            )));
-        };
-        record_service(&mut cell.state, cell.local[&id], record)
+        let (state, local) = self.in_cell(id)?;
+        record_service(state, local, record)
             .map_err(|e| internal(format!("recording the load of job {id}: {e}")))?;
         if let Some(job) = self.jobs.get_mut(&id) {
             job.service = Some(record);
@@ -2103,13 +2102,9 @@ impl Plane {
                 response.served = outcome.served.label().to_string();
             }
             for (generation, fault) in &outcome.faults {
-                let g = generation.map_or_else(|| "native".to_string(), |g| g.to_string());
+                let g = generation_label(*generation);
                 response.faults.push(format!("{g}: {fault}"));
-                *self
-                    .metrics
-                    .faults
-                    .entry((slot.clone(), g, fault.kind().to_string()))
-                    .or_default() += 1;
+                self.metrics.count_fault(&slot, *generation, fault.kind());
             }
             self.reconcile(changes, now);
             for name in &returned {
@@ -2553,10 +2548,6 @@ impl Plane {
     /// A heartbeat from a node agent's current session.
     pub fn node_heartbeat(&mut self, name: &str, session: u64, hb: &v1::Heartbeat) {
         let now = std::time::Instant::now();
-        if self.agent_mut(name, session).is_none() {
-            return;
-        }
-        self.record_job_samples(name, &hb.jobs);
         let Some(node) = self.agent_mut(name, session) else {
             return;
         };
@@ -2628,6 +2619,7 @@ impl Plane {
                 tracing::warn!(node = name, error = %e, "GPU metrics refused");
             }
         }
+        self.record_job_samples(name, &hb.jobs);
     }
 
     /// A workload event from a node agent.
@@ -3205,12 +3197,8 @@ impl Plane {
             let slot_name = tenant_slot(&tenant);
             for (generation, fault) in &admission.faults {
                 self.tenant_faults += 1;
-                let g = generation.map_or_else(|| "native".to_string(), |g| g.to_string());
-                *self
-                    .metrics
-                    .faults
-                    .entry((slot_name.clone(), g, fault.kind().to_string()))
-                    .or_default() += 1;
+                self.metrics
+                    .count_fault(&slot_name, *generation, fault.kind());
             }
             for position in admission.release {
                 let Some(&id) = queued.get(position as usize) else {
@@ -3317,7 +3305,7 @@ impl Plane {
             .entry(arm.clone())
             .or_default()
             .observe(report.latency.as_secs_f64());
-        let gen_label = generation.map_or_else(|| "native".to_string(), |g| g.to_string());
+        let gen_label = generation_label(generation);
         self.metrics
             .latency
             .entry((slot.clone(), gen_label))
@@ -3326,13 +3314,8 @@ impl Plane {
         if !matches!(report.served, Served::Active(_)) {
             *self.metrics.fallbacks.entry(arm.clone()).or_default() += 1;
         }
-        for (g, fault) in &report.faults {
-            let g = g.map_or_else(|| "native".to_string(), |g| g.to_string());
-            *self
-                .metrics
-                .faults
-                .entry((slot.clone(), g, fault.kind().to_string()))
-                .or_default() += 1;
+        for (generation, fault) in &report.faults {
+            self.metrics.count_fault(&slot, *generation, fault.kind());
         }
         {
             let stats = self.stats_mut(&arm);
@@ -3465,12 +3448,8 @@ impl Plane {
             cell.state.set_now(now);
             let outcome = driver.match_workloads(&mut cell.state, &online, &offline, profiles);
             for (generation, fault) in &outcome.faults {
-                let g = generation.map_or_else(|| "native".to_string(), |g| g.to_string());
-                *self
-                    .metrics
-                    .faults
-                    .entry((MATCHER_SLOT.to_string(), g, fault.kind().to_string()))
-                    .or_default() += 1;
+                self.metrics
+                    .count_fault(MATCHER_SLOT, *generation, fault.kind());
             }
             let applied = if outcome.decisions.is_empty() {
                 Applied::default()

@@ -134,6 +134,25 @@ impl Agent {
     }
 }
 
+/// A control plane with no simulated nodes, fast rounds and heartbeats, agents lost after
+/// 600 ms of silence.
+async fn agents_only(data: &std::path::Path) -> Running {
+    start(ServeConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        data: data.to_path_buf(),
+        metrics_listen: None,
+        plane: PlaneConfig {
+            round_interval: Duration::from_millis(20),
+            nodes: Vec::new(),
+            heartbeat: Duration::from_millis(100),
+            lost_after: Duration::from_millis(600),
+            ..PlaneConfig::default()
+        },
+    })
+    .await
+    .unwrap()
+}
+
 async fn job(running: &Running, token: &str, id: u64) -> v1::Job {
     let channel = channel(running).await;
     v1::jobs_client::JobsClient::new(channel)
@@ -167,20 +186,7 @@ async fn wait_state(running: &Running, token: &str, id: u64, state: v1::JobState
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agents_register_run_jobs_get_lost_and_are_adopted() {
     let dir = tempfile::tempdir().unwrap();
-    let running = start(ServeConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        data: dir.path().to_path_buf(),
-        metrics_listen: None,
-        plane: PlaneConfig {
-            round_interval: Duration::from_millis(20),
-            nodes: Vec::new(),
-            heartbeat: Duration::from_millis(100),
-            lost_after: Duration::from_millis(600),
-            ..PlaneConfig::default()
-        },
-    })
-    .await
-    .unwrap();
+    let running = agents_only(dir.path()).await;
     let token = running.new_admin_token.clone().unwrap();
 
     let mut a = Agent::connect(&running, &token, "node-a", Vec::new()).await;
@@ -541,20 +547,7 @@ async fn the_node_token_opens_node_sessions_and_nothing_else() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_agent_cannot_take_a_live_nodes_name() {
     let dir = tempfile::tempdir().unwrap();
-    let running = start(ServeConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        data: dir.path().to_path_buf(),
-        metrics_listen: None,
-        plane: PlaneConfig {
-            round_interval: Duration::from_millis(20),
-            nodes: Vec::new(),
-            heartbeat: Duration::from_millis(100),
-            lost_after: Duration::from_millis(600),
-            ..PlaneConfig::default()
-        },
-    })
-    .await
-    .unwrap();
+    let running = agents_only(dir.path()).await;
     let token = running.new_admin_token.clone().unwrap();
     let first = Agent::connect_as(&running, &token, "gpu-01", "machine-1", Vec::new())
         .await
