@@ -82,7 +82,12 @@ pub struct Liveness {
     /// with `RTLD_DEEPBIND` (counted before the load, so a load that fails counts too). Such a runtime resolves `dlsym` inside its own scope, around the
     /// interposer: what it allocates and launches is not enforced. The node reports it.
     pub unenforced_loads: AtomicU64,
-    _reserved: [AtomicU64; 3],
+    /// Node-written: bytes the workload may hold in host-backed memory beyond its quota (host
+    /// spill, AntMan's "universal memory" done by the interposer; 0 = none). An allocation the
+    /// quota refuses is then served from managed memory kept on the host (`quota`'s spill
+    /// path). In layout 2's reserved space: a block written by an older node reads 0.
+    pub spill_limit_bytes: AtomicU64,
+    _reserved: [AtomicU64; 2],
 }
 
 /// Cache line 2: state the interposer updates with CAS (quota and pacing clock).
@@ -104,7 +109,11 @@ pub struct Shared {
     pub iterations: AtomicU64,
     /// `CLOCK_MONOTONIC` ns of the last reported iteration.
     pub last_iteration_ns: AtomicU64,
-    _reserved: [AtomicU64; 2],
+    /// Bytes the workload holds in host-backed (spilled) memory, reserved with a CAS against
+    /// [`Liveness::spill_limit_bytes`]. Not part of `used_bytes`: spilled memory does not
+    /// occupy the GPU. In layout 2's reserved space.
+    pub spilled_bytes: AtomicU64,
+    _reserved: [AtomicU64; 1],
 }
 
 /// Cache line 3: counters reported back to the node (interposer-written, relaxed).
@@ -157,6 +166,9 @@ pub struct ProcessSlot {
     pub start_ticks: AtomicU64,
     /// Bytes it holds per device.
     pub held: [AtomicU64; MAX_DEVICES],
+    /// Spilled bytes it holds (in the slot's alignment padding of layout 2, so the slot's
+    /// size did not change; an older interposer leaves it 0).
+    pub spilled: AtomicU64,
 }
 
 /// The whole block: version 1's four cache lines, then per-device usage and process slots.
@@ -195,6 +207,8 @@ pub struct BlockInit {
     pub stale_after_ns: u64,
     /// GPUs the workload was given (see [`Liveness::device_count`]).
     pub device_count: u64,
+    /// Host spill allowance (see [`Liveness::spill_limit_bytes`]; 0 = none).
+    pub spill_limit_bytes: u64,
 }
 
 impl Default for BlockInit {
@@ -206,6 +220,7 @@ impl Default for BlockInit {
             control_period_ns: 100_000_000,
             stale_after_ns: 0,
             device_count: 1,
+            spill_limit_bytes: 0,
         }
     }
 }
@@ -257,6 +272,9 @@ impl ControlBlock {
             .device_count
             .store(init.device_count, Ordering::Relaxed);
         self.liveness.unenforced_loads.store(0, Ordering::Relaxed);
+        self.liveness
+            .spill_limit_bytes
+            .store(init.spill_limit_bytes, Ordering::Relaxed);
         for d in &self.devices {
             d.used_bytes.store(0, Ordering::Relaxed);
             d.peak_used_bytes.store(0, Ordering::Relaxed);
@@ -268,6 +286,7 @@ impl ControlBlock {
             for h in &p.held {
                 h.store(0, Ordering::Relaxed);
             }
+            p.spilled.store(0, Ordering::Relaxed);
         }
         self.shared.used_bytes.store(0, Ordering::Relaxed);
         self.shared.peak_used_bytes.store(0, Ordering::Relaxed);
@@ -275,6 +294,7 @@ impl ControlBlock {
         self.shared.pace_epoch_applied.store(0, Ordering::Relaxed);
         self.shared.iterations.store(0, Ordering::Relaxed);
         self.shared.last_iteration_ns.store(0, Ordering::Relaxed);
+        self.shared.spilled_bytes.store(0, Ordering::Relaxed);
         for c in [
             &self.counters.allocations,
             &self.counters.frees,
@@ -414,6 +434,47 @@ impl ControlBlock {
             .fetch_update(Ordering::AcqRel, Ordering::Relaxed, sub);
     }
 
+    /// Reserves `bytes` of host spill against [`Liveness::spill_limit_bytes`] (CAS, never
+    /// overshooting). False when spill is off or the allowance is used up.
+    pub fn try_spill(&self, bytes: u64) -> bool {
+        let limit = self.liveness.spill_limit_bytes.load(Ordering::Relaxed);
+        self.shared
+            .spilled_bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |cur| {
+                cur.checked_add(bytes).filter(|next| *next <= limit)
+            })
+            .is_ok()
+    }
+
+    /// Returns spilled bytes (saturating).
+    pub fn unspill(&self, bytes: u64) {
+        let _ = self
+            .shared
+            .spilled_bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |c| {
+                Some(c.saturating_sub(bytes))
+            });
+    }
+
+    /// Bytes the workload holds beyond its quota on the device where it is furthest over
+    /// (charged + unseen − quota; 0 when within it). The node lowers the quota below what a
+    /// workload holds to ask it to give memory back: the interposer cannot take memory away,
+    /// but a framework can empty its allocator's cache at an iteration boundary when this is
+    /// non-zero (`arbiter_release_requested()`, AntMan's shrink path).
+    pub fn release_requested(&self) -> u64 {
+        let quota = self.limits.quota_bytes.load(Ordering::Relaxed);
+        self.devices
+            .iter()
+            .map(|d| {
+                d.used_bytes
+                    .load(Ordering::Relaxed)
+                    .saturating_add(d.unseen_bytes.load(Ordering::Relaxed))
+                    .saturating_sub(quota)
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Node side: reconcile `device` with what NVML says the workload's processes use there
     /// (`nvml_bytes`); the part no wrapped allocator charged becomes `unseen_bytes`, which
     /// later reservations count against the quota. `charged_before` is the device's charge read
@@ -440,6 +501,7 @@ impl ControlBlock {
         for h in &slot.held {
             h.store(0, Ordering::Relaxed);
         }
+        slot.spilled.store(0, Ordering::Relaxed);
         slot.start_ticks.store(start_ticks, Ordering::Release);
         Some(i)
     }
@@ -463,6 +525,8 @@ impl ControlBlock {
                     reclaimed = reclaimed.saturating_add(bytes);
                 }
             }
+            // Host memory goes with the process; only the allowance is given back.
+            self.unspill(slot.spilled.swap(0, Ordering::AcqRel));
             slot.start_ticks.store(0, Ordering::Relaxed);
             slot.pid.store(0, Ordering::Release);
         }
@@ -611,6 +675,59 @@ mod tests {
         assert_eq!(offset_of!(Counters, launches), 32);
         assert_eq!(offset_of!(Shared, iterations), 32);
         assert_eq!(offset_of!(Shared, last_iteration_ns), 40);
+        assert_eq!(offset_of!(Shared, spilled_bytes), 48);
+        assert_eq!(offset_of!(Liveness, spill_limit_bytes), 40);
+        assert_eq!(offset_of!(ProcessSlot, spilled), 144);
+    }
+
+    #[test]
+    fn spill_is_bounded_by_its_allowance_and_reclaimed_with_dead_processes() {
+        let b = ControlBlock::default();
+        b.initialize(&BlockInit {
+            quota_bytes: 100,
+            spill_limit_bytes: 50,
+            ..Default::default()
+        });
+        assert!(b.try_spill(30));
+        assert!(!b.try_spill(21), "30 + 21 is over the 50 allowed");
+        assert!(b.try_spill(20));
+        assert_eq!(b.shared.spilled_bytes.load(Ordering::Relaxed), 50);
+        assert_eq!(
+            b.shared.used_bytes.load(Ordering::Relaxed),
+            0,
+            "spill is not GPU use"
+        );
+        b.unspill(30);
+        assert_eq!(b.shared.spilled_bytes.load(Ordering::Relaxed), 20);
+        let slot = b.claim_process_slot(77, 1).expect("a free slot");
+        b.processes[slot].spilled.store(20, Ordering::Relaxed);
+        b.reclaim_dead_processes(|_, _| false);
+        assert_eq!(b.shared.spilled_bytes.load(Ordering::Relaxed), 0);
+        let off = ControlBlock::default();
+        off.initialize(&BlockInit::default());
+        assert!(!off.try_spill(1), "no allowance, no spill");
+    }
+
+    #[test]
+    fn release_is_requested_once_the_quota_drops_below_what_is_held() {
+        let b = ControlBlock::default();
+        b.initialize(&BlockInit {
+            quota_bytes: 1000,
+            device_count: 2,
+            ..Default::default()
+        });
+        assert!(b.try_reserve(0, 600) && b.try_reserve(1, 900));
+        assert_eq!(b.release_requested(), 0);
+        b.limits.quota_bytes.store(500, Ordering::Relaxed);
+        assert_eq!(b.release_requested(), 400, "device 1 is 400 over");
+        b.devices[0].unseen_bytes.store(350, Ordering::Relaxed);
+        assert_eq!(
+            b.release_requested(),
+            450,
+            "unseen memory counts: device 0 is 450 over"
+        );
+        b.limits.quota_bytes.store(UNLIMITED, Ordering::Relaxed);
+        assert_eq!(b.release_requested(), 0);
     }
 
     #[test]

@@ -15,6 +15,7 @@ use crate::exit;
 use crate::pacer::{self, StreamKind};
 use crate::quota::{self, Kind};
 use crate::real::{self, Sym};
+use crate::spill;
 use crate::state::{self, ENFORCE};
 use crate::trace;
 use crate::{CUDA_ERROR_NOT_FOUND, CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CUresult, guard};
@@ -90,7 +91,9 @@ pub fn wrapper(sym: Sym) -> Option<*mut c_void> {
         | cuDeviceGetUuid
         | cuCtxSynchronize
         | cuCtxPushCurrent_v2
-        | cuCtxPopCurrent_v2 => return None,
+        | cuCtxPopCurrent_v2
+        | cuMemAdvise
+        | cuMemAdvise_v2 => return None,
     };
     Some(p)
 }
@@ -243,11 +246,15 @@ fn read_out(p: *const u64) -> u64 {
 pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut u64, size: usize) -> CUresult {
     guard(|| {
         let f = real!(cuMemAlloc_v2: unsafe extern "C" fn(*mut u64, usize) -> CUresult);
-        alloc_with(size, Kind::Ptr, || {
+        let r = alloc_with(size, Kind::Ptr, || {
             // SAFETY: forwarding.
             let r = unsafe { f(dptr, size) };
             (r, if r == CUDA_SUCCESS { read_out(dptr) } else { 0 })
-        })
+        });
+        if r == CUDA_ERROR_OUT_OF_MEMORY && spill::alloc(dptr, size) {
+            return CUDA_SUCCESS;
+        }
+        r
     })
 }
 

@@ -18,6 +18,8 @@
 //! * `hooks` — the exported `cu*` entry points;
 //! * `nvml` — `nvmlDeviceGetMemoryInfo{,_v2}` as the workload sees them (the quota);
 //! * `iteration` — `arbiter_iteration()`, the workload's report of a finished iteration;
+//! * `release` — `arbiter_release_requested()`, the node's request to give memory back;
+//! * `spill` — host spill: over-quota `cuMemAlloc` served from host-resident managed memory;
 //! * `trace` — the resolution trace checked against the real CUDA runtime and driver.
 
 mod arrays;
@@ -30,6 +32,8 @@ mod nvml;
 mod pacer;
 mod quota;
 mod real;
+pub mod release;
+mod spill;
 mod state;
 mod trace;
 

@@ -37,12 +37,14 @@ pub enum Kind {
     Array,
 }
 
-/// A map value: bytes (low 56 bits) charged to a device (bits 56–62); with [`DEFERRED`] set,
-/// the bytes of an allocation made while enforcement was fail-open and not charged yet.
+/// A map value: bytes (low 56 bits) charged to a device (bits 56–61); with [`DEFERRED`] set,
+/// the bytes of an allocation made while enforcement was fail-open and not charged yet; with
+/// [`SPILLED`] set, host-backed bytes held against the spill allowance, not the quota.
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct Entry(u64);
 
 const DEFERRED: u64 = 1 << 63;
+const SPILLED: u64 = 1 << 62;
 const BYTES: u64 = (1 << 56) - 1;
 
 impl Entry {
@@ -50,8 +52,14 @@ impl Entry {
         let flag = if deferred { DEFERRED } else { 0 };
         Entry(flag | ((device.min(MAX_DEVICES - 1) as u64) << 56) | bytes.min(BYTES))
     }
+    fn spilled(bytes: u64) -> Entry {
+        Entry(SPILLED | bytes.min(BYTES))
+    }
     fn device(self) -> usize {
-        ((self.0 >> 56) & 0x7f) as usize
+        ((self.0 >> 56) & 0x3f) as usize
+    }
+    fn is_spilled(self) -> bool {
+        self.0 & SPILLED != 0
     }
     fn bytes(self) -> u64 {
         self.0 & BYTES
@@ -59,9 +67,13 @@ impl Entry {
     fn deferred(self) -> bool {
         self.0 & DEFERRED != 0
     }
-    /// Bytes charged against the quota (0 for a deferred entry).
+    /// Bytes charged against the quota (0 for a deferred or spilled entry).
     fn charged(self) -> u64 {
-        if self.deferred() { 0 } else { self.bytes() }
+        if self.deferred() || self.is_spilled() {
+            0
+        } else {
+            self.bytes()
+        }
     }
 }
 
@@ -96,6 +108,8 @@ struct Mappings {
 static MAPS: AtomicPtr<Maps> = AtomicPtr::new(std::ptr::null_mut());
 /// Bytes this process holds against the quota, per device (returned at exit).
 static MY_HELD: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
+/// Host-spilled bytes this process holds (returned at exit).
+static MY_SPILLED: AtomicU64 = AtomicU64::new(0);
 /// Allocations remembered as deferred (a hint to skip the walk when there are none).
 static DEFERRED_COUNT: AtomicU64 = AtomicU64::new(0);
 
@@ -286,6 +300,43 @@ fn unreserve(b: &ControlBlock, device: usize, bytes: u64) {
     b.release(d, bytes);
 }
 
+/// Returns what a freed (or context-destroyed) allocation held: quota bytes, or spill.
+fn give_back(b: &ControlBlock, entry: Entry) {
+    if entry.is_spilled() {
+        unspill(b, entry.bytes());
+    } else {
+        refund(b, entry.device(), entry.charged());
+    }
+}
+
+/// Returns `bytes` of freed host spill (see [`drop_spill`]).
+fn unspill(b: &ControlBlock, bytes: u64) {
+    let mine = drop_spill(b, bytes);
+    b.counters.bytes_freed.fetch_add(mine, Ordering::Relaxed);
+}
+
+/// Gives `bytes` of host spill back to the allowance — at most what this process still holds
+/// (see [`refund`]: after exit it holds nothing) — slot first, as [`unhold_slot`] does.
+/// Returns the bytes given back.
+fn drop_spill(b: &ControlBlock, bytes: u64) -> u64 {
+    let mut mine = 0;
+    let _ = MY_SPILLED.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |u| {
+        mine = bytes.min(u);
+        Some(u - mine)
+    });
+    if mine > 0 {
+        if let Some(slot) = my_slot(b) {
+            let _ = slot
+                .spilled
+                .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |u| {
+                    Some(u.saturating_sub(mine))
+                });
+        }
+        b.unspill(mine);
+    }
+    mine
+}
+
 // ---------------------------------------------------------------------------------------------
 // Allocation
 
@@ -406,6 +457,62 @@ impl Reservation {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Host spill
+
+/// Host spill taken against the block's allowance before the managed allocation is made.
+#[must_use]
+pub struct Spill {
+    bytes: u64,
+    context: u64,
+}
+
+/// Reserve `size` bytes of host spill: only while the quota is enforced and the node gave the
+/// workload an allowance (`spill_limit_bytes`) with room left. The bytes are held in this
+/// process's slot from here, like a quota reservation.
+pub fn reserve_spill(size: u64) -> Option<Spill> {
+    if state::mode() != ENFORCE || size == 0 {
+        return None;
+    }
+    let b = state::block()?;
+    if !b.try_spill(size) {
+        return None;
+    }
+    MY_SPILLED.fetch_add(size, Ordering::AcqRel);
+    if let Some(slot) = my_slot(b) {
+        slot.spilled.fetch_add(size, Ordering::AcqRel);
+    }
+    Some(Spill {
+        bytes: size,
+        context: current_context(),
+    })
+}
+
+impl Spill {
+    /// The managed allocation `key` was made: remember it as spilled.
+    pub fn commit(self, key: u64) {
+        let Some(b) = state::block() else { return };
+        b.counters.allocations.fetch_add(1, Ordering::Relaxed);
+        b.counters
+            .bytes_allocated
+            .fetch_add(self.bytes, Ordering::Relaxed);
+        lock(shard(Kind::Ptr, key)).insert(
+            key,
+            Record {
+                entry: Entry::spilled(self.bytes),
+                context: self.context,
+            },
+        );
+    }
+
+    /// The managed allocation failed: give the allowance back.
+    pub fn rollback(self) {
+        if let Some(b) = state::block() {
+            drop_spill(b, self.bytes);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Free
 
 /// An allocation's map record, taken out before its free.
@@ -439,7 +546,7 @@ pub fn released(taken: Option<Taken>) {
     let Some(b) = state::block() else { return };
     b.counters.frees.fetch_add(1, Ordering::Relaxed);
     if let Some(Taken(r)) = taken {
-        refund(b, r.entry.device(), r.entry.charged());
+        give_back(b, r.entry);
     }
 }
 
@@ -470,7 +577,7 @@ pub fn context_destroyed(context: u64) {
                         });
                 }
                 b.counters.frees.fetch_add(1, Ordering::Relaxed);
-                refund(b, r.entry.device(), r.entry.charged());
+                give_back(b, r.entry);
             }
         }
     }
@@ -580,6 +687,11 @@ pub fn release_all() {
             b.release(d, mine);
         }
     }
+    let spilled = MY_SPILLED.swap(0, Ordering::AcqRel);
+    if let Some(slot) = slot {
+        slot.spilled.store(0, Ordering::Release);
+    }
+    b.unspill(spilled);
     if let Some(slot) = slot
         && slot.pid.load(Ordering::Acquire) == u64::from(std::process::id())
     {
@@ -596,6 +708,7 @@ pub fn reset_after_fork() {
     for held in &MY_HELD {
         held.store(0, Ordering::Relaxed);
     }
+    MY_SPILLED.store(0, Ordering::Relaxed);
     SLOT.store(UNCLAIMED, Ordering::Release);
     DEFERRED_COUNT.store(0, Ordering::Relaxed);
     MAPS.store(std::ptr::null_mut(), Ordering::Release);
@@ -613,5 +726,12 @@ mod tests {
         assert_eq!((d.device(), d.bytes(), d.charged()), (15, 7, 0));
         assert!(d.deferred() && !e.deferred());
         assert_eq!(Entry::new(99, 1, false).device(), MAX_DEVICES - 1);
+        let s = Entry::spilled(5 << 20);
+        assert!(s.is_spilled() && !s.deferred() && !e.is_spilled());
+        assert_eq!(
+            (s.bytes(), s.charged()),
+            (5 << 20, 0),
+            "spill is not charged to the quota"
+        );
     }
 }

@@ -79,6 +79,8 @@ symbols!(
     cuCtxSynchronize,
     cuCtxPushCurrent_v2,
     cuCtxPopCurrent_v2,
+    cuMemAdvise,
+    cuMemAdvise_v2,
 );
 
 const N: usize = NAMES.len();

@@ -568,6 +568,87 @@ fn iterations_reported_by_the_workload_reach_the_block() {
     assert!(text.contains("hook=1 reported=0"), "{text}");
 }
 
+/// Host spill: with an allowance, `cuMemAlloc` beyond the quota is served from managed memory
+/// advised to stay on the host and be mapped by the device; the allowance bounds it, and
+/// frees return it. Without an allowance nothing spills.
+#[test]
+fn over_quota_allocations_spill_to_host_memory_within_the_allowance() {
+    let (quota, spill) = (8 * MIB, 4 * MIB);
+    let s = Scenario::new(
+        "spill",
+        Some(BlockInit {
+            quota_bytes: quota,
+            spill_limit_bytes: spill,
+            ..BlockInit::default()
+        }),
+    );
+    let out = s.run("gpa", &["spill", &quota.to_string(), &spill.to_string()]);
+    assert!(out.status.success(), "{}", stdout(&out));
+    let b = s.block();
+    assert_eq!(
+        b.shared.spilled_bytes.load(Ordering::Relaxed),
+        0,
+        "all returned"
+    );
+    assert_eq!(b.shared.used_bytes.load(Ordering::Relaxed), 0);
+    assert_eq!(
+        b.shared.peak_used_bytes.load(Ordering::Relaxed),
+        quota,
+        "spill never counted as GPU use"
+    );
+    let fake = s.fake();
+    assert_eq!(
+        fake.get(FakeSlot::ManagedBytes),
+        MIB + spill,
+        "spilled as managed"
+    );
+    assert_eq!(
+        fake.get(FakeSlot::HostPreferredBytes),
+        MIB + spill,
+        "kept on the host"
+    );
+    assert_eq!(
+        fake.get(FakeSlot::AccessedByBytes),
+        MIB + spill,
+        "mapped by the GPU"
+    );
+
+    // No allowance: the second allocation is refused as before.
+    let s = Scenario::new("no-spill", quota_block(quota));
+    let out = s.run("gpa", &["spill", &quota.to_string(), &spill.to_string()]);
+    assert!(
+        !out.status.success(),
+        "nothing may spill without an allowance"
+    );
+    assert_eq!(s.fake().get(FakeSlot::ManagedBytes), 0);
+}
+
+/// The cooperative shrink path: the node lowers the quota below what the workload holds, the
+/// workload sees `arbiter_release_requested()` turn non-zero, frees until it is within the new
+/// quota, and the block shows it.
+#[test]
+fn a_quota_below_what_is_held_asks_the_workload_to_release() {
+    let s = Scenario::new("release", quota_block(64 * MIB));
+    let mut child = s.spawn("gpa", &["release", "16", "3000"]);
+    let mut out = wait_for_line(&mut child, "holding=16");
+    assert_eq!(
+        s.block().shared.used_bytes.load(Ordering::Relaxed),
+        16 * MIB
+    );
+    assert_eq!(s.block().release_requested(), 0);
+    s.block()
+        .limits
+        .quota_bytes
+        .store(5 * MIB, Ordering::Relaxed);
+    let mut line = String::new();
+    out.read_line(&mut line).expect("workload output");
+    assert_eq!(field(&line, "released"), 11, "{line}");
+    assert_eq!(field(&line, "requested_after"), 0, "{line}");
+    assert_eq!(s.block().shared.used_bytes.load(Ordering::Relaxed), 5 * MIB);
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 #[test]
 fn every_launch_entry_point_is_counted() {
     for resolve in ["gpa", "gpa-ptds"] {

@@ -97,6 +97,10 @@ pub struct AgentConfig {
     /// one per process by default): the host refuses a second agent of the same name while
     /// this one is connected, and lets this one reconnect at once.
     pub instance: String,
+    /// Host spill for opportunistic work (AntMan's universal memory): each workload of a job
+    /// with QoS ≥ 1 may hold this much host memory beyond its GPU memory limit (0: none).
+    /// Guaranteed work never spills: its memory is what it was promised.
+    pub host_spill_mib: u32,
 }
 
 impl std::fmt::Debug for AgentConfig {
@@ -126,6 +130,7 @@ impl AgentConfig {
             workload_env: Vec::new(),
             on_registered: None,
             instance: fresh_instance(),
+            host_spill_mib: 0,
         }
     }
 }
@@ -188,6 +193,8 @@ struct State {
     /// Recently finished jobs (job, exit code), for the next hello.
     finished: VecDeque<(u64, i32)>,
     workload_env: Vec<(String, String)>,
+    /// Host spill each opportunistic workload is given (bytes; 0 none).
+    host_spill_bytes: u64,
     /// Host load for heartbeats (rates over the heartbeat period).
     host: HostSampler,
 }
@@ -216,13 +223,14 @@ fn job_of_tag(tag: &str) -> Option<u64> {
 }
 
 impl State {
-    fn new(node: Node, workload_env: Vec<(String, String)>) -> State {
+    fn new(node: Node, config: &AgentConfig) -> State {
         let mut s = State {
             node,
             jobs: BTreeMap::new(),
             by_workload: HashMap::new(),
             finished: VecDeque::new(),
-            workload_env,
+            workload_env: config.workload_env.clone(),
+            host_spill_bytes: u64::from(config.host_spill_mib) << 20,
             host: HostSampler::default(),
         };
         // Workloads adopted from the state dir: rebuild the job table from their tags.
@@ -369,6 +377,7 @@ impl State {
                         iteration_ms: s.iteration_ms,
                         peak_memory_mib: s.peak_memory_mib,
                         min_memory_mib: s.min_memory_mib,
+                        host_memory_mib: s.host_memory_mib,
                         utilization_pct: s.utilization_pct,
                         ..JobMetric::default()
                     })
@@ -379,6 +388,7 @@ impl State {
                     peak_memory_mib: m.peak_memory_mib,
                     min_memory_mib: m.min_memory_mib,
                     utilization_pct: u32::from(m.utilization_pct),
+                    host_memory_mib: m.host_memory_mib,
                 })
             })
             .collect()
@@ -480,18 +490,21 @@ impl State {
                 ("ARBITER_LOCAL_RANK".to_string(), local.to_string()),
                 ("ARBITER_WORLD_SIZE".to_string(), world.to_string()),
             ]);
+            let qos = u8::try_from(l.qos).ok().filter(|&q| q <= qos::BEST_EFFORT);
             let spec = WorkloadSpec {
                 command: l.command.clone(),
                 env,
                 gpu,
                 role,
                 memory_limit_bytes: memory,
+                host_spill_bytes: (qos.is_some_and(|q| q >= 1) && self.host_spill_bytes > 0)
+                    .then_some(self.host_spill_bytes),
                 compute_share_permille: share,
                 mps_thread_pct: u8::try_from(l.mps_thread_pct)
                     .ok()
                     .filter(|p| (1..=100).contains(p)),
                 terms: ShareTerms {
-                    qos: u8::try_from(l.qos).ok().filter(|&q| q <= qos::BEST_EFFORT),
+                    qos,
                     request_permille: l.request_permille.min(1000),
                     limit_permille: l.limit_permille.min(1000),
                 },
@@ -758,7 +771,7 @@ pub fn run_agent(
 ) -> anyhow::Result<()> {
     let span = tracing::info_span!("agent", node = %config.name);
     let _g = span.enter();
-    let state = Arc::new(Mutex::new(State::new(node, config.workload_env.clone())));
+    let state = Arc::new(Mutex::new(State::new(node, &config)));
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let control = {
         let state = state.clone();

@@ -422,7 +422,8 @@ impl Node {
                 b.shared.iterations.load(Ordering::Acquire),
                 b.shared.last_iteration_ns.load(Ordering::Acquire),
             );
-            stats.sample(mib(block_used + unseen), util);
+            let spilled = b.shared.spilled_bytes.load(Ordering::Relaxed);
+            stats.sample(mib(block_used + unseen), mib(spilled), util);
             workloads.push(WorkloadStatus {
                 id,
                 gpu: rec.gpu,

@@ -43,6 +43,7 @@ impl IterationClock {
 pub struct Window {
     peak_memory_mib: u32,
     min_memory_mib: Option<u32>,
+    peak_host_memory_mib: u32,
     utilization_sum: f64,
     utilization_samples: u32,
 }
@@ -60,15 +61,18 @@ pub struct StatsSample {
     pub iteration_ms: u32,
     pub peak_memory_mib: u32,
     pub min_memory_mib: u32,
+    /// Highest host-spilled memory of the window.
+    pub host_memory_mib: u32,
     pub utilization_pct: u8,
 }
 
 impl WorkloadStats {
-    /// One control period's reading of memory in use and attributed utilization (percent of
-    /// the GPU; `None`: NVML could not tell this period).
-    pub fn sample(&mut self, memory_mib: u32, utilization_pct: Option<f64>) {
+    /// One control period's reading of GPU memory in use, memory spilled to the host, and
+    /// attributed utilization (percent of the GPU; `None`: NVML could not tell this period).
+    pub fn sample(&mut self, memory_mib: u32, host_memory_mib: u32, utilization_pct: Option<f64>) {
         let w = &mut self.window;
         w.peak_memory_mib = w.peak_memory_mib.max(memory_mib);
+        w.peak_host_memory_mib = w.peak_host_memory_mib.max(host_memory_mib);
         w.min_memory_mib = Some(w.min_memory_mib.map_or(memory_mib, |m| m.min(memory_mib)));
         if let Some(u) = utilization_pct.filter(|u| u.is_finite()) {
             w.utilization_sum += u.clamp(0.0, 100.0);
@@ -84,6 +88,7 @@ impl WorkloadStats {
             iteration_ms: self.iteration.ms(),
             peak_memory_mib: w.peak_memory_mib,
             min_memory_mib: min,
+            host_memory_mib: w.peak_host_memory_mib,
             utilization_pct: if w.utilization_samples == 0 {
                 0
             } else {
@@ -116,9 +121,9 @@ mod tests {
     fn a_window_keeps_the_extremes_and_the_mean_utilization() {
         let mut s = WorkloadStats::default();
         assert_eq!(s.take_window(), None, "nothing sampled");
-        s.sample(1024, Some(40.0));
-        s.sample(3072, None);
-        s.sample(2048, Some(60.0));
+        s.sample(1024, 0, Some(40.0));
+        s.sample(3072, 700, None);
+        s.sample(2048, 300, Some(60.0));
         s.iteration.observe(1, MS);
         s.iteration.observe(3, 41 * MS);
         let w = s.take_window().expect("sampled");
@@ -128,11 +133,12 @@ mod tests {
                 iteration_ms: 20,
                 peak_memory_mib: 3072,
                 min_memory_mib: 1024,
+                host_memory_mib: 700,
                 utilization_pct: 50,
             }
         );
         assert_eq!(s.take_window(), None, "a fresh window");
-        s.sample(512, Some(f64::NAN));
+        s.sample(512, 0, Some(f64::NAN));
         assert_eq!(
             s.take_window()
                 .map(|w| (w.min_memory_mib, w.utilization_pct)),

@@ -115,6 +115,9 @@ pub struct WorkloadSpec {
     pub role: u8,
     /// Memory quota (`None`: unlimited).
     pub memory_limit_bytes: Option<u64>,
+    /// Host memory the workload may spill to beyond its quota (the interposer serves
+    /// over-quota `cuMemAlloc` from host-resident managed memory; `None`: no spill).
+    pub host_spill_bytes: Option<u64>,
     /// Compute share in permille (0 is treated as 1000, i.e. unthrottled).
     pub compute_share_permille: u32,
     /// MPS active thread percentage for this client (`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`).
@@ -436,6 +439,7 @@ impl Supervisor {
                 stale_after_ns: self.config.stale_after.map_or(0, |d| d.as_nanos() as u64),
                 // A node workload runs on one GPU (`CUDA_VISIBLE_DEVICES` names it).
                 device_count: 1,
+                spill_limit_bytes: spec.host_spill_bytes.unwrap_or(0),
             },
         )
         .map_err(io(format!("create control block {}", block_path.display())))?;

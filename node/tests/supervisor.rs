@@ -181,6 +181,34 @@ fn memory_limit_set_through_apply_actions_is_enforced_in_the_workload() {
     assert!(node.supervisor().get(id).is_none());
 }
 
+/// A workload given a host-spill allowance has its over-quota allocations served from host
+/// memory (the C workload's `spill` mode fails unless exactly the allowance spills); one
+/// without keeps the hard quota.
+#[test]
+fn a_host_spill_allowance_reaches_the_workload() {
+    let env = Env::new("sup-spill");
+    let mut node = env.node();
+    let args = ["spill", &(8 * MIB).to_string(), &(4 * MIB).to_string()];
+    for (spill, code) in [(Some(4 * MIB), 0), (None, 1)] {
+        let spec = WorkloadSpec {
+            memory_limit_bytes: Some(8 * MIB),
+            host_spill_bytes: spill,
+            ..env.workload(&args)
+        };
+        let id = node.launch(&spec).expect("launch");
+        let b = node.supervisor().get(id).expect("workload").block();
+        assert_eq!(
+            b.liveness.spill_limit_bytes.load(Ordering::Relaxed),
+            spill.unwrap_or(0)
+        );
+        let exit = node
+            .supervisor_mut()
+            .wait_exit(id, Duration::from_secs(60), None)
+            .expect("workload finished");
+        assert_eq!(exit.outcome, ExitOutcome::Code(code), "spill {spill:?}");
+    }
+}
+
 /// NVML sees the workload's process hold 6 MiB that no wrapped allocator charged (context and
 /// module memory on a real GPU): the node reconciles, reports both figures, and the workload's
 /// 16 MiB limit leaves it 10 MiB to allocate — charged and unseen memory together never

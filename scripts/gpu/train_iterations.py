@@ -1,24 +1,17 @@
 """Check 5: a PyTorch training loop reports its iterations to the node.
 
-The interposer exports `arbiter_iteration()`; a framework hook calls it once per optimizer
-step through ctypes (public APIs only: `torch.optim.Optimizer.register_step_post_hook`).
+The interposer exports `arbiter_iteration()`; the hook of `arbiter_hooks.py` calls it once per
+optimizer step through ctypes (public APIs only: `torch.optim.Optimizer.register_step_post_hook`).
 Without the interposer the symbol is absent and training runs unreported.
 Usage: train_iterations.py STEPS   — prints reported=N and its own mean step time.
 """
-import ctypes, sys, time, torch
+import sys, time, torch
+from arbiter_hooks import install
 
 steps = int(sys.argv[1])
-try:
-    report = ctypes.CDLL(None).arbiter_iteration
-    report.restype = ctypes.c_uint64
-except AttributeError:
-    report = None
-
 model = torch.nn.Sequential(torch.nn.Linear(2048, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 2048)).cuda()
 opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-last = [0]
-if report is not None:
-    opt.register_step_post_hook(lambda *_: last.__setitem__(0, report()))
+hooks = install(opt)
 x = torch.randn(512, 2048, device="cuda")
 t0 = time.time()
 for _ in range(steps):
@@ -28,4 +21,4 @@ for _ in range(steps):
     opt.step()
     torch.cuda.synchronize()
 elapsed = time.time() - t0
-print(f"hook={report is not None} reported={last[0]} mean_step_ms={1000 * elapsed / steps:.2f}")
+print(f"hook={hooks.active} reported={hooks.reported} mean_step_ms={1000 * elapsed / steps:.2f}")

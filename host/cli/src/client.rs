@@ -339,6 +339,7 @@ fn job_json(j: &v1::Job) -> serde_json::Value {
             "iteration_ms": m.iteration_ms,
             "peak_memory_mib": m.peak_memory_mib,
             "min_memory_mib": m.min_memory_mib,
+            "host_memory_mib": m.host_memory_mib,
             "utilization_pct": m.utilization_pct,
         })),
     })

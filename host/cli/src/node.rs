@@ -71,6 +71,12 @@ pub struct NodeArgs {
     /// the interposer's pacing alone.
     #[arg(long)]
     pub mps_control: Option<PathBuf>,
+    /// Host spill for opportunistic work (QoS ≥ 1): each such workload may hold this much
+    /// host memory beyond its GPU memory limit, served by the interposer from host-resident
+    /// managed memory (slower; see docs/interposer.md). 0: no spill. Pair it with
+    /// `arbiter serve --host-spill`, which lets the scheduler count that memory as soft.
+    #[arg(long, default_value_t = 0)]
+    pub host_spill_mib: u32,
 }
 
 fn default_interposer() -> anyhow::Result<PathBuf> {
@@ -154,6 +160,7 @@ pub fn node(a: &NodeArgs) -> anyhow::Result<()> {
     cfg.memory_mib = a.memory_mib;
     cfg.control_period = a.period;
     cfg.workload_env = env;
+    cfg.host_spill_mib = a.host_spill_mib;
     cfg.on_registered = Some(Arc::new(move |n| {
         let mut out = std::io::stdout().lock();
         let _ = if n == 1 {

@@ -882,6 +882,7 @@ impl Plane {
             peak_memory_mib: m.peak_memory_mib,
             min_memory_mib: m.min_memory_mib,
             utilization_pct: u32::from(m.utilization_pct),
+            host_memory_mib: m.host_memory_mib,
         });
         proto
     }
@@ -911,7 +912,7 @@ impl Plane {
                 iteration_ms: s.iteration_ms,
                 peak_memory_mib: s.peak_memory_mib,
                 min_memory_mib: s.min_memory_mib.min(s.peak_memory_mib),
-                host_memory_mib: 0,
+                host_memory_mib: s.host_memory_mib,
                 utilization_pct: s.utilization_pct.min(100) as u8,
                 sm_activity_pct: s.utilization_pct.min(100) as u8,
             };

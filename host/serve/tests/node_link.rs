@@ -378,6 +378,7 @@ async fn agents_register_run_jobs_get_lost_and_are_adopted() {
         peak_memory_mib: 3000,
         min_memory_mib: 1000,
         utilization_pct: 70,
+        host_memory_mib: 1500,
     };
     let stray = |job_id| v1::JobSample {
         job_id,

@@ -504,6 +504,48 @@ static int mode_iterations(long n, long every_ms) {
     return 0;
 }
 
+/* Host spill: the whole quota on the GPU, then 1 MiB more comes from the spill allowance,
+ * the allowance itself does not fit on top of that, and fits once the 1 MiB is freed. */
+static int mode_spill(size_t quota, size_t spill) {
+    int fails = 0;
+    const size_t MB = 1 << 20;
+    u64 gpu = 0, small = 0, big = 0;
+    EXPECT(g_alloc(&gpu, quota) == 0, "the quota on the GPU");
+    EXPECT(g_alloc(&small, MB) == 0, "1 MiB over the quota spills");
+    EXPECT(g_alloc(&big, spill) == 2, "1 MiB + the allowance does not fit");
+    EXPECT(g_free(small) == 0, "free the spilled MiB");
+    EXPECT(g_alloc(&big, spill) == 0, "the whole allowance spills");
+    EXPECT(g_free(big) == 0 && g_free(gpu) == 0, "free both");
+    printf("spill_failures=%d\n", fails);
+    return fails ? 1 : 0;
+}
+
+/* The cooperative shrink path: hold `chunks` MiB, then poll arbiter_release_requested()
+ * every 5 ms (up to 10 s); when it asks, free chunks until it stops asking, then hold on for
+ * `hold_ms` (so the test can read the block) and exit. */
+static int mode_release(long chunks, long hold_ms) {
+    typedef unsigned long long (*req_t)(void);
+    req_t requested = (req_t)dlsym(RTLD_DEFAULT, "arbiter_release_requested");
+    if (!requested) die("arbiter_release_requested", 1);
+    const size_t MB = 1 << 20;
+    u64 held[256];
+    if (chunks > 256) chunks = 256;
+    for (long i = 0; i < chunks; i++)
+        if (g_alloc(&held[i], MB)) die("alloc", 2);
+    printf("holding=%ld\n", chunks);
+    struct timespec tick = {0, 5 * 1000000L};
+    long n = chunks, waited = 0;
+    while (requested() == 0 && waited < 2000) {
+        nanosleep(&tick, NULL);
+        waited++;
+    }
+    while (n > 0 && requested() > 0) g_free(held[--n]);
+    printf("released=%ld requested_after=%llu\n", chunks - n, requested());
+    struct timespec hold = {hold_ms / 1000, (hold_ms % 1000) * 1000000L};
+    nanosleep(&hold, NULL);
+    return 0;
+}
+
 /* Idle (no CUDA call after init) for wait_ms, then a launch loop for run_ms: a neighbour
  * whose share is lent while it is quiet and must come back when it launches. */
 static int mode_launch_after(long wait_ms, long run_ms) {
@@ -788,6 +830,8 @@ int main(int argc, char **argv) {
     if (!strcmp(m, "launch-loop")) return mode_launch_loop(atol(argv[2]));
     if (!strcmp(m, "launch-after")) return mode_launch_after(atol(argv[2]), atol(argv[3]));
     if (!strcmp(m, "iterations")) return mode_iterations(atol(argv[2]), atol(argv[3]));
+    if (!strcmp(m, "spill")) return mode_spill((size_t)atoll(argv[2]), (size_t)atoll(argv[3]));
+    if (!strcmp(m, "release")) return mode_release(atol(argv[2]), atol(argv[3]));
     if (!strcmp(m, "rejected")) return mode_rejected(atol(argv[2]));
     if (!strcmp(m, "variants")) return mode_variants();
     if (!strcmp(m, "capture")) return mode_capture(atol(argv[2]));

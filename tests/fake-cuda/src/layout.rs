@@ -31,6 +31,10 @@ pub enum Slot {
     AsyncPtszBytes,
     /// Bytes of arrays and mipmapped arrays (with the fake's row padding).
     ArrayBytes,
+    /// Bytes advised `SET_PREFERRED_LOCATION = host` (`cuMemAdvise_v2` / `cuMemAdvise`).
+    HostPreferredBytes,
+    /// Bytes advised `SET_ACCESSED_BY` a device.
+    AccessedByBytes,
 }
 /// Number of u64 slots in the state file.
 pub const SLOTS: usize = 32;

@@ -308,6 +308,52 @@ pub unsafe extern "C" fn cuMemAllocManaged(
     alloc_into(dptr, size, Some(Slot::ManagedBytes))
 }
 
+/// `CUmemLocation`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct MemLocation {
+    kind: c_int,
+    id: c_int,
+}
+
+/// Records the advice a caller gives a managed range: preferred location host
+/// (`HostPreferredBytes`) and access by a device (`AccessedByBytes`). The
+/// range must start at a live allocation.
+fn advise(ptr: u64, count: usize, advice: c_int, host: bool, device: bool) -> CUresult {
+    if !lock(&dev().allocations).contains_key(&ptr) {
+        return INVALID_VALUE;
+    }
+    match advice {
+        3 if host => bump(Slot::HostPreferredBytes, count as u64),
+        5 if device => bump(Slot::AccessedByBytes, count as u64),
+        1..=6 => {}
+        _ => return INVALID_VALUE,
+    }
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAdvise_v2(
+    ptr: u64,
+    count: usize,
+    advice: c_int,
+    location: MemLocation,
+) -> CUresult {
+    // CU_MEM_LOCATION_TYPE_DEVICE = 1, _HOST = 2.
+    advise(ptr, count, advice, location.kind == 2, location.kind == 1)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAdvise(
+    ptr: u64,
+    count: usize,
+    advice: c_int,
+    device: c_int,
+) -> CUresult {
+    // CU_DEVICE_CPU = -1.
+    advise(ptr, count, advice, device == -1, device >= 0)
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAllocAsync(dptr: *mut u64, size: usize, _s: *mut c_void) -> CUresult {
     alloc_into(dptr, size, Some(Slot::AsyncBytes))
