@@ -368,10 +368,15 @@ impl State {
             .iter()
             .filter(|(_, j)| !j.stopped)
             .filter_map(|(&job_id, j)| {
-                let m = j
-                    .workloads
+                let samples: Vec<_> = j.workloads.iter().filter_map(|w| stats.get(w)).collect();
+                // The most constrained worker's limits.
+                let tightest = |f: fn(&crate::jobstats::Enforced) -> u32| {
+                    samples.iter().map(|s| f(&s.enforced)).min().unwrap_or(0)
+                };
+                let memory_limit_mib = tightest(|e| e.memory_limit_mib);
+                let compute_share_permille = tightest(|e| e.compute_share_permille);
+                let m = samples
                     .iter()
-                    .filter_map(|w| stats.get(w))
                     .map(|s| JobMetric {
                         job: 0,
                         iteration_ms: s.iteration_ms,
@@ -389,6 +394,8 @@ impl State {
                     min_memory_mib: m.min_memory_mib,
                     utilization_pct: u32::from(m.utilization_pct),
                     host_memory_mib: m.host_memory_mib,
+                    memory_limit_mib,
+                    compute_share_permille,
                 })
             })
             .collect()

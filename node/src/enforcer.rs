@@ -23,7 +23,7 @@
 
 use crate::gpu::{GpuBackend, GpuError, GpuSample};
 use crate::hostload::HostSampler;
-use crate::jobstats::{StatsSample, WorkloadStats};
+use crate::jobstats::{Enforced, StatsSample, WorkloadStats};
 use crate::mps::MpsManager;
 use crate::procfs;
 use crate::supervisor::{ExitReport, Supervisor, SupervisorError, Workload, WorkloadSpec};
@@ -424,13 +424,18 @@ impl Node {
             );
             let spilled = b.shared.spilled_bytes.load(Ordering::Relaxed);
             stats.sample(mib(block_used + unseen), mib(spilled), util);
+            let memory_limit_mib = w.memory_limit_bytes().map_or(total_mib, mib);
+            stats.enforce(Enforced {
+                memory_limit_mib,
+                compute_share_permille: rec.compute_share_permille,
+            });
             workloads.push(WorkloadStatus {
                 id,
                 gpu: rec.gpu,
                 role: rec.role,
                 memory_used_mib: mib(block_used + unseen),
                 memory_unseen_mib: mib(unseen),
-                memory_limit_mib: w.memory_limit_bytes().map_or(total_mib, mib),
+                memory_limit_mib,
                 compute_share: rec.compute_share_permille,
                 launches,
                 pacing_delay_us: b.counters.pacing_delay_ns.load(Ordering::Relaxed) / 1000,

@@ -53,6 +53,16 @@ pub struct Window {
 pub struct WorkloadStats {
     pub iteration: IterationClock,
     window: Window,
+    /// What the node enforces now (the latest period's).
+    enforced: Enforced,
+}
+
+/// The limits the node enforces on a workload: its memory limit (MiB) and compute share
+/// (permille).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Enforced {
+    pub memory_limit_mib: u32,
+    pub compute_share_permille: u32,
 }
 
 /// What a window says about one workload (per worker: the busiest GPU's memory).
@@ -64,6 +74,8 @@ pub struct StatsSample {
     /// Highest host-spilled memory of the window.
     pub host_memory_mib: u32,
     pub utilization_pct: u8,
+    /// The limits in force at the end of the window.
+    pub enforced: Enforced,
 }
 
 impl WorkloadStats {
@@ -80,6 +92,11 @@ impl WorkloadStats {
         }
     }
 
+    /// The limits the node enforces now.
+    pub fn enforce(&mut self, enforced: Enforced) {
+        self.enforced = enforced;
+    }
+
     /// The window so far, and a fresh one; `None` when no period was sampled in it.
     pub fn take_window(&mut self) -> Option<StatsSample> {
         let w = std::mem::take(&mut self.window);
@@ -89,6 +106,7 @@ impl WorkloadStats {
             peak_memory_mib: w.peak_memory_mib,
             min_memory_mib: min,
             host_memory_mib: w.peak_host_memory_mib,
+            enforced: self.enforced,
             utilization_pct: if w.utilization_samples == 0 {
                 0
             } else {
@@ -135,6 +153,7 @@ mod tests {
                 min_memory_mib: 1024,
                 host_memory_mib: 700,
                 utilization_pct: 50,
+                enforced: Enforced::default(),
             }
         );
         assert_eq!(s.take_window(), None, "a fresh window");

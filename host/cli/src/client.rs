@@ -307,6 +307,29 @@ fn service_text(j: &v1::Job) -> String {
     })
 }
 
+/// A running job's statistics from its nodes, as text: iteration time, GPU memory (peak),
+/// memory spilled to the host, and what the node enforces when it limits the job.
+fn metrics_text(j: &v1::Job) -> String {
+    let Some(m) = &j.metrics else {
+        return String::new();
+    };
+    let mut parts = Vec::new();
+    if m.iteration_ms > 0 {
+        parts.push(format!("it {} ms", m.iteration_ms));
+    }
+    parts.push(format!("mem {} MiB", m.peak_memory_mib));
+    if m.host_memory_mib > 0 {
+        parts.push(format!("host {} MiB", m.host_memory_mib));
+    }
+    if m.memory_limit_mib > 0 {
+        parts.push(format!("limit {} MiB", m.memory_limit_mib));
+    }
+    if m.compute_share_permille > 0 && m.compute_share_permille < 1000 {
+        parts.push(format!("share {}‰", m.compute_share_permille));
+    }
+    parts.join(", ")
+}
+
 fn job_json(j: &v1::Job) -> serde_json::Value {
     let spec = j.spec.clone().unwrap_or_default();
     serde_json::json!({
@@ -341,6 +364,8 @@ fn job_json(j: &v1::Job) -> serde_json::Value {
             "min_memory_mib": m.min_memory_mib,
             "host_memory_mib": m.host_memory_mib,
             "utilization_pct": m.utilization_pct,
+            "memory_limit_mib": m.memory_limit_mib,
+            "compute_share_permille": m.compute_share_permille,
         })),
     })
 }
@@ -396,7 +421,11 @@ pub async fn jobs(a: &JobsArgs) -> anyhow::Result<()> {
         } else {
             j.workers.to_string()
         };
-        let load = service_text(j);
+        let load = [service_text(j), metrics_text(j)]
+            .into_iter()
+            .filter(|t| !t.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ");
         let message = match (load.is_empty(), j.message.is_empty()) {
             (true, _) => j.message.clone(),
             (false, true) => load,

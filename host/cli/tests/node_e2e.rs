@@ -163,6 +163,11 @@ impl Cluster {
     }
 
     fn start_node(&self, name: &str, nvml: &Path) -> Proc {
+        self.start_node_with(name, nvml, &[])
+    }
+
+    /// [`Cluster::start_node`] with extra `arbiter node` arguments.
+    fn start_node_with(&self, name: &str, nvml: &Path, extra: &[&str]) -> Proc {
         let p = Proc::spawn(
             Command::new(BIN)
                 .args(["node", "--server", &self.url, "--name", name])
@@ -188,6 +193,7 @@ impl Cluster {
                     self.dir.join(name).join("fake-cuda-state").display()
                 ))
                 .args(["--log", "arbiter_node=info"])
+                .args(extra)
                 .env("ARBITER_TOKEN", &self.token),
         );
         let rest = p.wait_line(&format!("arbiter node {name} "), Duration::from_secs(60));
@@ -1106,4 +1112,120 @@ fn a_matcher_pairs_offline_work_onto_a_services_gpu_with_an_sm_share() {
     drop(node_a);
     drop(node_b);
     drop(server);
+}
+
+/// AntMan live (issue 17 item 7): the built-in `antman` policy as the control plane's
+/// scheduler and as the node's coordinator, one agent with two fake GPUs. Tenant `research`
+/// uses its one-GPU quota, so its opportunistic job runs beside it without an upgrade; a
+/// guaranteed job of `prod` arrives on the opportunistic job's GPU and the node squeezes the
+/// running opportunistic workload (its compute share and memory limit, shown by `arbiter
+/// jobs`); once the guaranteed neighbour and research's other job are gone, the opportunistic
+/// job is upgraded and the upgrade reaches its running workload.
+#[test]
+fn antman_squeezes_opportunistic_work_for_a_guaranteed_arrival_and_upgrades_it_later() {
+    let fixtures = fixtures();
+    let nvml = fake_nvml_lib();
+    let dir = tmp_root().join(format!("cli-antman-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (_server, c) = control_plane_with(
+        &dir,
+        fixtures,
+        &[
+            "--policy",
+            "antman",
+            "--oversub-milli",
+            "1000",
+            "--host-spill",
+        ],
+    );
+    let lib = install_fake_nvml(&dir.join("node-a"), &nvml);
+    let _node = c.start_node_with(
+        "node-a",
+        &lib,
+        &["--policy", "antman", "--host-spill-mib", "1024"],
+    );
+    wait_until("node ready", Duration::from_secs(10), || {
+        c.node_state("node-a") == "ready"
+    });
+    for (tenant, quota) in [("research", "1"), ("prod", "1")] {
+        c.cli(&["tenant", "add", tenant, "--quota-gpus", quota]);
+    }
+    let wl = c.workload.display().to_string();
+    let submit = |name: &str, tenant: &str, extra: &[&str], command: &[&str]| {
+        let mut args = vec![
+            "submit",
+            "--name",
+            name,
+            "--tenant",
+            tenant,
+            "--gpus",
+            "1",
+            "--gpu-memory",
+            "4096",
+        ];
+        args.extend_from_slice(extra);
+        args.push("--");
+        args.extend_from_slice(command);
+        c.cli(&args)["id"].as_u64().expect("job id")
+    };
+    let running = |job: u64| c.job(job)["state"] == "running";
+    let holder = submit("research-main", "research", &[], &["sleep", "600"]);
+    wait_until("research's guaranteed job", Duration::from_secs(30), || {
+        running(holder)
+    });
+    let opp = submit(
+        "research-opp",
+        "research",
+        &["--opportunistic"],
+        &[&wl, "train"],
+    );
+    wait_until_or(
+        "the opportunistic job to run as offline work, unsqueezed",
+        Duration::from_secs(30),
+        || {
+            running(opp)
+                && c.rank_record(opp, 0)
+                    .is_some_and(|(_, r)| r["role"] == 1 && r["terms"]["qos"] == 1)
+        },
+        || format!("{}", c.job(opp)),
+    );
+    let gpu_of = |job: u64| c.job(job)["gpu_indices"].clone();
+    let prod = submit("prod", "prod", &[], &[&wl, "train"]);
+    wait_until_or(
+        "the guaranteed job beside the opportunistic one, and the opportunistic one squeezed",
+        Duration::from_secs(40),
+        || {
+            let m = &c.job(opp)["metrics"];
+            running(prod)
+                && gpu_of(prod) == gpu_of(opp)
+                && m["compute_share_permille"]
+                    .as_u64()
+                    .is_some_and(|s| s > 0 && s < 1000)
+                && m["memory_limit_mib"]
+                    .as_u64()
+                    .is_some_and(|l| l > 0 && l < GPU_MIB)
+        },
+        || format!("opp {}\nprod {}", c.job(opp), c.job(prod)),
+    );
+    let text = common::cli_text(&c.url, &c.token, &["jobs"]);
+    let line = text
+        .lines()
+        .find(|l| l.contains("research-opp"))
+        .unwrap_or_default();
+    assert!(line.contains("share ") && line.contains("limit "), "{text}");
+
+    // The upgrade: research's quota frees and the guaranteed neighbour leaves.
+    c.cli(&["cancel", &holder.to_string()]);
+    c.cli(&["cancel", &prod.to_string()]);
+    wait_until_or(
+        "the opportunistic job upgraded in place on its node",
+        Duration::from_secs(40),
+        || {
+            c.rank_record(opp, 0)
+                .is_some_and(|(_, r)| r["role"] == 0 && r["terms"]["qos"] == 0)
+        },
+        || format!("{} {:?}", c.job(opp), c.rank_record(opp, 0)),
+    );
+    assert_eq!(c.job(opp)["state"], "running", "upgraded, not restarted");
 }

@@ -54,6 +54,15 @@ pub const CANDIDATE: &str = "candidate";
 /// Largest component accepted by upload.
 pub const MAX_UPLOAD: usize = 16 << 20;
 
+/// One node's last report on one of the jobs it runs.
+#[derive(Clone, Copy, Debug)]
+struct NodeJobReport {
+    metric: model::JobMetric,
+    /// What that node enforces on the job (0: not reported).
+    memory_limit_mib: u32,
+    compute_share_permille: u32,
+}
+
 /// How the plane runs.
 #[derive(Clone, Debug)]
 pub struct PlaneConfig {
@@ -377,7 +386,7 @@ pub struct Plane {
     update_seq: u64,
     /// Each running job's statistics as each of its nodes last reported them (transient:
     /// the next heartbeats bring them back after a restart).
-    job_samples: HashMap<u64, BTreeMap<String, model::JobMetric>>,
+    job_samples: HashMap<u64, BTreeMap<String, NodeJobReport>>,
     /// The SM share (MPS active thread %) of each offline job the matcher paired, sent with
     /// its launches; forgotten when the job ends or is paired no more.
     sm_shares: HashMap<u64, u8>,
@@ -883,6 +892,8 @@ impl Plane {
             min_memory_mib: m.min_memory_mib,
             utilization_pct: u32::from(m.utilization_pct),
             host_memory_mib: m.host_memory_mib,
+            memory_limit_mib: self.job_enforced(job.id, |r| r.memory_limit_mib),
+            compute_share_permille: self.job_enforced(job.id, |r| r.compute_share_permille),
         });
         proto
     }
@@ -892,8 +903,16 @@ impl Plane {
         self.job_samples
             .get(&id)?
             .values()
-            .copied()
+            .map(|r| r.metric)
             .reduce(model::JobMetric::combine)
+    }
+
+    /// The tightest of job `id`'s enforced limits (`field`) over its nodes (0: none reported).
+    fn job_enforced(&self, id: u64, field: fn(&NodeJobReport) -> u32) -> u32 {
+        self.job_samples
+            .get(&id)
+            .and_then(|by_node| by_node.values().map(field).filter(|&v| v > 0).min())
+            .unwrap_or(0)
     }
 
     /// A node's statistics of the jobs it runs: kept per node, combined per job, recorded as
@@ -916,10 +935,14 @@ impl Plane {
                 utilization_pct: s.utilization_pct.min(100) as u8,
                 sm_activity_pct: s.utilization_pct.min(100) as u8,
             };
-            self.job_samples
-                .entry(s.job_id)
-                .or_default()
-                .insert(node.to_string(), metric);
+            self.job_samples.entry(s.job_id).or_default().insert(
+                node.to_string(),
+                NodeJobReport {
+                    metric,
+                    memory_limit_mib: s.memory_limit_mib,
+                    compute_share_permille: s.compute_share_permille,
+                },
+            );
             changed.push(s.job_id);
         }
         for id in changed {

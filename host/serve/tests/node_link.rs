@@ -379,6 +379,8 @@ async fn agents_register_run_jobs_get_lost_and_are_adopted() {
         min_memory_mib: 1000,
         utilization_pct: 70,
         host_memory_mib: 1500,
+        memory_limit_mib: 2048,
+        compute_share_permille: 50,
     };
     let stray = |job_id| v1::JobSample {
         job_id,
