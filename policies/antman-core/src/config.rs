@@ -52,7 +52,7 @@ throttle = "floor"
 # After a throttle, the shares climb again no higher than the last share that held, for
 # this long (ours: one minute), so the controller does not oscillate around the knee.
 ceiling_hold_ms = 60000
-# The baseline is the mean of this many samples of the guaranteed job's performance with
+# The baseline is the median of this many samples of the guaranteed job's performance with
 # the opportunistic work at the floor (ours: 3 periods).
 baseline_samples = 3
 # A guaranteed job that gives no performance signal for this long after it arrives counts

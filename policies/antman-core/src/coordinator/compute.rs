@@ -4,13 +4,23 @@ use super::{Compute, GpuCtl, Sample, share_cap, share_floor};
 use crate::config::{CoordinatorConfig, Throttle};
 use arbiter_policy_sdk::prelude::*;
 
-/// Mean of same-kind samples (the baseline), `None` if they are of mixed kinds.
-fn mean(samples: &[Sample]) -> Option<Sample> {
+/// Median of same-kind samples (the baseline), `None` if they are of mixed kinds. The
+/// median, not the mean: one period still slowed by something else (the tail of a memory
+/// shortage, a data-loader stall) must not raise the baseline, or a real slowdown later
+/// passes as "holding".
+fn median(samples: &[Sample]) -> Option<Sample> {
     let first = *samples.first()?;
     if !samples.iter().all(|s| s.same_kind(first)) {
         return None;
     }
-    let m = samples.iter().map(|s| s.value()).sum::<f64>() / samples.len() as f64;
+    let mut values: Vec<f64> = samples.iter().map(|s| s.value()).collect();
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    let m = if values.len() % 2 == 1 {
+        values[mid]
+    } else {
+        (values[mid - 1] + values[mid]) / 2.0
+    };
     Some(match first {
         Sample::Iteration(_) => Sample::Iteration(m),
         Sample::LaunchGap(_) => Sample::LaunchGap(m),
@@ -33,6 +43,12 @@ impl GpuCtl {
             Compute::Measuring => {
                 let k = cfg.baseline_samples.max(1) as usize;
                 for g in self.guaranteed.values_mut() {
+                    // A guaranteed job refused memory this period runs short of it (it
+                    // waits, or spills): its speed now is not its baseline. Start over.
+                    if g.denied {
+                        g.samples.clear();
+                        continue;
+                    }
                     if let Some(s) = g.sample {
                         if g.samples.last().is_some_and(|last| !last.same_kind(s)) {
                             g.samples.clear();
@@ -46,7 +62,7 @@ impl GpuCtl {
                 let measured = self.guaranteed.values().all(|g| g.samples.len() >= k);
                 if measured {
                     for g in self.guaranteed.values_mut() {
-                        g.baseline = mean(&g.samples);
+                        g.baseline = median(&g.samples);
                         g.samples.clear();
                     }
                     self.settled = true;

@@ -356,3 +356,33 @@ fn a_refused_opportunistic_workload_grows_into_free_memory_without_a_trial() {
         (1000, 1000)
     );
 }
+
+/// A guaranteed job that arrives short of memory runs slowly until the opportunistic work
+/// has made room (it spills, its allocations are refused): those periods are not its
+/// baseline. Had they been, a later real slowdown (130 ms against a 100 ms job) would pass
+/// as "holding" and the opportunistic share would climb past the knee.
+#[test]
+fn the_baseline_is_measured_once_the_guaranteed_job_has_its_memory() {
+    let mut gpu = Gpu::new("[coordinator]\nstep_interval_ms = 1000", 32_768);
+    gpu.add(workload(2, qos::OPPORTUNISTIC, 3_584, 32_768), 3_584);
+    gpu.run_for(1_000, |_| {});
+    gpu.add(workload(1, qos::GUARANTEED, 0, 29_184), 30_720);
+    gpu.run_for(10_000, |g| {
+        let short = g.w(1).memory_used_mib < 30_720;
+        if short {
+            // Spilling: several times slower.
+            g.set_iteration(1, 500);
+        } else {
+            guaranteed_speed(g, 400);
+        }
+    });
+    let steps = share_steps(&gpu, 2);
+    assert!(
+        steps.iter().all(|&s| s <= 450),
+        "the share never stays above the knee: {steps:?}"
+    );
+    assert!(
+        steps.windows(2).any(|w| w == [450, 50]),
+        "the first step past the knee is throttled: {steps:?}"
+    );
+}

@@ -382,3 +382,39 @@ fn a_tenant_holds_one_reservation_and_others_still_backfill_free_gpus() {
     assert_eq!(d[1].job(), small);
     assert!(placed_gpus(&d[1])[0] >= 14);
 }
+
+/// Table 2 (§5.1) at the scheduler: Job-B (guaranteed, 30 GB) arrives at the one 32 GB GPU
+/// that opportunistic Job-A (3.5 GB) holds; AntMan starts it there at once (the coordinator
+/// then makes room), it does not wait as FIFO would.
+#[test]
+fn table_2_the_guaranteed_job_starts_at_once_on_the_gpu_the_opportunistic_one_holds() {
+    let mut c = TestCluster::new();
+    c.node("v100", "p", 96_000, 768_000, "V100M32", 32_768, 1);
+    c.sharing(SharingRules {
+        oversub_milli: 1000,
+        max_shared_workers: 4,
+        host_spill: true,
+    });
+    c.quota("quota", Some(1000));
+    c.quota("no-quota", Some(0));
+    let mut p = antman("");
+    let a = gang(&mut c, "job-a", "no-quota", 1, 1, qos::OPPORTUNISTIC, 0);
+    let on_gpu_0 = vec![WorkerPlacement {
+        node: 0,
+        gpus: vec![0],
+    }];
+    assert_eq!(
+        round(&mut c, &mut p, 0),
+        [Decision::Place(a, on_gpu_0.clone())]
+    );
+    assert!(
+        round(&mut c, &mut p, 10_000).is_empty(),
+        "no quota: never upgraded"
+    );
+    let b = gang(&mut c, "job-b", "quota", 1, 1, qos::GUARANTEED, 0);
+    assert_eq!(
+        round(&mut c, &mut p, 26 * 60_000),
+        [Decision::Place(b, on_gpu_0)],
+        "B starts beside A, not after it"
+    );
+}
