@@ -16,6 +16,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod antman;
 pub mod aryl;
 pub mod dynamoml;
 pub mod fgd;

@@ -8,8 +8,11 @@
 //! * [`replay`]: time-based replay of a trace;
 //! * [`aryl`]: Aryl's training and inference pools with capacity loaning;
 //! * [`dynamoml`]: DynamoML's mixed pipeline — notebooks, an autoscaled
-//!   inference service with closed-loop clients, elastic training.
+//!   inference service with closed-loop clients, elastic training;
+//! * [`antman`]: AntMan's co-located training — GPUs whose memory and compute
+//!   jobs contend for, and a node coordinator run as Wasm in virtual time.
 
+pub mod antman;
 pub mod aryl;
 pub mod dynamoml;
 pub mod fgd;

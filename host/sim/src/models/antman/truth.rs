@@ -1,0 +1,270 @@
+//! The ground truth of training jobs sharing a GPU: who gets the GPU's memory, who spills
+//! or runs out of it, and how fast each runs.
+//!
+//! Everything here is the simulator's own physics, never a policy's estimate. The rules:
+//!
+//! * **Memory.** Workloads hold GPU memory in the order they came (an earlier holder keeps
+//!   what it has: the driver does not take memory away). Each gets
+//!   `min(need, limit, what is left)`; the shortfall spills to host memory when the workload
+//!   may spill, and otherwise the workload fails with out-of-memory (Gandiva's packing in
+//!   AntMan's Table 2).
+//! * **Spill cost.** Memory traffic to spilled bytes crosses the interconnect, `bandwidth_ratio`
+//!   times slower than the GPU's own memory. With a share `f` of the job's memory spilled and a
+//!   *hotness* `h` (how much of the job's memory traffic those bytes carry relative to an even
+//!   spread: 1 = every byte as hot as any other), the job's step time grows by
+//!   `1 + f · h · (ratio − 1)`. The ratio is a hardware figure; the hotness of each model is
+//!   calibrated to AntMan's Fig. 10 anchors (see the model table).
+//! * **Compute.** Alone, a job keeps the GPU busy a share `demand` of the time (its
+//!   utilization; less when memory stalls it). A compute share caps that. When the capped
+//!   demands of co-located jobs fit in the GPU they all get them (no interference); when they
+//!   do not, the GPU time-slices between the contexts: each gets time in proportion to its
+//!   capped demand times its `weight` (how hard it competes: its kernel rate and sizes —
+//!   ResNet-50 crowds out ESPnet in AntMan's Fig. 12), scaled by `packing_efficiency`, the
+//!   share of GPU time left after context switching between them.
+//! * **Speed** is GPU time received over GPU time needed: `time / demand` (1 = as fast as
+//!   alone), never above what the spill allows.
+
+/// How one training workload behaves on a GPU. All ours unless the model table says how it
+/// was derived.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Behaviour {
+    /// Share of GPU time the job keeps busy alone, in (0, 1].
+    pub demand: f64,
+    /// How hard it competes for the GPU when packed (relative; > 0).
+    pub weight: f64,
+    /// GPU memory it needs (peak), MiB.
+    pub need_mib: u32,
+    /// Traffic hotness of the bytes that spill (see the module docs), ≥ 0.
+    pub spill_hotness: f64,
+}
+
+/// The GPU.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GpuTruth {
+    pub memory_mib: u32,
+    /// GPU memory bandwidth over host-interconnect bandwidth.
+    pub bandwidth_ratio: f64,
+    /// Share of GPU time left to work when contexts time-slice, in (0, 1].
+    pub packing_efficiency: f64,
+}
+
+/// One workload resident on the GPU now, in arrival order.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Resident {
+    pub behaviour: Behaviour,
+    /// Memory limit the node enforces, MiB (`u32::MAX`: none).
+    pub limit_mib: u32,
+    /// Compute share, in (0, 1] (1: unthrottled).
+    pub share: f64,
+    /// Whether memory beyond the limit may spill to the host (else: out of memory).
+    pub may_spill: bool,
+}
+
+/// What a resident gets.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Outcome {
+    /// Work per unit of time, 1 = as fast as alone.
+    pub speed: f64,
+    /// Share of GPU time it received.
+    pub gpu_time: f64,
+    pub device_mib: u32,
+    pub host_mib: u32,
+    /// It needed memory it could neither get nor spill: the job fails.
+    pub out_of_memory: bool,
+}
+
+/// Step-time factor of a job with `host` of its `need` MiB spilled.
+pub fn spill_slowdown(gpu: &GpuTruth, b: &Behaviour, host_mib: u32) -> f64 {
+    if b.need_mib == 0 || host_mib == 0 {
+        return 1.0;
+    }
+    let f = f64::from(host_mib.min(b.need_mib)) / f64::from(b.need_mib);
+    1.0 + f * b.spill_hotness * (gpu.bandwidth_ratio - 1.0).max(0.0)
+}
+
+/// The hotness that gives `slowdown` (step-time factor) with a share `spilled` of the
+/// memory on the host, at bandwidth ratio `ratio`: how Fig. 10's anchors become model
+/// parameters.
+pub fn hotness_from_anchor(spilled: f64, slowdown: f64, ratio: f64) -> f64 {
+    if spilled <= 0.0 || ratio <= 1.0 {
+        return 0.0;
+    }
+    ((slowdown - 1.0) / (spilled * (ratio - 1.0))).max(0.0)
+}
+
+/// The outcome of every resident (same order).
+pub fn colocate(gpu: &GpuTruth, residents: &[Resident]) -> Vec<Outcome> {
+    let mut free = gpu.memory_mib;
+    let mut out: Vec<Outcome> = residents
+        .iter()
+        .map(|r| {
+            let need = r.behaviour.need_mib;
+            let device = need.min(r.limit_mib).min(free);
+            free -= device;
+            let short = need - device;
+            Outcome {
+                device_mib: device,
+                host_mib: if r.may_spill { short } else { 0 },
+                out_of_memory: short > 0 && !r.may_spill,
+                ..Outcome::default()
+            }
+        })
+        .collect();
+    // Capped demand: alone the job is busy `demand / slowdown` of the time (memory stalls),
+    // and the share caps that.
+    let capped: Vec<f64> = residents
+        .iter()
+        .zip(&out)
+        .map(|(r, o)| {
+            if o.out_of_memory {
+                return 0.0;
+            }
+            let alone = r.behaviour.demand / spill_slowdown(gpu, &r.behaviour, o.host_mib);
+            alone.min(r.share.clamp(0.0, 1.0))
+        })
+        .collect();
+    let total: f64 = capped.iter().sum();
+    let weighted: f64 = residents
+        .iter()
+        .zip(&capped)
+        .map(|(r, c)| c * r.behaviour.weight)
+        .sum();
+    for ((o, r), &c) in out.iter_mut().zip(residents).zip(&capped) {
+        o.gpu_time = if total <= 1.0 + 1e-12 || weighted <= 0.0 {
+            c
+        } else {
+            (gpu.packing_efficiency * c * r.behaviour.weight / weighted).min(c)
+        };
+        o.speed = if r.behaviour.demand > 0.0 {
+            o.gpu_time / r.behaviour.demand
+        } else {
+            0.0
+        };
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GPU: GpuTruth = GpuTruth {
+        memory_mib: 32_768,
+        bandwidth_ratio: 75.0,
+        packing_efficiency: 0.8,
+    };
+
+    fn job(demand: f64, weight: f64, need_mib: u32, spill_hotness: f64) -> Behaviour {
+        Behaviour {
+            demand,
+            weight,
+            need_mib,
+            spill_hotness,
+        }
+    }
+
+    fn resident(b: Behaviour) -> Resident {
+        Resident {
+            behaviour: b,
+            limit_mib: u32::MAX,
+            share: 1.0,
+            may_spill: false,
+        }
+    }
+
+    #[test]
+    fn alone_a_job_runs_at_full_speed_and_a_cap_below_its_demand_slows_it() {
+        let b = job(0.8, 1.0, 4096, 1.0);
+        let o = colocate(&GPU, &[resident(b)]);
+        assert_eq!((o[0].speed, o[0].gpu_time), (1.0, 0.8));
+        let capped = colocate(
+            &GPU,
+            &[Resident {
+                share: 0.4,
+                ..resident(b)
+            }],
+        );
+        assert!((capped[0].speed - 0.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_later_job_gets_what_memory_is_left_and_fails_or_spills_the_rest() {
+        // AntMan's Table 2: A (3.5 GB) holds its memory; B (30 GB) is granted 28.5 GB.
+        let a = job(0.2, 1.0, 3_584, 0.0);
+        let b = job(0.8, 1.0, 30_720, 1.0);
+        let packed = colocate(&GPU, &[resident(a), resident(b)]);
+        assert_eq!(packed[1].device_mib, 32_768 - 3_584);
+        assert!(packed[1].out_of_memory && packed[1].speed == 0.0);
+        assert!(!packed[0].out_of_memory && packed[0].speed == 1.0);
+        let umem = colocate(
+            &GPU,
+            &[
+                resident(a),
+                Resident {
+                    may_spill: true,
+                    ..resident(b)
+                },
+            ],
+        );
+        assert_eq!(umem[1].host_mib, 30_720 - (32_768 - 3_584));
+        let f = f64::from(umem[1].host_mib) / 30_720.0;
+        assert!((umem[1].speed - 1.0 / (1.0 + f * 74.0)).abs() < 1e-9);
+        // The coordinator's answer: A limited to what B leaves, A spills, B whole.
+        let antman = colocate(
+            &GPU,
+            &[
+                Resident {
+                    limit_mib: 32_768 - 30_720,
+                    may_spill: true,
+                    ..resident(a)
+                },
+                resident(b),
+            ],
+        );
+        assert_eq!((antman[0].device_mib, antman[0].host_mib), (2_048, 1_536));
+        assert_eq!((antman[1].device_mib, antman[1].host_mib), (30_720, 0));
+    }
+
+    #[test]
+    fn contention_splits_gpu_time_by_weight_and_a_share_cap_removes_it() {
+        let light = job(0.5, 1.0, 1024, 0.0);
+        let heavy = job(1.0, 4.0, 1024, 0.0);
+        let o = colocate(&GPU, &[resident(light), resident(heavy)]);
+        // 0.5·1 : 1·4 of 0.8 of the GPU.
+        assert!((o[0].gpu_time - 0.8 * 0.5 / 4.5).abs() < 1e-12);
+        assert!((o[1].gpu_time - 0.8 * 4.0 / 4.5).abs() < 1e-12);
+        assert!(o[0].speed < 0.2 && o[1].speed > 0.7);
+        // Capping the heavy one at what the light one leaves: both fit, no interference.
+        let fair = colocate(
+            &GPU,
+            &[
+                resident(light),
+                Resident {
+                    share: 0.5,
+                    ..resident(heavy)
+                },
+            ],
+        );
+        assert_eq!(fair[0].speed, 1.0);
+        assert!((fair[1].speed - 0.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn spill_slowdown_grows_with_the_spilled_share_and_its_hotness() {
+        let b = job(1.0, 1.0, 1000, 1.0);
+        assert_eq!(spill_slowdown(&GPU, &b, 0), 1.0);
+        assert!((spill_slowdown(&GPU, &b, 100) - 8.4).abs() < 1e-9);
+        let cold = Behaviour {
+            spill_hotness: 0.01,
+            ..b
+        };
+        assert!((spill_slowdown(&GPU, &cold, 500) - 1.37).abs() < 1e-9);
+        // An anchor read back: SR loses 25 % at −90 % device memory (AntMan Fig. 10).
+        let h = hotness_from_anchor(0.9, 1.25, 75.0);
+        let sr = Behaviour {
+            spill_hotness: h,
+            ..b
+        };
+        assert!((spill_slowdown(&GPU, &sr, 900) - 1.25).abs() < 1e-9);
+    }
+}
