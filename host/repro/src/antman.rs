@@ -153,3 +153,199 @@ pub fn print_table_2(t: &Table2) {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// The trace experiment (§5.2, Fig. 13)
+
+/// Average JCT of YARN-CS and of Gandiva over AntMan's (§5.2): 2.05× and 1.84×.
+pub const PAPER_FIG_13_RATIOS: (f64, f64) = (2.05, 1.84);
+
+/// What the paper leaves out of §5.2, our choices (`docs/reproductions/antman.md`).
+#[derive(Clone, Debug)]
+pub struct TraceSetup {
+    /// Jobs per run (ours: 1,000: fewer leave one seed's mean to a handful of day-long
+    /// gangs).
+    pub jobs: usize,
+    /// Offered load: arrival rate × mean GPU time per job / 64 GPUs (ours: 1.0 — work
+    /// arrives as fast as the cluster can do it alone, neither idle nor overloaded by
+    /// construction).
+    pub load: f64,
+    /// Philly jobs asking for more GPUs are not drawn (ours: 16, a quarter of the cluster).
+    pub max_gpus: u32,
+    /// Philly run times are capped at this many hours (ours: 24; the file's tail reaches
+    /// months, which one 64-GPU run cannot hold).
+    pub max_hours: f64,
+    /// Node coordinators' control period in the runs (ours: 10 s, the M window).
+    pub coordinator_period_ms: u64,
+    pub seeds: Vec<u64>,
+}
+
+impl Default for TraceSetup {
+    fn default() -> Self {
+        TraceSetup {
+            jobs: 1_000,
+            load: 1.0,
+            max_gpus: 16,
+            max_hours: 24.0,
+            coordinator_period_ms: 10_000,
+            seeds: (1..=5).collect(),
+        }
+    }
+}
+
+/// One Philly job: run time (s) and GPUs.
+pub type PhillyShape = (f64, u32);
+
+/// The Philly jobs the experiment draws from: positive run times, at most `max_gpus` GPUs,
+/// run times capped.
+pub fn philly_shapes(setup: &TraceSetup) -> anyhow::Result<Vec<PhillyShape>> {
+    let file = arbiter_traces::trace_file(arbiter_traces::philly::JOBS_FILE)
+        .context("the AntMan trace experiment needs the Philly job table")?;
+    let trace = arbiter_traces::philly::load_jobs(&file)
+        .with_context(|| format!("loading `{}`", file.display()))?;
+    let cap = setup.max_hours * 3600.0;
+    Ok(trace
+        .jobs
+        .iter()
+        .filter(|j| j.duration_secs.is_finite() && j.duration_secs > 0.0)
+        .filter(|j| j.num_gpus >= 1 && j.num_gpus <= setup.max_gpus)
+        .map(|j| (j.duration_secs.min(cap), j.num_gpus))
+        .collect())
+}
+
+/// The scenario of one seed: 8 × 8 V100-32GB, Tenant-A (64-GPU quota, guaranteed) and
+/// Tenant-B (no quota, opportunistic) drawn at random, Table 3's categories evenly mixed,
+/// Philly run times and GPU counts, Poisson arrivals at the set-up's load.
+pub fn trace_scenario(
+    setup: &TraceSetup,
+    shapes: &[PhillyShape],
+    seed: u64,
+) -> anyhow::Result<AntmanSimConfig> {
+    use arbiter_sim::models::antman::{JobPlan, TABLE_3_CATEGORIES};
+    use rand::{Rng, SeedableRng};
+    use rand_distr::{Distribution, Exp};
+    if shapes.is_empty() || setup.jobs == 0 || setup.load.is_nan() || setup.load <= 0.0 {
+        anyhow::bail!("the trace experiment needs Philly jobs, a job count and a load");
+    }
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let drawn: Vec<PhillyShape> = (0..setup.jobs)
+        .map(|_| shapes[rng.random_range(0..shapes.len())])
+        .collect();
+    let mean_gpu_s = drawn.iter().map(|(s, g)| s * f64::from(*g)).sum::<f64>() / drawn.len() as f64;
+    let per_min = setup.load * 64.0 * 60.0 / mean_gpu_s;
+    let gaps = Exp::new(per_min).context("arrival rate")?;
+    let mut t = 0.0;
+    let jobs = drawn
+        .iter()
+        .enumerate()
+        .map(|(i, &(secs, gpus))| {
+            t += gaps.sample(&mut rng);
+            let category = TABLE_3_CATEGORIES[rng.random_range(0..TABLE_3_CATEGORIES.len())];
+            let model = category[rng.random_range(0..category.len())];
+            let guaranteed = rng.random_bool(0.5);
+            JobPlan {
+                name: format!("job-{i:04}"),
+                model: model.to_string(),
+                tenant: if guaranteed { "tenant-a" } else { "tenant-b" }.to_string(),
+                arrival_min: t,
+                minutes: secs / 60.0,
+                workers: gpus,
+                opportunistic: !guaranteed,
+                checkpointed: true,
+            }
+        })
+        .collect();
+    Ok(AntmanSimConfig {
+        nodes: 8,
+        gpus_per_node: 8,
+        jobs,
+        quotas: [("tenant-a".to_string(), 64), ("tenant-b".to_string(), 0)].into(),
+        coordinator_period_ms: setup.coordinator_period_ms,
+        horizon_ms: 90 * 24 * 3_600_000,
+        ..AntmanSimConfig::default()
+    })
+}
+
+/// Fig. 13's three schedulers: YARN-CS, Gandiva (packing with its memory check, no node
+/// control, no universal memory), AntMan (scheduler, coordinator, universal memory).
+pub const FIG_13_SETTINGS: [Setting; 3] = [
+    Setting {
+        label: "YARN-CS",
+        scheduler: "yarn-cs",
+        config: "",
+        coordinator: None,
+        spill: SpillRule::None,
+    },
+    Setting {
+        label: "Gandiva",
+        scheduler: "gandiva",
+        config: "",
+        coordinator: None,
+        spill: SpillRule::None,
+    },
+    Setting {
+        label: "AntMan",
+        scheduler: "antman",
+        config: "",
+        coordinator: Some("antman"),
+        spill: SpillRule::All,
+    },
+];
+
+/// One seed's runs, in [`FIG_13_SETTINGS`] order.
+pub struct Fig13Seed {
+    pub seed: u64,
+    pub runs: Vec<(&'static str, AntmanMetrics)>,
+}
+
+impl Fig13Seed {
+    pub fn mean_jct(&self, label: &str) -> Option<f64> {
+        self.runs
+            .iter()
+            .find(|r| r.0 == label)
+            .map(|r| r.1.mean_jct_min)
+    }
+
+    /// (YARN-CS, Gandiva) mean JCT over AntMan's.
+    pub fn ratios(&self) -> Option<(f64, f64)> {
+        let a = self.mean_jct("AntMan")?;
+        Some((self.mean_jct("YARN-CS")? / a, self.mean_jct("Gandiva")? / a))
+    }
+}
+
+/// Runs Fig. 13's settings on every seed of `setup` (each seed's three in parallel).
+pub fn fig_13(setup: &TraceSetup) -> anyhow::Result<Vec<Fig13Seed>> {
+    let shapes = philly_shapes(setup)?;
+    let engine = arbiter_sim::engine(Duration::from_secs(30))?;
+    let policies = FIG_13_SETTINGS
+        .iter()
+        .map(|s| {
+            let scheduler = compile(&engine, s.scheduler, s.config)?;
+            let coordinator = s.coordinator.map(|c| compile(&engine, c, "")).transpose()?;
+            Ok((s, scheduler, coordinator))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    setup
+        .seeds
+        .iter()
+        .map(|&seed| {
+            let base = trace_scenario(setup, &shapes, seed)?;
+            let metrics = parallel_map(&policies, threads, |(s, scheduler, coordinator)| {
+                let cfg = AntmanSimConfig {
+                    spill: s.spill,
+                    ..base.clone()
+                };
+                run_antman(scheduler, coordinator.as_ref(), &cfg)
+            })?;
+            Ok(Fig13Seed {
+                seed,
+                runs: FIG_13_SETTINGS
+                    .iter()
+                    .map(|s| s.label)
+                    .zip(metrics)
+                    .collect(),
+            })
+        })
+        .collect()
+}

@@ -132,10 +132,17 @@ fn print_sensitivity() {
                 ..base.clone()
             },
         ),
-        ("GCN demand 0.6", with_model("gcn", &|m| m.demand = 0.6)),
+        ("GCN demand 0.3", with_model("gcn", &|m| m.demand = 0.3)),
         (
-            "ResNet-50 demand 0.95",
-            with_model("resnet50", &|m| m.demand = 0.95),
+            "ResNet-50 demand 0.7",
+            with_model("resnet50", &|m| m.demand = 0.7),
+        ),
+        (
+            "context-switch efficiency 0.8",
+            AntmanSimConfig {
+                packing_efficiency: 0.8,
+                ..base.clone()
+            },
         ),
         (
             "coordinator period 5 s",
@@ -157,4 +164,52 @@ fn print_sensitivity() {
             cell(t.jct("AntMan", "job-b")),
         );
     }
+}
+
+/// Fig. 13 (§5.2) on 64 simulated V100s with Philly run times and GPU counts: AntMan's
+/// average JCT against YARN-CS and Gandiva, medians over five seeds. The set-up's choices
+/// (job count, load, caps) and why Gandiva's ratio misses are in
+/// docs/reproductions/antman.md.
+#[test]
+fn fig_13_antman_cuts_average_jct_against_yarn_cs_and_holds_level_with_gandiva() {
+    use arbiter_repro::antman::{PAPER_FIG_13_RATIOS, TraceSetup, fig_13};
+    let seeds = fig_13(&TraceSetup::default()).expect("Fig. 13 runs");
+    let mut yarn = Vec::new();
+    let mut gandiva = Vec::new();
+    for s in &seeds {
+        for (label, m) in &s.runs {
+            assert_eq!(m.policy_faults, 0, "seed {} {label}", s.seed);
+            assert_eq!(m.coordinator_faults, 0, "seed {} {label}", s.seed);
+            assert!(
+                m.jobs.iter().all(|j| j.end == JobEnd::Finished),
+                "seed {} {label}: every job finishes",
+                s.seed
+            );
+        }
+        let (y, g) = s.ratios().expect("three runs");
+        println!(
+            "seed {}: YARN-CS / AntMan {y:.2}, Gandiva / AntMan {g:.2}",
+            s.seed
+        );
+        assert!(y > 1.0, "seed {}: AntMan beats YARN-CS ({y:.2})", s.seed);
+        yarn.push(y);
+        gandiva.push(g);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (y, g) = (median(&mut yarn), median(&mut gandiva));
+    println!(
+        "median YARN-CS / AntMan {y:.2} (paper {}), Gandiva / AntMan {g:.2} (paper {})",
+        PAPER_FIG_13_RATIOS.0, PAPER_FIG_13_RATIOS.1
+    );
+    let (py, _) = PAPER_FIG_13_RATIOS;
+    assert!(
+        (y - py).abs() <= 0.2 * py,
+        "YARN-CS / AntMan {y:.2} within 20 % of {py}"
+    );
+    // Not the paper's 1.84: at this load Gandiva's packing costs little in our model (see
+    // the doc); AntMan holds level with it.
+    assert!(g >= 0.9, "Gandiva / AntMan {g:.2}");
 }
