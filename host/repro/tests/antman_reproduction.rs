@@ -213,3 +213,31 @@ fn fig_13_antman_cuts_average_jct_against_yarn_cs_and_holds_level_with_gandiva()
     // the doc); AntMan holds level with it.
     assert!(g >= 0.9, "Gandiva / AntMan {g:.2}");
 }
+
+/// Fig. 12 (§5.1) end to end: packed without control, ESPnet crawls (the calibration's
+/// anchor: 20.1 → 105.2 min); under AntMan's coordinator it keeps its speed (paper 20.8)
+/// while ResNet-50 gets what ESPnet leaves.
+#[test]
+fn fig_12_the_coordinator_keeps_espnet_at_its_speed_beside_resnet50() {
+    use arbiter_repro::antman::{PAPER_FIG_12_ESPNET_MIN, fig_12};
+    let runs = fig_12().expect("Fig. 12 runs");
+    let jct = |label: &str, job: &str| {
+        runs.iter()
+            .find(|r| r.0 == label)
+            .and_then(|r| r.1.jobs.iter().find(|j| j.name == job))
+            .and_then(|j| j.jct_min)
+            .unwrap_or_else(|| panic!("{label}: {job} finished"))
+    };
+    let (alone, packed, _) = PAPER_FIG_12_ESPNET_MIN;
+    let g = jct("Gandiva", "espnet");
+    let a = jct("AntMan", "espnet");
+    println!(
+        "ESPnet: Gandiva {g:.1} min (paper {packed}), AntMan {a:.1} min (paper {}); \
+         ResNet-50: Gandiva {:.1}, AntMan {:.1} min (120 alone)",
+        PAPER_FIG_12_ESPNET_MIN.2,
+        jct("Gandiva", "resnet50"),
+        jct("AntMan", "resnet50")
+    );
+    assert!(g >= 3.0 * alone, "packed ESPnet slows >= 3x: {g:.1}");
+    assert!(a <= 1.05 * alone, "ESPnet under AntMan within 5 %: {a:.1}");
+}
