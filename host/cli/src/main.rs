@@ -98,6 +98,9 @@ fn sim(args: &arbiter_repro::SimArgs) -> anyhow::Result<()> {
         Some(arbiter_sim::Protocol::Dynamoml) => {
             return arbiter_repro::dynamoml::run_protocol(args)?.print(args.json);
         }
+        Some(arbiter_sim::Protocol::Antman) => {
+            return arbiter_repro::antman::run_protocol(args)?.print(args.json);
+        }
         _ => {}
     }
     arbiter_repro::run(args)?.print(args.json)

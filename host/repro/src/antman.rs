@@ -137,6 +137,54 @@ pub fn table_2(cfg: &AntmanSimConfig) -> anyhow::Result<Table2> {
     })
 }
 
+/// `arbiter sim --protocol antman`: Table 2's five settings on the default scenario, or on
+/// the `AntmanSimConfig` TOML file `--config` names.
+pub fn run_protocol(args: &crate::SimArgs) -> anyhow::Result<Table2> {
+    use arbiter_sim::models::ModelConfigFile;
+    if args.nodes.is_some() || args.trace.is_some() {
+        anyhow::bail!(
+            "the antman protocol builds its own cluster and jobs; --nodes and --trace do not apply"
+        );
+    }
+    let cfg = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading the scenario configuration `{path}`"))?;
+            AntmanSimConfig::from_toml(&text)
+                .with_context(|| format!("the scenario configuration `{path}`"))?
+        }
+        None => AntmanSimConfig::default(),
+    };
+    table_2(&cfg)
+}
+
+impl Table2 {
+    pub fn print(&self, json: bool) -> anyhow::Result<()> {
+        if json {
+            let runs: Vec<_> = self
+                .runs
+                .iter()
+                .map(|(label, m)| serde_json::json!({ "setting": label, "metrics": m }))
+                .collect();
+            let paper: Vec<_> = PAPER_TABLE_2
+                .iter()
+                .map(|(label, a, b)| serde_json::json!({ "setting": label, "job_a_min": a, "job_b_min": b }))
+                .collect();
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&serde_json::json!({ "runs": runs, "paper": paper }))?
+            );
+        } else {
+            print_table_2(self);
+            println!(
+                "JCT in minutes (Failed: out of memory or killed); the paper's on the right. \
+                 See docs/reproductions/antman.md."
+            );
+        }
+        Ok(())
+    }
+}
+
 /// Table 2 as text: ours beside the paper's.
 pub fn print_table_2(t: &Table2) {
     let cell = |v: Option<f64>| v.map_or("Failed".to_string(), |m| format!("{m:.1}"));

@@ -64,9 +64,10 @@ pub struct SimArgs {
     pub format: Option<TraceFormat>,
     /// `fgd` (static placement, the FGD paper's protocol), `replay` (time-based; the default),
     /// `aryl` (the Aryl paper's comparison on the Philly trace; `--trace` may name the
-    /// Philly job table, `--policy` does not apply) or `dynamoml` (DynamoML's §4 scenario
-    /// under its Table 2 settings; `--config` may name the scenario's TOML, `--policy`,
-    /// `--nodes` and `--trace` do not apply).
+    /// Philly job table, `--policy` does not apply), `dynamoml` (DynamoML's §4 scenario
+    /// under its Table 2 settings) or `antman` (AntMan's Table 2 scenario under its five
+    /// settings); for the last two `--config` may name the scenario's TOML and `--policy`,
+    /// `--nodes` and `--trace` do not apply.
     #[arg(long)]
     pub protocol: Option<Protocol>,
     /// Seed: task order of the FGD protocol and the policies' tie-breaking.
@@ -239,6 +240,9 @@ pub fn run(args: &SimArgs) -> anyhow::Result<SimOutput> {
         Some(Protocol::Dynamoml) => bail!(
             "the dynamoml protocol has its own driver: `arbiter_repro::dynamoml::run_protocol`"
         ),
+        Some(Protocol::Antman) => {
+            bail!("the antman protocol has its own driver: `arbiter_repro::antman::run_protocol`")
+        }
         _ => {}
     }
     let scenario = scenario::from_files(args.nodes.as_deref(), args.trace.as_deref(), args.format)?;

@@ -22,10 +22,13 @@ pub enum Protocol {
     /// DynamoML's §4 scenario under the four settings of its Table 2
     /// ([`crate::models::dynamoml`]); like Aryl's, not a scenario run.
     Dynamoml,
+    /// AntMan's Table 2 scenario under its five settings
+    /// ([`crate::models::antman`]); like Aryl's, not a scenario run.
+    Antman,
 }
 
 impl Protocol {
-    pub const NAMES: [&'static str; 4] = ["fgd", "replay", "aryl", "dynamoml"];
+    pub const NAMES: [&'static str; 5] = ["fgd", "replay", "aryl", "dynamoml", "antman"];
 }
 
 impl std::fmt::Display for Protocol {
@@ -35,6 +38,7 @@ impl std::fmt::Display for Protocol {
             Protocol::Replay => "replay",
             Protocol::Aryl => "aryl",
             Protocol::Dynamoml => "dynamoml",
+            Protocol::Antman => "antman",
         })
     }
 }
@@ -47,7 +51,8 @@ impl std::str::FromStr for Protocol {
             "replay" => Ok(Protocol::Replay),
             "aryl" => Ok(Protocol::Aryl),
             "dynamoml" => Ok(Protocol::Dynamoml),
-            other => bail!("unknown protocol `{other}` (fgd, replay, aryl or dynamoml)"),
+            "antman" => Ok(Protocol::Antman),
+            other => bail!("unknown protocol `{other}` (fgd, replay, aryl, dynamoml or antman)"),
         }
     }
 }
