@@ -84,30 +84,6 @@ fn load(c: &mut TestCluster, job: u32, requests_per_s: f32) {
     }]));
 }
 
-/// One round at `now`: the policy's decisions, validated by a `Plan` (a
-/// decision the host would refuse fails the test) and applied to `c`.
-fn round(c: &mut TestCluster, p: &mut Dynamo<Full>, now: u64) -> Vec<Decision> {
-    c.at(now);
-    let decisions = p.schedule(c.cluster(), &c.round(1000)).expect("schedule");
-    let mut plan = Plan::new(c.cluster());
-    let mut events = Vec::new();
-    for d in &decisions {
-        plan.apply(d.clone())
-            .unwrap_or_else(|e| panic!("{d:?} refused: {e}"));
-    }
-    for d in &decisions {
-        let job = d.job();
-        events.push(match d {
-            Decision::Preempt(_) => Event::JobEvicted(job),
-            _ => Event::JobPlaced(job, plan.workers_of(job)),
-        });
-    }
-    for e in events {
-        c.apply(e);
-    }
-    decisions
-}
-
 fn workers(c: &TestCluster, job: u32) -> u32 {
     c.cluster().job(job).placement().len() as u32
 }
@@ -123,10 +99,10 @@ fn peak(p: &mut Dynamo<Full>) -> (TestCluster, u32, Vec<u32>) {
     let jobs: Vec<u32> = (0..4)
         .map(|k| training(&mut c, &format!("mnist{k}")))
         .collect();
-    round(&mut c, p, 1_000);
+    c.run_round(p, 1_000);
     for t in 2..6 {
         load(&mut c, s, 120.0);
-        round(&mut c, p, t * 15_000);
+        c.run_round(p, t * 15_000);
     }
     (c, s, jobs)
 }
@@ -159,13 +135,13 @@ fn chiefs_keep_their_gpus_when_inference_borrows() {
     let mut c = testbed();
     let s = service(&mut c);
     let jobs: Vec<u32> = (0..2).map(|k| training(&mut c, &format!("r{k}"))).collect();
-    round(&mut c, &mut p, 1_000);
+    c.run_round(&mut p, 1_000);
     let chiefs: Vec<WorkerPlacement> = jobs
         .iter()
         .map(|&j| c.cluster().job(j).placement()[0].clone())
         .collect();
     load(&mut c, s, 120.0);
-    round(&mut c, &mut p, 15_000);
+    c.run_round(&mut p, 15_000);
     for (k, &j) in jobs.iter().enumerate() {
         assert_eq!(c.cluster().job(j).placement()[0], chiefs[k]);
     }
@@ -178,7 +154,7 @@ fn four_quarter_notebooks_share_one_gpu_and_a_fifth_goes_to_another() {
     let nbs: Vec<u32> = (0..5)
         .map(|k| notebook(&mut c, &format!("nb{k}")))
         .collect();
-    round(&mut c, &mut p, 1_000);
+    c.run_round(&mut p, 1_000);
     let gpu = |j: u32| c.cluster().job(j).placement()[0].gpus[0];
     for &j in &nbs[1..4] {
         assert_eq!(gpu(j), gpu(nbs[0]));
@@ -194,7 +170,7 @@ fn without_sharing_each_notebook_holds_a_gpu_of_its_own() {
     let nbs: Vec<u32> = (0..4)
         .map(|k| notebook(&mut c, &format!("nb{k}")))
         .collect();
-    round(&mut c, &mut p, 1_000);
+    c.run_round(&mut p, 1_000);
     let mut gpus: Vec<u32> = nbs
         .iter()
         .map(|&j| c.cluster().job(j).placement()[0].gpus[0])
@@ -238,7 +214,7 @@ fn a_gang_goes_to_one_node_and_waits_rather_than_spread() {
     let mut p = dynamoml();
     let mut c = partly_free(4, 5);
     let j = spec(&mut c, "four", job_kind::TRAINING, (4, 4, 4), 1000);
-    round(&mut c, &mut p, 1_000);
+    c.run_round(&mut p, 1_000);
     let nodes: Vec<u32> = c
         .cluster()
         .job(j)
@@ -250,7 +226,7 @@ fn a_gang_goes_to_one_node_and_waits_rather_than_spread() {
 
     let mut c = partly_free(3, 3);
     let j = spec(&mut c, "four", job_kind::TRAINING, (4, 4, 4), 1000);
-    round(&mut c, &mut p, 1_000);
+    c.run_round(&mut p, 1_000);
     assert!(c.cluster().job(j).is_pending(), "3 + 3 free: no placement");
 }
 
@@ -259,7 +235,7 @@ fn kubernetes_spreads_a_jobs_workers_over_the_least_allocated_nodes() {
     let mut p = k8s_scaling();
     let mut c = testbed();
     let j = training(&mut c, "spread");
-    round(&mut c, &mut p, 1_000);
+    c.run_round(&mut p, 1_000);
     let nodes: Vec<u32> = c
         .cluster()
         .job(j)
@@ -280,11 +256,11 @@ fn when_inference_falls_training_grows_back_on_its_own_nodes() {
     let mut t = 6;
     while workers(&c, s) > 4 && t < 20 {
         load(&mut c, s, 40.0);
-        round(&mut c, &mut p, t * 15_000);
+        c.run_round(&mut p, t * 15_000);
         t += 1;
     }
     assert_eq!(workers(&c, s), 4);
-    round(&mut c, &mut p, t * 15_000);
+    c.run_round(&mut p, t * 15_000);
     let cluster = c.cluster();
     for &j in &jobs {
         let job = cluster.job(j);
@@ -315,15 +291,15 @@ fn a_waiting_job_takes_back_what_others_grew_beyond_their_start() {
     let mut p = dynamoml();
     let mut c = testbed();
     let first: Vec<u32> = (0..4).map(|k| training(&mut c, &format!("a{k}"))).collect();
-    round(&mut c, &mut p, 1_000);
-    round(&mut c, &mut p, 15_000);
+    c.run_round(&mut p, 1_000);
+    c.run_round(&mut p, 15_000);
     assert_eq!(
         first.iter().map(|&j| workers(&c, j)).sum::<u32>(),
         16,
         "grown"
     );
     let late = training(&mut c, "late");
-    round(&mut c, &mut p, 30_000);
+    c.run_round(&mut p, 30_000);
     assert_eq!(workers(&c, late), 2, "started at once");
     for &j in &first {
         assert!(workers(&c, j) >= 2, "nobody below what it started with");
@@ -337,7 +313,7 @@ fn a_long_runner_gives_way_to_a_long_waiter_with_its_checkpoint() {
     let mut c = testbed();
     let hog = spec(&mut c, "hog", job_kind::TRAINING, (8, 8, 8), 1000);
     let hog2 = spec(&mut c, "hog2", job_kind::TRAINING, (8, 8, 8), 1000);
-    round(&mut c, &mut p, 0);
+    c.run_round(&mut p, 0);
     let waiter = spec(&mut c, "waiter", job_kind::TRAINING, (2, 2, 2), 1000);
     c.progress(JobProgress {
         job: hog,
@@ -349,12 +325,12 @@ fn a_long_runner_gives_way_to_a_long_waiter_with_its_checkpoint() {
         started_ms: 100,
         ..JobProgress::default()
     });
-    round(&mut c, &mut p, 300_000);
+    c.run_round(&mut p, 300_000);
     assert!(
         c.cluster().job(waiter).is_pending(),
         "not waited long enough"
     );
-    let d = round(&mut c, &mut p, 700_000);
+    let d = c.run_round(&mut p, 700_000);
     assert!(d.contains(&Decision::Preempt(hog)), "{d:?}");
     assert!(c.cluster().job(hog).is_pending());
 }
@@ -378,8 +354,8 @@ fn jobs_growing_on_one_node_share_its_cpu_fairly() {
     let a = spec(&mut c, "a", job_kind::TRAINING, (1, 1, 4), FULL_GPU_MILLI);
     let b = spec(&mut c, "b", job_kind::TRAINING, (1, 1, 4), FULL_GPU_MILLI);
     let mut p = dynamoml();
-    round(&mut c, &mut p, 1_000);
+    c.run_round(&mut p, 1_000);
     assert_eq!((workers(&c, a), workers(&c, b)), (1, 1));
-    let grown = round(&mut c, &mut p, 16_000);
+    let grown = c.run_round(&mut p, 16_000);
     assert_eq!((workers(&c, a), workers(&c, b)), (2, 2), "{grown:?}");
 }

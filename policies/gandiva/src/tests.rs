@@ -1,7 +1,7 @@
 //! Known answers: AntMan's Table 2 "Pack", and Gandiva's packing rules.
 
 use super::*;
-use arbiter_policy_sdk::model::{FULL_GPU_MILLI, GpuMetric, JobProgress, SharingRules, qos};
+use arbiter_policy_sdk::model::{FULL_GPU_MILLI, SharingRules, qos};
 
 const MIN: u64 = 60_000;
 
@@ -67,52 +67,6 @@ fn on_gpu(gpu: u32) -> Vec<WorkerPlacement> {
     }]
 }
 
-fn utilization(c: &mut TestCluster, pct: &[(u32, u8)]) {
-    c.apply(Event::GpuMetrics(
-        pct.iter()
-            .map(|&(gpu, utilization_pct)| GpuMetric {
-                gpu,
-                utilization_pct,
-                ..GpuMetric::default()
-            })
-            .collect(),
-    ));
-}
-
-fn index_of(c: &TestCluster, name: &str) -> u32 {
-    c.cluster()
-        .jobs()
-        .find(|j| j.name() == name)
-        .map(|j| j.index())
-        .unwrap_or_else(|| panic!("no job {name}"))
-}
-
-/// One round at `now`: the decisions, each replayed through a fresh `Plan` as the host's
-/// validator does (a refused decision fails the test), then applied to `c`.
-fn round(c: &mut TestCluster, p: &mut Gandiva, now: u64) -> Vec<Decision> {
-    c.at(now);
-    let decisions = p.schedule(c.cluster(), &c.round(1000)).expect("schedule");
-    let mut plan = Plan::new(c.cluster());
-    for d in &decisions {
-        plan.apply(d.clone())
-            .unwrap_or_else(|e| panic!("{d:?} refused by the validator: {e}"));
-    }
-    for d in &decisions {
-        match d {
-            Decision::Place(j, w) => {
-                c.apply(Event::JobPlaced(*j, w.clone()));
-                c.progress(JobProgress {
-                    job: *j,
-                    started_ms: now,
-                    ..JobProgress::default()
-                });
-            }
-            other => panic!("gandiva only places, not {other:?}"),
-        }
-    }
-    decisions
-}
-
 fn gpus_of(d: &[Decision], job: u32) -> Vec<u32> {
     d.iter()
         .find_map(|d| match d {
@@ -157,7 +111,7 @@ fn table_2(p: &mut Gandiva) -> TestCluster {
     let mut c = node(1, shared(1000, 4));
     c.quota("quota", Some(u64::from(FULL_GPU_MILLI)));
     let a = job_of(&mut c, "job-a", "no-quota", qos::OPPORTUNISTIC, 3_584, 0);
-    assert_eq!(round(&mut c, p, 0), vec![Decision::Place(a, on_gpu(0))]);
+    assert_eq!(c.run_round(p, 0), vec![Decision::Place(a, on_gpu(0))]);
     job_of(&mut c, "job-b", "quota", qos::GUARANTEED, 30_720, 26 * MIN);
     c
 }
@@ -166,12 +120,12 @@ fn table_2(p: &mut Gandiva) -> TestCluster {
 fn table_2_pack_job_b_is_packed_onto_job_a_s_gpu() {
     let mut p = gandiva("memory_check = false");
     let mut c = table_2(&mut p);
-    let b = index_of(&c, "job-b");
+    let b = c.index_of("job-b");
     // No GPU is free: B goes onto A's, as guaranteed work beside A's shared work (the
     // validator's guaranteed admission ignores shared use). Nothing controls their memory
     // on the node: B gets the 28.5 GB A leaves.
     assert_eq!(
-        round(&mut c, &mut p, 26 * MIN),
+        c.run_round(&mut p, 26 * MIN),
         vec![Decision::Place(b, on_gpu(0))]
     );
     assert_eq!(c.cluster().gpu(0).milli_used(), FULL_GPU_MILLI);
@@ -182,7 +136,7 @@ fn table_2_pack_job_b_is_packed_onto_job_a_s_gpu() {
 fn with_its_memory_check_gandiva_does_not_pack_job_b_where_30_gb_do_not_fit_beside_3_5() {
     let mut p = gandiva("");
     let mut c = table_2(&mut p);
-    assert_eq!(round(&mut c, &mut p, 26 * MIN), vec![]);
+    assert_eq!(c.run_round(&mut p, 26 * MIN), vec![]);
 }
 
 #[test]
@@ -192,9 +146,9 @@ fn free_gpus_come_first() {
     c.run(x, on_gpu(0));
     // GPU 0 is busy but reports 0 %; GPU 1 is free but still reports the 50 % of work
     // that has ended (samples lag): free comes first all the same.
-    utilization(&mut c, &[(0, 0), (1, 50)]);
+    c.utilization(&[(0, 0), (1, 50)]);
     let y = job(&mut c, "y", qos::OPPORTUNISTIC, 4_096, 1);
-    let d = round(&mut c, &mut gandiva(""), 1_000);
+    let d = c.run_round(&mut gandiva(""), 1_000);
     assert_eq!(d, vec![Decision::Place(y, on_gpu(1))]);
 }
 
@@ -205,9 +159,9 @@ fn with_no_gpu_free_a_job_is_packed_onto_the_least_utilized_busy_gpu() {
         let r = job(&mut c, &format!("r{g}"), qos::OPPORTUNISTIC, 8_192, 0);
         c.run(r, on_gpu(g));
     }
-    utilization(&mut c, &[(0, 90), (1, 30), (2, 60)]);
+    c.utilization(&[(0, 90), (1, 30), (2, 60)]);
     let y = job(&mut c, "y", qos::OPPORTUNISTIC, 8_192, 1);
-    let d = round(&mut c, &mut gandiva(""), 1_000);
+    let d = c.run_round(&mut gandiva(""), 1_000);
     assert_eq!(d, vec![Decision::Place(y, on_gpu(1))]);
 }
 
@@ -218,10 +172,10 @@ fn this_round_s_placements_count_toward_a_gpu_s_load() {
         let r = job(&mut c, &format!("r{g}"), qos::OPPORTUNISTIC, 4_096, 0);
         c.run(r, on_gpu(g));
     }
-    utilization(&mut c, &[(0, 10), (1, 40)]);
+    c.utilization(&[(0, 10), (1, 40)]);
     let y1 = job(&mut c, "y1", qos::OPPORTUNISTIC, 4_096, 1);
     let y2 = job(&mut c, "y2", qos::OPPORTUNISTIC, 4_096, 2);
-    let d = round(&mut c, &mut gandiva(""), 1_000);
+    let d = c.run_round(&mut gandiva(""), 1_000);
     // y1 on the 10 % GPU makes it 110 %: y2 goes to the 40 % one.
     assert_eq!(gpus_of(&d, y1), vec![0]);
     assert_eq!(gpus_of(&d, y2), vec![1]);
@@ -238,7 +192,7 @@ fn never_more_than_max_jobs_per_gpu() {
         (c, js)
     };
     let (mut c, js) = build();
-    let d = round(&mut c, &mut gandiva(""), 1_000);
+    let d = c.run_round(&mut gandiva(""), 1_000);
     assert_eq!(
         d,
         vec![
@@ -247,9 +201,9 @@ fn never_more_than_max_jobs_per_gpu() {
         ]
     );
     // The third waits, round after round, until one of them ends.
-    assert_eq!(round(&mut c, &mut gandiva(""), 2_000), vec![]);
+    assert_eq!(c.run_round(&mut gandiva(""), 2_000), vec![]);
     let (mut c, js) = build();
-    let d = round(&mut c, &mut gandiva("max_jobs_per_gpu = 3"), 1_000);
+    let d = c.run_round(&mut gandiva("max_jobs_per_gpu = 3"), 1_000);
     assert_eq!(d.len(), 3);
     assert!(js.iter().all(|&j| gpus_of(&d, j) == vec![0]));
 }
@@ -263,7 +217,7 @@ fn two_guaranteed_whole_gpu_jobs_never_share_a_gpu() {
     c.run(a, on_gpu(0));
     job(&mut c, "b", qos::GUARANTEED, 4_096, 1);
     assert_eq!(
-        round(&mut c, &mut gandiva("memory_check = false"), 1_000),
+        c.run_round(&mut gandiva("memory_check = false"), 1_000),
         vec![]
     );
     // An opportunistic one joins it.
@@ -273,7 +227,7 @@ fn two_guaranteed_whole_gpu_jobs_never_share_a_gpu() {
         host_spill: true,
         ..shared(1000, 0)
     });
-    let d = round(&mut c2, &mut gandiva("memory_check = false"), 2_000);
+    let d = c2.run_round(&mut gandiva("memory_check = false"), 2_000);
     assert_eq!(d, vec![Decision::Place(o, on_gpu(0))]);
 }
 
@@ -282,7 +236,7 @@ fn jobs_are_taken_in_arrival_order() {
     let mut c = node(1, shared(1000, 0));
     let late = job(&mut c, "late", qos::OPPORTUNISTIC, 4_096, 200);
     let early = job(&mut c, "early", qos::OPPORTUNISTIC, 4_096, 100);
-    let d = round(&mut c, &mut gandiva("max_jobs_per_gpu = 1"), 1_000);
+    let d = c.run_round(&mut gandiva("max_jobs_per_gpu = 1"), 1_000);
     assert_eq!(d, vec![Decision::Place(early, on_gpu(0))]);
     assert!(!d.iter().any(|d| d.job() == late));
 }
@@ -313,7 +267,7 @@ fn a_gang_fills_free_gpus_on_one_node_before_packing() {
         ..JobSpec::default()
     };
     let gang = c.job_spec(spec);
-    let d = round(&mut c, &mut gandiva(""), 1_000);
+    let d = c.run_round(&mut gandiva(""), 1_000);
     let mut gpus = gpus_of(&d, gang);
     gpus.sort_unstable();
     assert_eq!(

@@ -2,6 +2,8 @@
 
 use crate::cluster::Cluster;
 use crate::model::*;
+use crate::plan::Plan;
+use crate::runtime::Policy;
 use std::collections::HashMap;
 
 /// A cluster built event by event, exactly as the host builds its own.
@@ -186,6 +188,27 @@ impl TestCluster {
         self.event(event);
     }
 
+    /// Reports GPU utilizations (`(gpu, percent)`), as a node's `gpu-metrics` would.
+    pub fn utilization(&mut self, pct: &[(u32, u8)]) {
+        self.event(Event::GpuMetrics(
+            pct.iter()
+                .map(|&(gpu, utilization_pct)| GpuMetric {
+                    gpu,
+                    utilization_pct,
+                    ..GpuMetric::default()
+                })
+                .collect(),
+        ));
+    }
+
+    /// The index of the job named `name` (panics if there is none: a test's typo).
+    pub fn index_of(&self, name: &str) -> u32 {
+        match self.cluster.jobs().find(|j| j.name() == name) {
+            Some(j) => j.index(),
+            None => panic!("no job {name}"),
+        }
+    }
+
     pub fn cluster(&self) -> &Cluster {
         &self.cluster
     }
@@ -200,6 +223,76 @@ impl TestCluster {
             epoch: self.cluster.epoch(),
             now_ms: self.cluster.now_ms(),
             max_decisions,
+        }
+    }
+
+    /// One scheduling round of `policy` at `now_ms`, as the host runs it: the policy's
+    /// decisions, each checked by a fresh [`Plan`] (a decision the host's validator would
+    /// refuse panics, failing the test), then carried out as the host's events
+    /// ([`TestCluster::carry_out`]). Returns the decisions.
+    pub fn run_round<P: Policy>(&mut self, policy: &mut P, now_ms: u64) -> Vec<Decision> {
+        self.at(now_ms);
+        let decisions = match policy.schedule(&self.cluster, &self.round(1000)) {
+            Ok(d) => d,
+            Err(e) => panic!("the policy failed the round: {e:?}"),
+        };
+        let mut plan = Plan::new(&self.cluster);
+        for d in &decisions {
+            if let Err(e) = plan.apply(d.clone()) {
+                panic!("{d:?} refused by the validator: {e}");
+            }
+        }
+        self.carry_out(&decisions);
+        decisions
+    }
+
+    /// Carries out validated decisions as the host does (`ClusterState::apply`): placement
+    /// events, a start's progress (`started-ms`), evictions, reservations, QoS changes.
+    pub fn carry_out(&mut self, decisions: &[Decision]) {
+        let now = self.cluster.now_ms();
+        for d in decisions {
+            match d.clone() {
+                Decision::Place(j, workers) | Decision::Migrate(j, workers) => {
+                    let starting = self.cluster.job(j).phase() != job_phase::RUNNING;
+                    self.event(Event::JobPlaced(j, workers));
+                    if starting {
+                        let p = self.cluster.job(j).progress();
+                        self.progress(JobProgress {
+                            started_ms: now.max(1),
+                            ..p
+                        });
+                    }
+                }
+                Decision::ScaleOut(j, added) => {
+                    let mut workers = self.cluster.job(j).placement().to_vec();
+                    workers.extend(added);
+                    self.event(Event::JobPlaced(j, workers));
+                }
+                Decision::ScaleIn(j, positions) => {
+                    let workers = self
+                        .cluster
+                        .job(j)
+                        .placement()
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| !positions.contains(&(*i as u32)))
+                        .map(|(_, w)| w.clone())
+                        .collect();
+                    self.event(Event::JobPlaced(j, workers));
+                }
+                Decision::Preempt(j) => {
+                    self.event(Event::JobEvicted(j));
+                    let p = self.cluster.job(j).progress();
+                    self.progress(JobProgress { started_ms: 0, ..p });
+                }
+                Decision::Reserve(j, nodes) => self.event(Event::JobReserved(j, nodes)),
+                Decision::Unreserve(j) => {
+                    self.event(Event::JobReserved(j, Vec::new()));
+                    self.event(Event::JobReservedGpus(j, Vec::new()));
+                }
+                Decision::ReserveGpus(j, gpus) => self.event(Event::JobReservedGpus(j, gpus)),
+                Decision::SetQos(j, q) => self.event(Event::JobQosChanged(j, q)),
+            }
         }
     }
 }

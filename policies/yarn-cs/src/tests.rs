@@ -103,43 +103,6 @@ fn running(c: &mut TestCluster, name: &str, tenant: &str, at: (u32, u32), starte
     j
 }
 
-fn index_of(c: &TestCluster, name: &str) -> u32 {
-    c.cluster()
-        .jobs()
-        .find(|j| j.name() == name)
-        .map(|j| j.index())
-        .unwrap_or_else(|| panic!("no job {name}"))
-}
-
-/// One round at `now`: the policy's decisions, each replayed through a fresh `Plan` as the
-/// host's validator does (a refused decision fails the test), then applied to `c` as the
-/// host's events.
-fn round(c: &mut TestCluster, p: &mut YarnCs, now: u64) -> Vec<Decision> {
-    c.at(now);
-    let decisions = p.schedule(c.cluster(), &c.round(1000)).expect("schedule");
-    let mut plan = Plan::new(c.cluster());
-    for d in &decisions {
-        plan.apply(d.clone())
-            .unwrap_or_else(|e| panic!("{d:?} refused by the validator: {e}"));
-    }
-    for d in &decisions {
-        match d {
-            Decision::Place(j, w) => {
-                c.apply(Event::JobPlaced(*j, w.clone()));
-                c.progress(JobProgress {
-                    job: *j,
-                    started_ms: now,
-                    ..JobProgress::default()
-                });
-            }
-            Decision::SetQos(j, q) => c.apply(Event::JobQosChanged(*j, *q)),
-            Decision::Preempt(j) => c.apply(Event::JobEvicted(*j)),
-            other => panic!("yarn-cs never decides {other:?}"),
-        }
-    }
-    decisions
-}
-
 /// The jobs placed, in decision order.
 fn placed(d: &[Decision]) -> Vec<u32> {
     d.iter()
@@ -214,7 +177,7 @@ fn table_2(p: &mut YarnCs) -> (TestCluster, u32) {
     );
     // Job-A starts on the idle GPU as it is: beyond its tenant's capacity (none), in the
     // shared account, no QoS change.
-    let d = round(&mut c, p, 0);
+    let d = c.run_round(p, 0);
     assert_eq!(
         d,
         vec![Decision::Place(
@@ -239,16 +202,16 @@ fn table_2(p: &mut YarnCs) -> (TestCluster, u32) {
 fn table_2_fifo_the_guaranteed_job_waits_for_the_gpu_without_preemption() {
     let mut p = yarn("");
     let (mut c, a) = table_2(&mut p);
-    let b = index_of(&c, "job-b");
+    let b = c.index_of("job-b");
     // The validator would admit Job-B beside Job-A's shared work; YARN-CS gives whole GPUs
     // of their own, so Job-B waits.
     assert!(Plan::new(c.cluster()).gpu_fits(b, 0));
-    assert_eq!(round(&mut c, &mut p, 26 * MIN), vec![]);
-    assert_eq!(round(&mut c, &mut p, 30 * MIN), vec![]);
+    assert_eq!(c.run_round(&mut p, 26 * MIN), vec![]);
+    assert_eq!(c.run_round(&mut p, 30 * MIN), vec![]);
     // Job-A ends at 43 min: Job-B starts (17 min of queueing, Table 2's FIFO column).
     c.apply(Event::JobRemoved(a));
-    let b = index_of(&c, "job-b");
-    let d = round(&mut c, &mut p, 43 * MIN);
+    let b = c.index_of("job-b");
+    let d = c.run_round(&mut p, 43 * MIN);
     assert_eq!(placed(&d), vec![b]);
     assert_eq!(gpus_of(&d, b), vec![0]);
 }
@@ -257,9 +220,9 @@ fn table_2_fifo_the_guaranteed_job_waits_for_the_gpu_without_preemption() {
 fn table_2_preempt_job_a_is_preempted_and_job_b_placed() {
     let mut p = yarn("preemption = true");
     let (mut c, a) = table_2(&mut p);
-    let b = index_of(&c, "job-b");
+    let b = c.index_of("job-b");
     assert_eq!(
-        round(&mut c, &mut p, 26 * MIN),
+        c.run_round(&mut p, 26 * MIN),
         vec![
             Decision::Preempt(a),
             Decision::Place(
@@ -272,7 +235,7 @@ fn table_2_preempt_job_a_is_preempted_and_job_b_placed() {
         ]
     );
     // Job-A is back in its queue and waits: nothing is idle, and Job-B is within quota.
-    assert_eq!(round(&mut c, &mut p, 27 * MIN), vec![]);
+    assert_eq!(c.run_round(&mut p, 27 * MIN), vec![]);
 }
 
 #[test]
@@ -286,19 +249,19 @@ fn jobs_of_a_queue_start_in_arrival_order_and_its_head_blocks_the_rest() {
     add(&mut c, Spec::new("early", "t", 3, 100));
     let mut p = yarn("");
     // `early` needs 3 GPUs and 2 are free: it waits, and `late` waits behind it.
-    assert_eq!(round(&mut c, &mut p, 1_000), vec![]);
+    assert_eq!(c.run_round(&mut p, 1_000), vec![]);
     c.apply(Event::JobRemoved(r0));
     // Job indices move on removal (swap-remove): look them up again.
-    let early = index_of(&c, "early");
-    let d = round(&mut c, &mut p, 2_000);
+    let early = c.index_of("early");
+    let d = c.run_round(&mut p, 2_000);
     assert_eq!(placed(&d), vec![early]);
     assert_eq!(gpus_of(&d, early), vec![0, 2, 3]);
     // No GPU is left for `late` until r1 ends.
-    assert_eq!(round(&mut c, &mut p, 3_000), vec![]);
-    let r1 = index_of(&c, "r1");
+    assert_eq!(c.run_round(&mut p, 3_000), vec![]);
+    let r1 = c.index_of("r1");
     c.apply(Event::JobRemoved(r1));
-    let late = index_of(&c, "late");
-    let d = round(&mut c, &mut p, 4_000);
+    let late = c.index_of("late");
+    let d = c.run_round(&mut p, 4_000);
     assert_eq!(placed(&d), vec![late]);
 }
 
@@ -309,7 +272,7 @@ fn of_two_jobs_of_one_queue_the_earlier_arrival_gets_the_one_free_gpu() {
     running(&mut c, "r0", "t", (0, 0), 0);
     let _late = add(&mut c, Spec::new("late", "t", 1, 200));
     let early = add(&mut c, Spec::new("early", "t", 1, 100));
-    let d = round(&mut c, &mut yarn(""), 1_000);
+    let d = c.run_round(&mut yarn(""), 1_000);
     assert_eq!(placed(&d), vec![early]);
     assert_eq!(gpus_of(&d, early), vec![1]);
 }
@@ -330,11 +293,11 @@ fn a_gang_waits_until_all_its_gpus_fit() {
         },
     );
     let mut p = yarn("");
-    assert_eq!(round(&mut c, &mut p, 1_000), vec![]);
-    assert_eq!(round(&mut c, &mut p, 2_000), vec![]);
+    assert_eq!(c.run_round(&mut p, 1_000), vec![]);
+    assert_eq!(c.run_round(&mut p, 2_000), vec![]);
     c.apply(Event::JobRemoved(busy0));
-    let pair = index_of(&c, "pair");
-    let d = round(&mut c, &mut p, 3_000);
+    let pair = c.index_of("pair");
+    let d = c.run_round(&mut p, 3_000);
     assert_eq!(placed(&d), vec![pair]);
     assert_eq!(
         workers_of(&d, pair),
@@ -354,7 +317,7 @@ fn a_gang_is_packed_on_as_few_nodes_as_possible() {
     running(&mut c, "b9", "other", (2, 9), 0);
     let three = add(&mut c, Spec::new("three", "t", 3, 10));
     let five = add(&mut c, Spec::new("five", "t", 5, 20));
-    let d = round(&mut c, &mut yarn(""), 1_000);
+    let d = c.run_round(&mut yarn(""), 1_000);
     assert_eq!(placed(&d), vec![three, five]);
     // Three GPUs: the node it fills exactly, not the emptier one.
     assert!(workers_of(&d, three).iter().all(|(n, _)| *n == 0));
@@ -375,7 +338,7 @@ fn the_tenant_furthest_below_its_quota_goes_first() {
     let _y_job = add(&mut c, Spec::new("y-job", "y", 1, 10));
     let x_job = add(&mut c, Spec::new("x-job", "x", 1, 20));
     // x holds more GPUs and its job arrived later, but it is further below its quota.
-    let d = round(&mut c, &mut yarn(""), 1_000);
+    let d = c.run_round(&mut yarn(""), 1_000);
     assert_eq!(placed(&d), vec![x_job]);
 }
 
@@ -390,7 +353,7 @@ fn fairness_alternates_between_tenants_as_their_shares_move() {
     add(&mut c, Spec::new("x2", "x", 1, 2));
     let y1 = add(&mut c, Spec::new("y1", "y", 1, 3));
     let y2 = add(&mut c, Spec::new("y2", "y", 1, 4));
-    let d = round(&mut c, &mut yarn(""), 1_000);
+    let d = c.run_round(&mut yarn(""), 1_000);
     // y (0/4) first; then x and y both hold 1/4 and one GPU: the lower tenant id (x, named
     // first) goes; then y (1/4 against x's 2/4).
     assert_eq!(placed(&d), vec![y1, x1, y2]);
@@ -404,7 +367,7 @@ fn idle_gpus_are_lent_beyond_quota_in_the_shared_account_when_sharing_is_on() {
     let j1 = add(&mut c, Spec::new("j1", "q", 1, 1));
     let j2 = add(&mut c, Spec::new("j2", "q", 1, 2));
     let j3 = add(&mut c, Spec::new("j3", "q", 1, 3));
-    let d = round(&mut c, &mut yarn(""), 1_000);
+    let d = c.run_round(&mut yarn(""), 1_000);
     // j1 within the 1-GPU quota as guaranteed; j2 and j3 borrow idle GPUs, charged to the
     // shared account so the validator's quota (a hard cap on guaranteed work) holds.
     assert_eq!(d.len(), 5, "{d:?}");
@@ -425,7 +388,7 @@ fn tenants_without_quota_run_on_idle_gpus_and_a_quota_caps_guaranteed_work_witho
     let q2 = add(&mut c, Spec::new("q2", "q", 1, 2));
     let n1 = add(&mut c, Spec::new("n1", "nq", 1, 3));
     let n2 = add(&mut c, Spec::new("n2", "nq", 1, 4));
-    let d = round(&mut c, &mut yarn(""), 1_000);
+    let d = c.run_round(&mut yarn(""), 1_000);
     // Sharing off: every worker is guaranteed, so q cannot go past its quota (the
     // validator's hard cap); the quota-less tenant borrows the idle GPUs.
     assert_eq!(placed(&d), vec![q1, n1, n2]);
@@ -444,9 +407,9 @@ fn a_waiting_quota_job_keeps_idle_gpus_from_being_lent() {
         (c, b2)
     };
     let (mut c, _) = build();
-    assert_eq!(round(&mut c, &mut yarn(""), 1_000), vec![]);
+    assert_eq!(c.run_round(&mut yarn(""), 1_000), vec![]);
     let (mut c, b2) = build();
-    let d = round(&mut c, &mut yarn("hold_idle_for_quota = false"), 1_000);
+    let d = c.run_round(&mut yarn("hold_idle_for_quota = false"), 1_000);
     assert_eq!(placed(&d), vec![b2]);
 }
 
@@ -457,7 +420,7 @@ fn a_job_that_can_never_fit_does_not_hold_the_cluster() {
     add(&mut c, Spec::new("too-big", "a", 8, 1));
     let b = add(&mut c, Spec::new("b", "b", 1, 2));
     let small = add(&mut c, Spec::new("small", "a", 1, 3));
-    let d = round(&mut c, &mut yarn(""), 1_000);
+    let d = c.run_round(&mut yarn(""), 1_000);
     assert_eq!(placed(&d), vec![small, b]);
 }
 
@@ -473,7 +436,7 @@ fn a_job_within_quota_submitted_opportunistic_still_runs_as_guaranteed() {
             ..Spec::new("j", "q", 1, 1)
         },
     );
-    let d = round(&mut c, &mut yarn(""), 1_000);
+    let d = c.run_round(&mut yarn(""), 1_000);
     assert_eq!(d[0], Decision::SetQos(j, qos::GUARANTEED));
     assert_eq!(placed(&d), vec![j]);
 }
@@ -489,7 +452,7 @@ fn preemption_takes_the_newest_over_quota_jobs_and_no_more() {
     // c's job is the newest but within c's quota: never a victim.
     running(&mut c, "c1", "c", (0, 3), 4_000);
     let a = add(&mut c, Spec::new("a", "a", 2, 5_000));
-    let d = round(&mut c, &mut yarn("preemption = true"), 6_000);
+    let d = c.run_round(&mut yarn("preemption = true"), 6_000);
     assert_eq!(&d[..2], &[Decision::Preempt(b3), Decision::Preempt(b2)]);
     assert_eq!(placed(&d), vec![a]);
     assert_eq!(gpus_of(&d, a), vec![1, 2]);
@@ -507,7 +470,7 @@ fn preemption_happens_only_when_it_makes_the_job_fit() {
     running(&mut c, "c1", "c", (0, 3), 4_000);
     // Four GPUs within a's quota, but only three are over-quota work.
     add(&mut c, Spec::new("a", "a", 4, 5_000));
-    assert_eq!(round(&mut c, &mut yarn("preemption = true"), 6_000), vec![]);
+    assert_eq!(c.run_round(&mut yarn("preemption = true"), 6_000), vec![]);
 }
 
 #[test]
@@ -526,7 +489,7 @@ fn preemption_spares_a_newer_job_whose_gpu_does_not_help() {
             ..Spec::new("a", "a", 2, 5_000)
         },
     );
-    let d = round(&mut c, &mut yarn("preemption = true"), 6_000);
+    let d = c.run_round(&mut yarn("preemption = true"), 6_000);
     // Newest first would take X, Y, Z; X's GPU does not let the one-node pair start, so
     // only Y and Z go, and the pair takes node 1.
     assert_eq!(&d[..2], &[Decision::Preempt(y), Decision::Preempt(z)]);
@@ -541,5 +504,5 @@ fn without_preemption_over_quota_work_is_never_touched() {
     running(&mut c, "b1", "b", (0, 0), 1_000);
     running(&mut c, "b2", "b", (0, 1), 2_000);
     add(&mut c, Spec::new("a", "a", 1, 5_000));
-    assert_eq!(round(&mut c, &mut yarn(""), 6_000), vec![]);
+    assert_eq!(c.run_round(&mut yarn(""), 6_000), vec![]);
 }

@@ -5,7 +5,7 @@ mod coordinator;
 mod scheduler;
 
 use super::*;
-use arbiter_policy_sdk::model::{GpuMetric, SharingRules};
+use arbiter_policy_sdk::model::SharingRules;
 
 fn antman(config: &str) -> AntMan {
     let mut p = AntMan::create();
@@ -103,56 +103,6 @@ fn run_on(c: &mut TestCluster, job: u32, gpus: &[u32]) {
         })
         .collect();
     c.run(job, workers);
-}
-
-fn utilization(c: &mut TestCluster, pct: &[(u32, u8)]) {
-    c.apply(Event::GpuMetrics(
-        pct.iter()
-            .map(|&(gpu, utilization_pct)| GpuMetric {
-                gpu,
-                utilization_pct,
-                ..GpuMetric::default()
-            })
-            .collect(),
-    ));
-}
-
-fn index_of(c: &TestCluster, name: &str) -> u32 {
-    c.cluster()
-        .jobs()
-        .find(|j| j.name() == name)
-        .map(|j| j.index())
-        .unwrap_or_else(|| panic!("no job {name}"))
-}
-
-/// One round at `now`: the policy's decisions, each checked by a fresh `Plan` (a decision
-/// the host's validator would refuse fails the test), then applied to `c` as the host's
-/// events.
-fn round(c: &mut TestCluster, p: &mut AntMan, now: u64) -> Vec<Decision> {
-    c.at(now);
-    let decisions = p.schedule(c.cluster(), &c.round(1000)).expect("schedule");
-    let mut plan = Plan::new(c.cluster());
-    for d in &decisions {
-        plan.apply(d.clone())
-            .unwrap_or_else(|e| panic!("{d:?} refused by the validator: {e}"));
-    }
-    let mut events = Vec::new();
-    for d in &decisions {
-        match d {
-            Decision::Place(j, _) => events.push(Event::JobPlaced(*j, plan.workers_of(*j))),
-            Decision::SetQos(j, q) => events.push(Event::JobQosChanged(*j, *q)),
-            Decision::ReserveGpus(j, g) => events.push(Event::JobReservedGpus(*j, g.clone())),
-            Decision::Unreserve(j) => {
-                events.push(Event::JobReserved(*j, Vec::new()));
-                events.push(Event::JobReservedGpus(*j, Vec::new()));
-            }
-            other => panic!("AntMan never decides {other:?}"),
-        }
-    }
-    for e in events {
-        c.apply(e);
-    }
-    decisions
 }
 
 /// The GPUs a decision places a job on.

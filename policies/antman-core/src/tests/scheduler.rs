@@ -39,17 +39,17 @@ fn algorithm_1_reserves_the_three_free_gpus_of_a_server_for_a_four_gpu_one_serve
     let mut p = antman("");
     // Five GPUs are free, but no server has four: reserve, not place.
     assert_eq!(
-        round(&mut c, &mut p, 1_000),
+        c.run_round(&mut p, 1_000),
         vec![Decision::ReserveGpus(bert, vec![5, 6, 7])]
     );
     assert_eq!(c.cluster().job(bert).phase(), job_phase::RESERVED);
     // Nothing changed: the reservation is kept, no decision.
-    assert_eq!(round(&mut c, &mut p, 2_000), vec![]);
+    assert_eq!(c.run_round(&mut p, 2_000), vec![]);
     // GPU 4 frees up: the gang fits on server 0, on its reserved GPUs and GPU 4.
-    let busy4 = index_of(&c, "busy-4");
+    let busy4 = c.index_of("busy-4");
     c.apply(Event::JobRemoved(busy4));
-    let bert = index_of(&c, "bert");
-    let d = round(&mut c, &mut p, 3_000);
+    let bert = c.index_of("bert");
+    let d = c.run_round(&mut p, 3_000);
     assert_eq!(d.len(), 1);
     let mut gpus = placed_gpus(&d[0]);
     gpus.sort_unstable();
@@ -61,7 +61,7 @@ fn algorithm_1_reserves_the_three_free_gpus_of_a_server_for_a_four_gpu_one_serve
 fn without_a_locality_constraint_the_same_gang_is_placed_over_the_fewest_servers() {
     let mut c = busy_testbed();
     let bert = gang(&mut c, "bert", "prod", 4, 1, qos::GUARANTEED, locality::ANY);
-    let d = round(&mut c, &mut antman(""), 1_000);
+    let d = c.run_round(&mut antman(""), 1_000);
     assert_eq!(d.len(), 1);
     assert_eq!(d[0].job(), bert);
     let mut gpus = placed_gpus(&d[0]);
@@ -83,7 +83,7 @@ fn a_one_server_gang_goes_whole_onto_one_server_when_one_has_room() {
         qos::GUARANTEED,
         locality::PREFER_ONE_NODE,
     );
-    let d = round(&mut c, &mut antman(""), 1_000);
+    let d = c.run_round(&mut antman(""), 1_000);
     let nodes: Vec<u32> = match &d[0] {
         Decision::Place(job, w) if *job == j => w.iter().map(|w| w.node).collect(),
         other => panic!("expected a place, got {other:?}"),
@@ -99,7 +99,7 @@ fn set_utilizations(c: &mut TestCluster) {
     for (g, u) in [(5, 85), (6, 40), (7, 10), (14, 79)] {
         pct[g as usize].1 = u;
     }
-    utilization(c, &pct);
+    c.utilization(&pct);
 }
 
 fn opportunistic_job(c: &mut TestCluster, name: &str) -> u32 {
@@ -120,12 +120,12 @@ fn algorithm_1_puts_an_opportunistic_job_on_the_least_loaded_gpu_below_m_even_if
         locality::REQUIRE_ONE_NODE,
     );
     let mut p = antman("");
-    round(&mut c, &mut p, 1_000);
+    c.run_round(&mut p, 1_000);
     assert_eq!(c.cluster().gpu(7).reserved_by(), Some(bert));
     set_utilizations(&mut c);
     let gcn = opportunistic_job(&mut c, "gcn");
     assert_eq!(
-        round(&mut c, &mut p, 2_000),
+        c.run_round(&mut p, 2_000),
         vec![Decision::Place(
             gcn,
             vec![WorkerPlacement {
@@ -141,7 +141,7 @@ fn algorithm_1_puts_an_opportunistic_job_on_the_least_loaded_gpu_below_m_even_if
     let mut c = busy_testbed();
     set_utilizations(&mut c);
     let gcn = opportunistic_job(&mut c, "gcn");
-    let d = round(&mut c, &mut antman(""), 1_000);
+    let d = c.run_round(&mut antman(""), 1_000);
     assert_eq!((d.len(), d[0].job(), placed_gpus(&d[0])), (1, gcn, vec![7]));
 }
 
@@ -152,12 +152,11 @@ fn no_gpu_at_or_above_m_takes_opportunistic_work_and_m_is_configurable() {
     for (g, u) in [(5, 85), (6, 90), (7, 80), (14, 81)] {
         pct[g as usize].1 = u;
     }
-    utilization(&mut c, &pct);
+    c.utilization(&pct);
     opportunistic_job(&mut c, "gcn");
-    assert_eq!(round(&mut c, &mut antman(""), 1_000), vec![]);
+    assert_eq!(c.run_round(&mut antman(""), 1_000), vec![]);
     // With M = 90 %, the 80 % GPU is a candidate (the least loaded).
-    let d = round(
-        &mut c,
+    let d = c.run_round(
         &mut antman("[scheduler]\nutilization_threshold_pct = 90"),
         2_000,
     );
@@ -171,7 +170,7 @@ fn two_opportunistic_jobs_of_one_round_do_not_pile_onto_the_same_idle_gpu() {
     // Half a GPU each: the sharing rules would take both on GPU 7.
     let a = c.job_on_one_gpu("a", "research", qos::OPPORTUNISTIC, 500, 3_584);
     let b = c.job_on_one_gpu("b", "research", qos::OPPORTUNISTIC, 500, 3_584);
-    let d = round(&mut c, &mut antman(""), 1_000);
+    let d = c.run_round(&mut antman(""), 1_000);
     assert_eq!(d.len(), 2);
     assert_eq!((d[0].job(), placed_gpus(&d[0])), (a, vec![7]));
     // GPU 7 now counts 10 + 50 %: the freest below M is GPU 6 (40 %).
@@ -191,7 +190,7 @@ fn upgrade_cluster(quota_gpus: u64) -> (TestCluster, u32, u32) {
 }
 
 fn research_use(c: &TestCluster) -> u64 {
-    let tenant = c.cluster().job(index_of(c, "tune")).tenant_id();
+    let tenant = c.cluster().job(c.index_of("tune")).tenant_id();
     TenantBook::of(c.cluster()).used_milli(tenant)
 }
 
@@ -200,7 +199,7 @@ fn upgrade_waits_for_every_worker_and_then_charges_the_whole_job_to_the_quota() 
     let (mut c, job, owner) = upgrade_cluster(2);
     let mut p = antman("");
     // One worker is ready (GPU 0); the other shares GPU 1 with guaranteed work: no upgrade.
-    assert_eq!(round(&mut c, &mut p, 1_000), vec![]);
+    assert_eq!(c.run_round(&mut p, 1_000), vec![]);
     assert_eq!(
         research_use(&c),
         0,
@@ -209,7 +208,7 @@ fn upgrade_waits_for_every_worker_and_then_charges_the_whole_job_to_the_quota() 
     // The guaranteed job leaves GPU 1: both workers are ready and the quota holds two.
     c.apply(Event::JobRemoved(owner));
     assert_eq!(
-        round(&mut c, &mut p, 2_000),
+        c.run_round(&mut p, 2_000),
         vec![Decision::SetQos(job, qos::GUARANTEED)]
     );
     assert_eq!(c.cluster().job(job).qos(), qos::GUARANTEED);
@@ -220,13 +219,13 @@ fn upgrade_waits_for_every_worker_and_then_charges_the_whole_job_to_the_quota() 
 fn upgrade_is_never_partial_a_quota_of_one_gpu_keeps_a_two_worker_job_opportunistic() {
     let (mut c, job, owner) = upgrade_cluster(1);
     c.apply(Event::JobRemoved(owner));
-    assert_eq!(round(&mut c, &mut antman(""), 1_000), vec![]);
+    assert_eq!(c.run_round(&mut antman(""), 1_000), vec![]);
     assert_eq!(c.cluster().job(job).qos(), qos::OPPORTUNISTIC);
     // Best-effort (qos 2) work is never upgraded, whatever the quota.
     let (mut c, job, owner) = upgrade_cluster(8);
     c.apply(Event::JobRemoved(owner));
     c.apply(Event::JobQosChanged(job, qos::BEST_EFFORT));
-    assert_eq!(round(&mut c, &mut antman(""), 1_000), vec![]);
+    assert_eq!(c.run_round(&mut antman(""), 1_000), vec![]);
 }
 
 #[test]
@@ -236,8 +235,8 @@ fn a_long_queued_job_without_quota_runs_as_opportunistic() {
     let j = gang(&mut c, "homework", "students", 1, 1, qos::GUARANTEED, 0);
     let mut p = antman("[scheduler]\nopportunistic_after_s = 60");
     // Not a guarantee job (no quota) and not waited long enough: nothing, not even a reservation.
-    assert_eq!(round(&mut c, &mut p, 59_000), vec![]);
-    let d = round(&mut c, &mut p, 61_000);
+    assert_eq!(c.run_round(&mut p, 59_000), vec![]);
+    let d = c.run_round(&mut p, 61_000);
     assert_eq!(d.len(), 2, "{d:?}");
     assert_eq!(d[0], Decision::SetQos(j, qos::OPPORTUNISTIC));
     assert_eq!(d[1].job(), j);
@@ -249,7 +248,7 @@ fn a_long_queued_job_without_quota_runs_as_opportunistic() {
     c.quota("students", Some(0));
     gang(&mut c, "homework", "students", 1, 1, qos::GUARANTEED, 0);
     let mut p = antman("[scheduler]\nauto_opportunistic = false");
-    assert_eq!(round(&mut c, &mut p, 10_000_000), vec![]);
+    assert_eq!(c.run_round(&mut p, 10_000_000), vec![]);
 }
 
 #[test]
@@ -268,7 +267,7 @@ fn fairness_first_the_tenant_furthest_below_its_quota_goes_first() {
     // A's job arrived first; one GPU is free.
     gang(&mut c, "a-next", "a", 1, 1, qos::GUARANTEED, 0);
     let b = gang(&mut c, "b-next", "b", 1, 1, qos::GUARANTEED, 0);
-    let d = round(&mut c, &mut antman(""), 1_000);
+    let d = c.run_round(&mut antman(""), 1_000);
     assert_eq!(d.len(), 1, "{d:?}");
     assert_eq!((d[0].job(), placed_gpus(&d[0])), (b, vec![3]));
 }
@@ -292,9 +291,8 @@ fn at_most_one_guarantee_job_per_gpu_even_for_fractional_work() {
     );
     c.job_on_one_gpu("half-2", "a", qos::GUARANTEED, 500, 0);
     // The validator would take it (500 + 500 milli); AntMan does not (A15).
-    assert_eq!(round(&mut c, &mut antman(""), 1_000), vec![]);
-    let d = round(
-        &mut c,
+    assert_eq!(c.run_round(&mut antman(""), 1_000), vec![]);
+    let d = c.run_round(
         &mut antman("[scheduler]\none_guaranteed_per_gpu = false"),
         2_000,
     );
@@ -318,9 +316,8 @@ fn at_most_one_guarantee_job_per_gpu_even_for_fractional_work() {
     c.run(owner, on_gpu_0());
     let guest = c.job_on_one_gpu("half-2", "a", qos::OPPORTUNISTIC, 500, 0);
     c.run(guest, on_gpu_0());
-    assert_eq!(round(&mut c, &mut antman(""), 1_000), vec![]);
-    let d = round(
-        &mut c,
+    assert_eq!(c.run_round(&mut antman(""), 1_000), vec![]);
+    let d = c.run_round(
         &mut antman("[scheduler]\none_guaranteed_per_gpu = false"),
         2_000,
     );
@@ -340,14 +337,11 @@ fn a_reservation_is_released_when_its_job_is_no_longer_a_guarantee_job() {
         locality::REQUIRE_ONE_NODE,
     );
     let mut p = antman("");
-    round(&mut c, &mut p, 1_000);
+    c.run_round(&mut p, 1_000);
     assert_eq!(c.cluster().job(bert).reserved_gpus(), &[5, 6, 7]);
     // The tenant's quota drops below the gang: it is no longer a guarantee job.
     c.quota("prod", Some(2000));
-    assert_eq!(
-        round(&mut c, &mut p, 2_000),
-        vec![Decision::Unreserve(bert)]
-    );
+    assert_eq!(c.run_round(&mut p, 2_000), vec![Decision::Unreserve(bert)]);
     assert_eq!(c.cluster().job(bert).phase(), job_phase::PENDING);
     assert_eq!(c.cluster().gpu(5).reserved_by(), None);
 }
@@ -374,7 +368,7 @@ fn a_tenant_holds_one_reservation_and_others_still_backfill_free_gpus() {
         locality::REQUIRE_ONE_NODE,
     );
     let small = gang(&mut c, "small", "prod", 1, 1, qos::GUARANTEED, 0);
-    let d = round(&mut c, &mut antman(""), 1_000);
+    let d = c.run_round(&mut antman(""), 1_000);
     // The head of the queue reserves server 0's three GPUs; the second waits without a
     // reservation; the one-GPU job backfills server 1 (not a reserved GPU).
     assert_eq!(d.len(), 2, "{d:?}");
@@ -404,16 +398,16 @@ fn table_2_the_guaranteed_job_starts_at_once_on_the_gpu_the_opportunistic_one_ho
         gpus: vec![0],
     }];
     assert_eq!(
-        round(&mut c, &mut p, 0),
+        c.run_round(&mut p, 0),
         [Decision::Place(a, on_gpu_0.clone())]
     );
     assert!(
-        round(&mut c, &mut p, 10_000).is_empty(),
+        c.run_round(&mut p, 10_000).is_empty(),
         "no quota: never upgraded"
     );
     let b = gang(&mut c, "job-b", "quota", 1, 1, qos::GUARANTEED, 0);
     assert_eq!(
-        round(&mut c, &mut p, 26 * 60_000),
+        c.run_round(&mut p, 26 * 60_000),
         [Decision::Place(b, on_gpu_0)],
         "B starts beside A, not after it"
     );
