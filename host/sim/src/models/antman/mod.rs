@@ -284,6 +284,10 @@ impl ModelConfigFile for AntmanSimConfig {
         for (name, m) in &self.models {
             m.check(name)?;
         }
+        // A node's workload ids are the job index and the GPU's index on the node (8 bits).
+        if self.jobs.len() >= 1 << 24 {
+            bail!("at most 16,777,215 jobs per scenario");
+        }
         for j in &self.jobs {
             if !self.models.contains_key(&j.model) {
                 bail!("job `{}`: no model `{}`", j.name, j.model);
