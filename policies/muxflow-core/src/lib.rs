@@ -1,0 +1,27 @@
+//! MuxFlow (Zhao et al., "MuxFlow: Efficient and Safe GPU Sharing in
+//! Large-Scale Production Deep Learning Clusters", 2023): the cluster half,
+//! as a library for the `muxflow` matcher (`policy-muxflow`).
+//!
+//! * [`km`] — Kuhn–Munkres maximum-weight bipartite matching, `O(|V|³)`, on a
+//!   rectangular weight matrix with unmatched rows and columns allowed (§5,
+//!   Alg. 1 l. 9–10, Fig. 9).
+//! * [`dynamic_sm`] — the offline SM percentage complementary to the online
+//!   partner's SM activity, within bounds (§4.3, Fig. 8; Alg. 1 l. 5–6).
+//! * [`predictor`] — the edge weight, the offline job's predicted normalised
+//!   throughput (Alg. 1 l. 7). The paper's per-GPU-type MLP is unpublished;
+//!   ours is a documented linear model with per-GPU-model weights, fitted by
+//!   ridge least squares from profiled samples.
+//! * [`throughput`] — Eq. 3, the oversold GPU (normalised offline throughput),
+//!   read as `Σ T^sep / Σ T^real` (the module says why).
+//!
+//! The node half (SysMonitor, xCUDA) is the `sysmonitor` coordinator.
+
+pub mod dynamic_sm;
+pub mod km;
+pub mod predictor;
+pub mod throughput;
+
+pub use dynamic_sm::{SmBounds, dynamic_sm};
+pub use km::{Matching, WeightMatrix, max_weight_matching};
+pub use predictor::{EdgeFeatures, LinearModel, Predictor, PredictorConfig, Profile};
+pub use throughput::oversold_gpu;
