@@ -2896,6 +2896,11 @@ impl Plane {
             .map(|(arm, slot)| {
                 let mut state = ClusterState::new();
                 state.set_now(now);
+                // Job and node statistics arrive once per heartbeat, each over the interval
+                // since the previous one: that interval is the metric window.
+                state.set_metric_window_ms(
+                    u32::try_from(self.cfg.heartbeat.as_millis()).unwrap_or(u32::MAX),
+                );
                 for (model, permille) in &self.cfg.gpu_speeds {
                     if let Err(e) = state.set_gpu_model_speed(model, *permille) {
                         tracing::error!(model, error = %e, "GPU speed not applied");

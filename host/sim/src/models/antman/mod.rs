@@ -6,7 +6,8 @@
 //!
 //! * **Jobs** arrive at stated times, each a data-parallel gang of one-GPU workers of one
 //!   model ([`ModelTruth`]). A job's work is its run time alone; it progresses at the speed of
-//!   its slowest worker (synchronous training). Guaranteed jobs (QoS 0) belong to tenants with
+//!   its slowest worker (synchronous training), divided by its straggler factor when it has
+//!   several workers. Guaranteed jobs (QoS 0) belong to tenants with
 //!   quota; opportunistic ones (QoS ≥ 1) to tenants without.
 //! * **Each GPU's physics** is [`truth`]: memory held in arrival order, a shortfall spills
 //!   (when the operator's [`SpillRule`] lets the job) or kills the job with out-of-memory;
@@ -18,8 +19,9 @@
 //!   host core's [`CoordinatorDriver`] (the same driver and validation as a real node), and
 //!   its memory limits and compute shares become the ground truth's. Without one, every
 //!   workload keeps the limit it was launched with (its declared memory) and the whole GPU.
-//! * **The scheduler** hears the GPUs' utilization every `gpu_metrics_period_ms` (what a node
-//!   agent reports) and runs on the round grid.
+//! * **The scheduler** hears the GPUs' utilization averaged over every
+//!   `gpu_metrics_period_ms` (the snapshot's `metric-window-ms`; AntMan's M is over the last
+//!   10 s) and runs on the round grid.
 //! * A job whose memory spilled keeps what it got on the GPU as its limit: universal memory
 //!   moves tensors back only when the job's limit is raised (a coordinator's
 //!   `set-memory-limit`), so without a coordinator a job that spilled stays slow (Table 2's
@@ -112,6 +114,15 @@ pub struct JobPlan {
     /// Resumes from a checkpoint after a preemption (else it is killed).
     #[serde(default)]
     pub checkpointed: bool,
+    /// A gang of several workers steps this many times slower than its slowest worker
+    /// alone: stragglers (the PAI mini-batch traces: Σ max / Σ median over the workers of
+    /// each step). 1 for one worker.
+    #[serde(default = "no_stragglers")]
+    pub straggler: f64,
+}
+
+fn no_stragglers() -> f64 {
+    1.0
 }
 
 fn one() -> u32 {
@@ -180,6 +191,7 @@ impl Default for AntmanSimConfig {
                     workers: 1,
                     opportunistic: true,
                     checkpointed: false,
+                    straggler: 1.0,
                 },
                 JobPlan {
                     name: "job-b".into(),
@@ -190,6 +202,7 @@ impl Default for AntmanSimConfig {
                     workers: 1,
                     opportunistic: false,
                     checkpointed: false,
+                    straggler: 1.0,
                 },
             ],
             // Job-A's tenant has no quota: a quota of 0 (a tenant with no quota row is
@@ -305,6 +318,9 @@ impl ModelConfigFile for AntmanSimConfig {
             if j.workers == 0 {
                 bail!("job `{}`: needs a worker", j.name);
             }
+            if !(j.straggler.is_finite() && j.straggler >= 1.0) {
+                bail!("job `{}`: straggler must be at least 1", j.name);
+            }
         }
         if self.coordinator_period_ms == 0
             || self.round_interval_ms == 0
@@ -397,6 +413,10 @@ struct AntmanModel<'a> {
     health: HashMap<u32, u8>,
     coordinators: Vec<CoordinatorDriver>,
     next_tick: u64,
+    /// Each GPU's busy time (GPU-ms) since the last utilization report, and when that was:
+    /// reports are averages over the reporting period, AntMan's "last 10 s".
+    busy_ms: Vec<f64>,
+    window_start: u64,
     m: AntmanMetrics,
 }
 
@@ -718,7 +738,8 @@ impl core::WorkloadModel for AntmanModel<'_> {
     }
 
     fn rate(&self, ctx: &SimCtx, job: usize, placement: &[WorkerPlacement]) -> f64 {
-        // Synchronous data parallelism: the gang runs at its slowest worker.
+        // Synchronous data parallelism: the gang runs at its slowest worker, slowed further
+        // by stragglers when it has several.
         let mut slowest = f64::INFINITY;
         for g in placement.iter().flat_map(|w| w.gpus.iter().copied()) {
             let speed = self
@@ -728,7 +749,14 @@ impl core::WorkloadModel for AntmanModel<'_> {
                 .map_or(0.0, |(_, o)| o.speed);
             slowest = slowest.min(speed);
         }
-        if slowest.is_finite() { slowest } else { 0.0 }
+        if !slowest.is_finite() {
+            return 0.0;
+        }
+        if placement.len() > 1 {
+            slowest / self.jobs[job].plan.straggler
+        } else {
+            slowest
+        }
     }
 
     fn interference(&self) -> bool {
@@ -766,12 +794,43 @@ impl core::WorkloadModel for AntmanModel<'_> {
         self.settle(ctx, now)
     }
 
-    fn gpu_metrics(&self, ctx: &SimCtx, _now: u64) -> Vec<GpuMetric> {
+    fn observe(&mut self, ctx: &SimCtx, from: u64, to: u64) {
+        if to <= from {
+            return;
+        }
+        let gpus = ctx.host.state.cluster().gpu_count();
+        self.busy_ms.resize(gpus, 0.0);
+        for g in 0..gpus {
+            let busy: f64 = self
+                .gpu_state(ctx, g as u32)
+                .iter()
+                .map(|(_, o)| o.gpu_time)
+                .sum();
+            self.busy_ms[g] += busy.min(1.0) * (to - from) as f64;
+        }
+    }
+
+    fn after_step(&mut self, _ctx: &mut SimCtx, now: u64) -> anyhow::Result<()> {
+        // The core reports on multiples of the period: a new window starts with each report.
+        if now >= self.window_start + self.cfg.gpu_metrics_period_ms {
+            self.busy_ms.iter_mut().for_each(|b| *b = 0.0);
+            self.window_start = now;
+        }
+        Ok(())
+    }
+
+    /// Utilization averaged over the reporting period (`metric-window-ms`), memory now.
+    fn gpu_metrics(&self, ctx: &SimCtx, now: u64) -> Vec<GpuMetric> {
         let gpus = ctx.host.state.cluster().gpu_count() as u32;
+        let span = now.saturating_sub(self.window_start) as f64;
         (0..gpus)
             .map(|g| {
                 let state = self.gpu_state(ctx, g);
-                let busy: f64 = state.iter().map(|(_, o)| o.gpu_time).sum();
+                let busy = if span > 0.0 {
+                    self.busy_ms.get(g as usize).copied().unwrap_or(0.0) / span
+                } else {
+                    state.iter().map(|(_, o)| o.gpu_time).sum()
+                };
                 let pct = (busy.min(1.0) * 100.0).round() as u8;
                 GpuMetric {
                     gpu: g,
@@ -812,6 +871,7 @@ pub fn run_antman(
             on_loan: false,
         })?;
     }
+    state.set_metric_window_ms(u32::try_from(cfg.gpu_metrics_period_ms).unwrap_or(u32::MAX));
     state.set_sharing(SharingRules {
         oversub_milli: cfg.oversub_milli,
         max_shared_workers: cfg.max_shared_workers,
@@ -871,6 +931,8 @@ pub fn run_antman(
         health: HashMap::new(),
         coordinators,
         next_tick: cfg.coordinator_period_ms,
+        busy_ms: Vec::new(),
+        window_start: 0,
         m: AntmanMetrics {
             scheduler: name,
             coordinator: coordinator_name,
