@@ -225,6 +225,11 @@ pub struct TraceSetup {
     pub max_hours: f64,
     /// Node coordinators' control period in the runs (ours: 10 s, the M window).
     pub coordinator_period_ms: u64,
+    /// Give multi-worker gangs the PAI mini-batch traces' straggler factors (ours: off —
+    /// those jobs' workers shared GPUs, so their stragglers include the co-location
+    /// interference this model's physics already charges; on, it would be charged twice,
+    /// and exclusive gangs under YARN-CS would pay it too).
+    pub stragglers: bool,
     pub seeds: Vec<u64>,
 }
 
@@ -236,6 +241,7 @@ impl Default for TraceSetup {
             max_gpus: 16,
             max_hours: 24.0,
             coordinator_period_ms: 10_000,
+            stragglers: false,
             seeds: (1..=5).collect(),
         }
     }
@@ -261,12 +267,46 @@ pub fn philly_shapes(setup: &TraceSetup) -> anyhow::Result<Vec<PhillyShape>> {
         .collect())
 }
 
+/// The straggler factor of each PAI mini-batch trace (`minibatch_job_{1..4}_norm.csv`):
+/// Σ over steps of the slowest worker's mini-batch time over Σ of the median worker's — how
+/// much slower a synchronous gang steps than its typical worker.
+pub fn pai_straggler_factors() -> anyhow::Result<Vec<f64>> {
+    (1..=4)
+        .map(|job| {
+            let name = arbiter_traces::pai::minibatch_file(job).context("mini-batch file name")?;
+            let file = arbiter_traces::trace_file(&name)
+                .with_context(|| format!("the AntMan trace experiment needs `{name}`"))?;
+            let samples = arbiter_traces::pai::load_minibatch(&file)
+                .with_context(|| format!("loading `{}`", file.display()))?;
+            let mut by_step: std::collections::BTreeMap<u32, Vec<u32>> = Default::default();
+            for s in samples {
+                by_step.entry(s.time).or_default().push(s.batch_time_norm);
+            }
+            let (mut max, mut median) = (0.0, 0.0);
+            for times in by_step.values_mut().filter(|t| t.len() > 1) {
+                times.sort_unstable();
+                let n = times.len();
+                max += f64::from(times[n - 1]);
+                median += if n % 2 == 1 {
+                    f64::from(times[n / 2])
+                } else {
+                    (f64::from(times[n / 2 - 1]) + f64::from(times[n / 2])) / 2.0
+                };
+            }
+            anyhow::ensure!(median > 0.0, "`{name}` has no step with several workers");
+            Ok(max / median)
+        })
+        .collect()
+}
+
 /// The scenario of one seed: 8 × 8 V100-32GB, Tenant-A (64-GPU quota, guaranteed) and
 /// Tenant-B (no quota, opportunistic) drawn at random, Table 3's categories evenly mixed,
-/// Philly run times and GPU counts, Poisson arrivals at the set-up's load.
+/// Philly run times and GPU counts, Poisson arrivals at the set-up's load; a gang's
+/// straggler factor is one of the PAI mini-batch traces', drawn at random.
 pub fn trace_scenario(
     setup: &TraceSetup,
     shapes: &[PhillyShape],
+    stragglers: &[f64],
     seed: u64,
 ) -> anyhow::Result<AntmanSimConfig> {
     use arbiter_sim::models::antman::{JobPlan, TABLE_3_CATEGORIES};
@@ -291,6 +331,11 @@ pub fn trace_scenario(
             let category = TABLE_3_CATEGORIES[rng.random_range(0..TABLE_3_CATEGORIES.len())];
             let model = category[rng.random_range(0..category.len())];
             let guaranteed = rng.random_bool(0.5);
+            let straggler = if gpus > 1 && !stragglers.is_empty() {
+                stragglers[rng.random_range(0..stragglers.len())]
+            } else {
+                1.0
+            };
             JobPlan {
                 name: format!("job-{i:04}"),
                 model: model.to_string(),
@@ -300,6 +345,7 @@ pub fn trace_scenario(
                 workers: gpus,
                 opportunistic: !guaranteed,
                 checkpointed: true,
+                straggler,
             }
         })
         .collect();
@@ -364,6 +410,11 @@ impl Fig13Seed {
 /// Runs Fig. 13's settings on every seed of `setup` (each seed's three in parallel).
 pub fn fig_13(setup: &TraceSetup) -> anyhow::Result<Vec<Fig13Seed>> {
     let shapes = philly_shapes(setup)?;
+    let stragglers = if setup.stragglers {
+        pai_straggler_factors()?
+    } else {
+        Vec::new()
+    };
     let engine = arbiter_sim::engine(Duration::from_secs(30))?;
     let policies = FIG_13_SETTINGS
         .iter()
@@ -378,7 +429,7 @@ pub fn fig_13(setup: &TraceSetup) -> anyhow::Result<Vec<Fig13Seed>> {
         .seeds
         .iter()
         .map(|&seed| {
-            let base = trace_scenario(setup, &shapes, seed)?;
+            let base = trace_scenario(setup, &shapes, &stragglers, seed)?;
             let metrics = parallel_map(&policies, threads, |(s, scheduler, coordinator)| {
                 let cfg = AntmanSimConfig {
                     spill: s.spill,
@@ -423,6 +474,7 @@ pub fn fig_12_scenario() -> AntmanSimConfig {
             workers: 1,
             opportunistic: false,
             checkpointed: false,
+            straggler: 1.0,
         },
         JobPlan {
             name: "resnet50".into(),
@@ -433,6 +485,7 @@ pub fn fig_12_scenario() -> AntmanSimConfig {
             workers: 1,
             opportunistic: true,
             checkpointed: false,
+            straggler: 1.0,
         },
     ];
     cfg

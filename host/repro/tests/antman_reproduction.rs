@@ -241,3 +241,16 @@ fn fig_12_the_coordinator_keeps_espnet_at_its_speed_beside_resnet50() {
     assert!(g >= 3.0 * alone, "packed ESPnet slows >= 3x: {g:.1}");
     assert!(a <= 1.05 * alone, "ESPnet under AntMan within 5 %: {a:.1}");
 }
+
+/// The PAI mini-batch traces' straggler factors (Σ slowest / Σ median worker per step), which
+/// the trace experiment gives its gangs: 1.09–1.12 for jobs 1–3, 2.80 for job 4 (workers on
+/// half a GPU each), as measured for the brief.
+#[test]
+fn pai_mini_batch_traces_give_the_straggler_factors() {
+    let f = arbiter_repro::antman::pai_straggler_factors().expect("the mini-batch traces");
+    assert_eq!(f.len(), 4);
+    for (job, &x) in f.iter().enumerate().take(3) {
+        assert!((1.08..=1.13).contains(&x), "job {}: {x:.3}", job + 1);
+    }
+    assert!((f[3] - 2.80).abs() < 0.05, "job 4: {:.3}", f[3]);
+}
