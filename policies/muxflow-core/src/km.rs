@@ -141,23 +141,26 @@ fn hungarian(cost: &[f64], n: usize, m: usize) -> Vec<usize> {
     let mut p = vec![0usize; m + 1];
     let mut way = vec![0usize; m + 1];
     let mut minv = vec![f64::INFINITY; m + 1];
-    let mut used = vec![false; m + 1];
+    // Columns not yet in the tree are kept apart from those in it, so the inner scans
+    // (the O(n² m) part) run over plain slices without branches on `used` and without
+    // bounds checks: `free` holds the columns left to scan, swap-removed as they join.
+    let mut free: Vec<usize> = Vec::with_capacity(m);
+    let mut tree: Vec<usize> = Vec::with_capacity(m + 1);
     for i in 1..=n {
         p[0] = i;
         let mut j0 = 0usize;
         minv.fill(f64::INFINITY);
-        used.fill(false);
+        free.clear();
+        free.extend(1..=m);
+        tree.clear();
         loop {
-            used[j0] = true;
+            tree.push(j0);
             let i0 = p[j0];
             let row = &cost[i0 * stride..(i0 + 1) * stride];
             let ui0 = u[i0];
             let mut delta = f64::INFINITY;
-            let mut j1 = 0usize;
-            for j in 1..=m {
-                if used[j] {
-                    continue;
-                }
+            let mut best = usize::MAX;
+            for (k, &j) in free.iter().enumerate() {
                 let cur = row[j] - ui0 - v[j];
                 if cur < minv[j] {
                     minv[j] = cur;
@@ -165,22 +168,23 @@ fn hungarian(cost: &[f64], n: usize, m: usize) -> Vec<usize> {
                 }
                 if minv[j] < delta {
                     delta = minv[j];
-                    j1 = j;
+                    best = k;
                 }
             }
-            if j1 == 0 {
-                // Unreachable with finite costs and n <= m (a free column
-                // always remains); stop rather than loop.
+            if best == usize::MAX {
+                // Unreachable with finite costs and n <= m (a free column always
+                // remains); stop rather than loop.
                 break;
             }
-            for j in 0..=m {
-                if used[j] {
-                    u[p[j]] += delta;
-                    v[j] -= delta;
-                } else {
-                    minv[j] -= delta;
-                }
+            let j1 = free.swap_remove(best);
+            for &j in &tree {
+                u[p[j]] += delta;
+                v[j] -= delta;
             }
+            for &j in &free {
+                minv[j] -= delta;
+            }
+            // j1 joins the tree at the next iteration's push; its own minv is no longer used.
             j0 = j1;
             if p[j0] == 0 {
                 break;

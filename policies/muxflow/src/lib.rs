@@ -146,6 +146,21 @@ fn profile_of(p: Option<&WorkloadProfile>) -> Profile {
 }
 
 /// Request job indices, deduplicated in order, that exist in the mirror.
+/// A memoised per-(node, job) answer in `memo[at]` (0 unknown, 1 yes, 2 no).
+fn node_open(memo: &mut [u8], at: usize, ask: impl FnOnce() -> bool) -> bool {
+    match memo.get(at).copied() {
+        Some(1) => true,
+        Some(2) => false,
+        _ => {
+            let yes = ask();
+            if let Some(m) = memo.get_mut(at) {
+                *m = if yes { 1 } else { 2 };
+            }
+            yes
+        }
+    }
+}
+
 fn candidates(cluster: &Cluster, jobs: &[u32]) -> Vec<u32> {
     let mut seen = std::collections::BTreeSet::new();
     jobs.iter()
@@ -242,33 +257,42 @@ impl Policy for MuxFlow {
             .iter()
             .map(|s| dynamic_sm(s.profile.sm_activity_pct, &self.cfg.dynamic_sm))
             .collect();
-        let stays = |job: u32, slot: &Slot| {
-            let j = cluster.job(job);
-            j.is_running()
-                && j.placement()
-                    == [WorkerPlacement {
-                        node: slot.node,
-                        gpus: vec![slot.gpu],
-                    }]
-        };
+        // Per offline job, once (the matrix has slots × jobs cells): its profile, the GPU it
+        // runs on alone (if so: "stays" there), and the nodes it may go to (readiness, host
+        // CPU and memory are per node, not per GPU).
+        let off_profile: Vec<Profile> = offline.iter().map(|&off| profile(off)).collect();
+        let runs_on: Vec<Option<u32>> = offline
+            .iter()
+            .map(|&off| {
+                let j = cluster.job(off);
+                match j.placement() {
+                    [w] if j.is_running() && w.gpus.len() == 1 => Some(w.gpus[0]),
+                    _ => None,
+                }
+            })
+            .collect();
+        // (node, job) → 0 unknown, 1 open, 2 closed.
+        let mut node_ok = vec![0u8; cluster.node_count() * offline.len()];
+        let stays = |c: usize, slot: &Slot| runs_on[c] == Some(slot.gpu);
         let mut weights = WeightMatrix::new(slots.len(), offline.len());
         for (r, slot) in slots.iter().enumerate() {
-            let model = cluster.gpu(slot.gpu).model();
+            let model = self.predictor.model(cluster.gpu(slot.gpu).model());
             for (c, &off) in offline.iter().enumerate() {
-                let stay = stays(off, slot);
+                let stay = stays(c, slot);
                 let feasible = stay
-                    || (plan.node_open_for(off, slot.node)
-                        && plan.gpu_fits(off, slot.gpu)
-                        && plan.host_resources_fit(off, slot.node));
+                    || (node_open(&mut node_ok, slot.node as usize * offline.len() + c, || {
+                        plan.node_open_for(off, slot.node)
+                            && plan.host_resources_fit(off, slot.node)
+                    }) && plan.gpu_fits(off, slot.gpu));
                 if !feasible {
                     continue;
                 }
                 let x = EdgeFeatures {
                     online: slot.profile,
-                    offline: profile(off),
+                    offline: off_profile[c],
                     sm_pct: shares[r],
                 };
-                let mut w = self.predictor.predict(model, &x);
+                let mut w = model.predict(&x);
                 if w <= self.cfg.min_throughput {
                     continue;
                 }
@@ -285,7 +309,7 @@ impl Policy for MuxFlow {
         let mut pairings = Vec::with_capacity(matching.pairs.len());
         for (r, c) in matching.pairs {
             let (slot, off) = (&slots[r], offline[c]);
-            if !stays(off, slot) {
+            if !stays(c, slot) {
                 let worker = vec![WorkerPlacement {
                     node: slot.node,
                     gpus: vec![slot.gpu],
