@@ -13,12 +13,11 @@
 mod common;
 
 use arbiter_host::registry::PolicySlot;
-use arbiter_host::roles::scheduler::{RoundDriver, Served};
+use arbiter_host::roles::scheduler::RoundDriver;
 use arbiter_host::runtime::{CompiledPolicy, PolicyEngine, RuntimeConfig};
 use arbiter_host::state::{ClusterState, JobRequest};
 use arbiter_policy_sdk::Runtime;
 use arbiter_policy_sdk::model::{GpuMetric, SharingRules, qos};
-use common::median_ms;
 use policy_antman::AntMan;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -140,40 +139,17 @@ fn main() {
         "AntMan round at PAI scale: {gpus} GPUs, {running} jobs running, {pending} pending \
          (8 tenants with quotas, one opportunistic)"
     );
-    let (mut wasm, mut native) = (Vec::new(), Vec::new());
-    let mut decisions = (0, 0);
-    for _ in 0..PAIRS {
-        for is_wasm in [true, false] {
-            let mut state = before_round();
-            let mut driver = if is_wasm {
-                wasm_driver(&compiled)
-            } else {
-                native_driver()
-            };
-            let r = driver.run_round(&mut state);
-            assert!(r.faults.is_empty(), "{:?}", r.faults);
-            assert_eq!(
-                matches!(r.served, Served::Active(_)),
-                is_wasm,
-                "{:?}",
-                r.served
-            );
-            let n = r.applied.started.len() + r.applied.qos_changed.len();
-            if is_wasm {
-                wasm.push(r.latency);
-                decisions.0 = n;
-            } else {
-                native.push(r.latency);
-                decisions.1 = n;
-            }
-        }
-    }
-    assert_eq!(decisions.0, decisions.1, "Wasm and native decide the same");
-    let (w, n) = (median_ms(&mut wasm), median_ms(&mut native));
+    let (w, n, applied) = common::wasm_vs_native_rounds(
+        PAIRS,
+        before_round,
+        || wasm_driver(&compiled),
+        native_driver,
+        |a| a.started.len() + a.qos_changed.len(),
+    );
     println!(
         "  {} starts and QoS changes applied; round (incl. the policy's first sync) wasm p50 \
          {w:.2} ms, native p50 {n:.2} ms: wasm/native {:.2}x (target <= 1.5x): {}",
-        decisions.0,
+        applied,
         w / n,
         if w / n <= 1.5 { "met" } else { "NOT met" }
     );

@@ -16,12 +16,11 @@
 mod common;
 
 use arbiter_host::registry::PolicySlot;
-use arbiter_host::roles::scheduler::{RoundDriver, Served};
+use arbiter_host::roles::scheduler::RoundDriver;
 use arbiter_host::runtime::{CompiledPolicy, PolicyEngine, RuntimeConfig};
 use arbiter_host::state::{ClusterState, JobRequest, JobTraits};
 use arbiter_policy_sdk::Runtime;
 use arbiter_policy_sdk::model::{ServiceMetric, job_kind};
-use common::median_ms;
 use policy_dynamoml::DynamoMlPolicy;
 use std::sync::Arc;
 use std::time::Duration;
@@ -142,40 +141,17 @@ fn main() {
         "DynamoML round at PAI scale: {gpus} GPUs, {running} jobs running before the surge \
          ({TRAINING_JOBS} elastic training jobs, {SERVICES} services, {SURGING} surging)"
     );
-    let (mut wasm, mut native) = (Vec::new(), Vec::new());
-    let mut decisions = (0, 0);
-    for _ in 0..PAIRS {
-        for is_wasm in [true, false] {
-            let mut state = before_surge();
-            let mut driver = if is_wasm {
-                wasm_driver(&compiled)
-            } else {
-                native_driver()
-            };
-            let r = driver.run_round(&mut state);
-            assert!(r.faults.is_empty(), "{:?}", r.faults);
-            assert_eq!(
-                matches!(r.served, Served::Active(_)),
-                is_wasm,
-                "{:?}",
-                r.served
-            );
-            let n = r.applied.started.len() + r.applied.resized.len() + r.applied.preempted.len();
-            if is_wasm {
-                wasm.push(r.latency);
-                decisions.0 = n;
-            } else {
-                native.push(r.latency);
-                decisions.1 = n;
-            }
-        }
-    }
-    assert_eq!(decisions.0, decisions.1, "Wasm and native decide the same");
-    let (w, n) = (median_ms(&mut wasm), median_ms(&mut native));
+    let (w, n, applied) = common::wasm_vs_native_rounds(
+        PAIRS,
+        before_surge,
+        || wasm_driver(&compiled),
+        native_driver,
+        |a| a.started.len() + a.resized.len() + a.preempted.len(),
+    );
     println!(
         "  {} decisions applied; round (incl. the policy's first sync) wasm p50 {w:.2} ms, \
          native p50 {n:.2} ms: wasm/native {:.2}x (target <= 1.5x): {}",
-        decisions.0,
+        applied,
         w / n,
         if w / n <= 1.5 { "met" } else { "NOT met" }
     );

@@ -6,7 +6,8 @@
 #![allow(dead_code)]
 
 use arbiter_host::registry::PolicySlot;
-use arbiter_host::roles::scheduler::RoundDriver;
+use arbiter_host::roles::scheduler::{RoundDriver, Served};
+use arbiter_host::state::Applied;
 use arbiter_host::state::{ClusterState, JobId, JobRequest, NodeRequest};
 use arbiter_policy_sdk::Runtime;
 use arbiter_policy_sdk::model::{Decision, WorkerPlacement, job_kind, qos};
@@ -346,4 +347,42 @@ pub fn runtime_config() -> arbiter_host::runtime::RuntimeConfig {
         allowed_capabilities: vec!["wasi:clocks/".into()],
         ..Default::default()
     }
+}
+
+/// One policy's round as Wasm against the same policy natively, `pairs` times interleaved,
+/// each round from a freshly built identical state: the median latencies (ms, Wasm then
+/// native) and what `count` says was applied (the same on both sides, asserted).
+pub fn wasm_vs_native_rounds(
+    pairs: usize,
+    build: impl Fn() -> ClusterState,
+    wasm: impl Fn() -> RoundDriver,
+    native: impl Fn() -> RoundDriver,
+    count: impl Fn(&Applied) -> usize,
+) -> (f64, f64, usize) {
+    let (mut wasm_ms, mut native_ms) = (Vec::new(), Vec::new());
+    let mut counts = (0, 0);
+    for _ in 0..pairs {
+        for is_wasm in [true, false] {
+            let mut state = build();
+            let mut driver = if is_wasm { wasm() } else { native() };
+            let r = driver.run_round(&mut state);
+            assert!(r.faults.is_empty(), "{:?}", r.faults);
+            assert_eq!(
+                matches!(r.served, Served::Active(_)),
+                is_wasm,
+                "{:?}",
+                r.served
+            );
+            let n = count(&r.applied);
+            if is_wasm {
+                wasm_ms.push(r.latency);
+                counts.0 = n;
+            } else {
+                native_ms.push(r.latency);
+                counts.1 = n;
+            }
+        }
+    }
+    assert_eq!(counts.0, counts.1, "Wasm and native decide the same");
+    (median_ms(&mut wasm_ms), median_ms(&mut native_ms), counts.0)
 }
