@@ -323,8 +323,8 @@ impl Node {
                         .reduce(|a, b| a + b);
                     let sm_activity = per_process.map_or(s.utilization_pct, |v| v.min(100) as u8);
                     let (health, observed_ok) = self.gpu_health(index, true);
-                    // XID errors, power and temperature are not sampled by the
-                    // backend yet: 0 = unknown, as the contract says.
+                    // Power and temperature the GPU cannot report are 0 (unknown), as the
+                    // contract says; XID errors are counted since the node started.
                     let st = GpuStatus {
                         index,
                         utilization_pct: s.utilization_pct,
@@ -336,7 +336,9 @@ impl Node {
                         health,
                         observed_ok,
                         throttle_reasons: s.throttle_reasons,
-                        ..GpuStatus::default()
+                        xid_errors: s.xid_errors,
+                        power_mw: s.power_mw.unwrap_or(0),
+                        temperature_c: s.temperature_c.unwrap_or(0),
                     };
                     samples.insert(index, s);
                     st

@@ -77,6 +77,13 @@ pub struct GpuSample {
     /// `nvmlClocksThrottleReasons` bits ([`throttle_reason_names`] decodes them).
     pub throttle_reasons: u64,
     pub processes: Vec<GpuProcess>,
+    /// XID errors the driver raised on this GPU since the backend opened (NVML's
+    /// `XidCriticalError` events; 0 also where they cannot be watched).
+    pub xid_errors: u32,
+    /// Board power draw, milliwatts (`None`: not supported).
+    pub power_mw: Option<u32>,
+    /// Core temperature, °C (`None`: not supported).
+    pub temperature_c: Option<u8>,
 }
 
 /// The GPU backend of the node.
@@ -156,6 +163,9 @@ impl SimBackend {
                     max_sm_clock_mhz: 1980,
                     throttle_reasons: 0,
                     processes: Vec::new(),
+                    xid_errors: 0,
+                    power_mw: None,
+                    temperature_c: None,
                 };
                 g.gpus.push((info, sample, ComputeMode::Default));
             }

@@ -11,7 +11,15 @@
 //! `nvmlDeviceGetUtilizationRates`, `nvmlDeviceGetClockInfo`, `nvmlDeviceGetMaxClockInfo`,
 //! `nvmlDeviceGetCurrentClocksThrottleReasons`, `nvmlDeviceGetComputeRunningProcesses_v3`,
 //! `nvmlDeviceGetMPSComputeRunningProcesses_v3`, `nvmlDeviceGetProcessUtilization`,
-//! `nvmlDeviceGetComputeMode`, `nvmlDeviceSetComputeMode`.
+//! `nvmlDeviceGetComputeMode`, `nvmlDeviceSetComputeMode`, `nvmlDeviceGetPowerUsage`,
+//! `nvmlDeviceGetTemperature`; for XID errors `nvmlEventSetCreate`,
+//! `nvmlDeviceRegisterEvents`, `nvmlEventSetWait_v2`, `nvmlDeviceGetIndex`, `nvmlEventSetFree`.
+//!
+//! **XID errors** reach NVML users only as events (`nvmlEventTypeXidCriticalError`; no
+//! counter can be read), so the backend starts one watcher thread that registers every GPU
+//! on one event set and waits on it, counting each GPU's XIDs; [`GpuSample::xid_errors`] is
+//! that count. Where events cannot be registered (old drivers, no permission, a vGPU) the
+//! count stays 0, which the contract reads as "unknown", and the reason is logged once.
 //!
 //! `Device<'nvml>` borrows the `Nvml` handle, so the backend keeps the handle and looks the
 //! device up by index on every call (a cheap table lookup in NVML).
@@ -20,21 +28,157 @@ use crate::gpu::{
     ComputeMode, DeviceInfo, GpuBackend, GpuError, GpuProcess, GpuSample, ProcessKind,
 };
 use nvml_wrapper::Nvml;
-use nvml_wrapper::enum_wrappers::device::{Clock, ComputeMode as NvmlComputeMode};
+use nvml_wrapper::bitmasks::event::EventTypes;
+use nvml_wrapper::enum_wrappers::device::{
+    Clock, ComputeMode as NvmlComputeMode, TemperatureSensor,
+};
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+
+/// How long the XID watcher waits for an event before it checks whether to stop.
+const XID_WAIT_MS: u32 = 200;
+/// How long opening the backend waits for the watcher to register the GPUs.
+const XID_REGISTER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// NVML-backed GPU backend.
 pub struct NvmlBackend {
-    nvml: Nvml,
+    nvml: Arc<Nvml>,
     lib_path: Option<PathBuf>,
     /// Per GPU, the newest process-utilization timestamp seen (µs), so each sample returns
     /// only the period since the previous one.
     last_seen_us: Mutex<HashMap<u32, u64>>,
+    xid: XidWatch,
+}
+
+/// The XID watcher thread and what it counted.
+struct XidWatch {
+    counts: Arc<Mutex<HashMap<u32, u32>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl XidWatch {
+    /// Registers every GPU for XID events and starts counting them.
+    fn start(nvml: &Arc<Nvml>) -> XidWatch {
+        let counts = Arc::new(Mutex::new(HashMap::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (n, c, s) = (Arc::clone(nvml), Arc::clone(&counts), Arc::clone(&stop));
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("nvml-xid".into())
+            .spawn(move || watch_xids(&n, &c, &s, &ready_tx))
+            .map_err(|e| tracing::warn!(error = %e, "cannot start the XID watcher"))
+            .ok();
+        // Errors from the first sample on are counted: wait until the GPUs are registered
+        // (or the watcher gave up), a few NVML calls.
+        if thread.is_some() && ready_rx.recv_timeout(XID_REGISTER_TIMEOUT).is_err() {
+            tracing::warn!("the XID watcher is slow to register; early errors may be missed");
+        }
+        XidWatch {
+            counts,
+            stop,
+            thread,
+        }
+    }
+
+    fn count(&self, index: u32) -> u32 {
+        self.counts.lock().get(&index).copied().unwrap_or(0)
+    }
+}
+
+impl Drop for XidWatch {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take()
+            && t.join().is_err()
+        {
+            tracing::warn!("the XID watcher panicked");
+        }
+    }
+}
+
+/// Tells [`XidWatch::start`] the watcher is past registration when dropped.
+struct ReadyOnDrop<'a>(&'a std::sync::mpsc::Sender<()>);
+
+impl Drop for ReadyOnDrop<'_> {
+    fn drop(&mut self) {
+        // The receiver may have timed out already; nothing to tell then.
+        let _ = self.0.send(());
+    }
+}
+
+/// The watcher thread's body: one event set over every GPU that takes XID events.
+fn watch_xids(
+    nvml: &Nvml,
+    counts: &Mutex<HashMap<u32, u32>>,
+    stop: &AtomicBool,
+    ready: &std::sync::mpsc::Sender<()>,
+) {
+    // Whatever happens below, opening the backend stops waiting when this returns or waits.
+    let _ready = ReadyOnDrop(ready);
+    let mut set = match nvml.create_event_set() {
+        Ok(set) => set,
+        Err(e) => {
+            tracing::info!(error = %e, "XID errors are not watched (no NVML event sets)");
+            return;
+        }
+    };
+    let count = nvml.device_count().unwrap_or(0);
+    let mut registered = 0;
+    for index in 0..count {
+        let device = match nvml.device_by_index(index) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::info!(gpu = index, error = %e, "XID errors of this GPU are not watched");
+                continue;
+            }
+        };
+        // `register_events` consumes the set and frees it on failure: start a new one then.
+        set = match device.register_events(EventTypes::CRITICAL_XID_ERROR, set) {
+            Ok(set) => {
+                registered += 1;
+                set
+            }
+            Err(e) => {
+                tracing::info!(gpu = index, error = %e.error, "XID errors of this GPU are not watched");
+                match nvml.create_event_set() {
+                    Ok(set) => set,
+                    Err(_) => return,
+                }
+            }
+        };
+    }
+    if registered == 0 {
+        return;
+    }
+    tracing::debug!(gpus = registered, "watching XID errors");
+    drop(_ready);
+    while !stop.load(Ordering::Relaxed) {
+        match set.wait(XID_WAIT_MS) {
+            Ok(event) => {
+                let xid = event.event_data;
+                match event.device.index() {
+                    Ok(index) => {
+                        tracing::warn!(gpu = index, ?xid, "XID error");
+                        *counts.lock().entry(index).or_insert(0) += 1;
+                    }
+                    Err(e) => tracing::warn!(?xid, error = %e, "XID error on an unknown GPU"),
+                }
+            }
+            Err(NvmlError::Timeout) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "XID watcher stopped");
+                return;
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for NvmlBackend {
@@ -67,7 +211,9 @@ impl NvmlBackend {
                 lib_path.map_or("libnvidia-ml.so.1".into(), |p| p.display().to_string())
             ))
         })?;
+        let nvml = Arc::new(nvml);
         let backend = NvmlBackend {
+            xid: XidWatch::start(&nvml),
             nvml,
             lib_path: lib_path.map(Path::to_path_buf),
             last_seen_us: Mutex::new(HashMap::new()),
@@ -187,8 +333,17 @@ impl GpuBackend for NvmlBackend {
             Err(NvmlError::NotSupported | NvmlError::FailedToLoadSymbol(_)) => 0,
             Err(err) => return Err(e(err)),
         };
+        // Power and temperature are optional readings: unsupported or failing → unknown.
+        let power_mw = dev.power_usage().ok();
+        let temperature_c = dev
+            .temperature(TemperatureSensor::Gpu)
+            .ok()
+            .map(|t| t.min(255) as u8);
         Ok(GpuSample {
             index,
+            xid_errors: self.xid.count(index),
+            power_mw,
+            temperature_c,
             utilization_pct: util.gpu.min(100) as u8,
             memory_util_pct: util.memory.min(100) as u8,
             memory_used_bytes: mem.used,

@@ -12,6 +12,7 @@ use arbiter_node::coordinator::{
 };
 use arbiter_node::enforcer::Applied;
 use arbiter_node::gpu::{GpuBackend, GpuSample, SimBackend};
+use arbiter_node::mps::{MpsConfig, MpsManager};
 use arbiter_node::supervisor::{Supervisor, SupervisorConfig, WorkloadSpec};
 use arbiter_node::{Node, NodeConfig, NvmlBackend};
 use arbiter_policy_sdk::model::*;
@@ -303,6 +304,102 @@ fn sysmonitor_wasm_paces_then_evicts_offline_work_on_an_online_burst() {
     evict_all(&mut node);
 }
 
+/// MuxFlow §4.2's reset: an XID error on a GPU (NVML event through the fake library) makes the
+/// `sysmonitor` Wasm policy evict the GPU's offline work and restart its MPS server (the fake
+/// `nvidia-cuda-mps-control` records the quit and the new daemon); online work stays.
+#[test]
+fn sysmonitor_wasm_resets_mps_and_evicts_offline_work_on_an_xid_error() {
+    let env = Env::new("coord-xid");
+    let scenario = json!({
+        "time_file": env.dir.join("t"),
+        "gpus": [{
+            "name": "Fake T4", "uuid": "GPU-fake-xid", "memory_total_mib": GPU_MIB,
+            "max_sm_clock_mhz": 1590,
+            "timeline": [
+                { "t": 0, "utilization_pct": 30, "memory_used_mib": 4096 },
+                { "t": 1, "utilization_pct": 30, "memory_used_mib": 4096, "xid": [31] }
+            ]
+        }]
+    });
+    let lib = common::install_fake_nvml(&env.dir, &scenario);
+    env.set_time(0.0);
+    let nvml: Arc<dyn GpuBackend> = Arc::new(NvmlBackend::open(Some(&lib)).expect("fake NVML"));
+    let mps_cfg = MpsConfig::new(common::fake_mps_binary(), &env.dir.join("mps"));
+    let mps = MpsManager::new(&mps_cfg, &[(0, "GPU-fake-xid".into())]);
+    mps.start_all(None).expect("MPS daemon");
+    let mps_log = env.dir.join("mps/gpu0/log/commands.log");
+    let starts = || {
+        std::fs::read_to_string(&mps_log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.starts_with("START"))
+            .count()
+    };
+    assert_eq!(starts(), 1);
+    let mut node = Node::new(
+        nvml,
+        Some(mps),
+        env.supervisor(Path::new("/nonexistent/libarbiter_interpose.so")),
+        NodeConfig::default(),
+    );
+    let online = node.launch(&sleeper(ONLINE, 0)).expect("online");
+    let offline = node.launch(&sleeper(OFFLINE, 0)).expect("offline");
+    let mut coord = Coordinator::builtin("sysmonitor", None, CoordinatorConfig::default())
+        .expect("built-in sysmonitor loads");
+    for _ in 0..3 {
+        let r = coord.step(&mut node);
+        assert_eq!(r.served, Served::Policy, "{:?}", r.fault);
+        assert!(
+            !r.outcomes
+                .iter()
+                .any(|o| matches!(o.action, NodeAction::RestartMps(_)))
+        );
+    }
+    assert_eq!(node.view().gpus[0].xid_errors, 0);
+
+    // XID 31 (a client's MMU fault): the watcher counts it within a wait period.
+    env.set_time(1.0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let r = loop {
+        let r = coord.step(&mut node);
+        if r.outcomes
+            .iter()
+            .any(|o| o.action == NodeAction::RestartMps(0))
+        {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "no reset after the XID error");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    for o in &r.outcomes {
+        assert!(o.result.is_ok(), "{o:?}");
+    }
+    assert!(
+        r.outcomes
+            .iter()
+            .any(|o| o.action == NodeAction::Evict(offline))
+    );
+    assert!(!touches(&r, online), "online work is never touched");
+    let log = std::fs::read_to_string(&mps_log).expect("MPS log");
+    assert!(log.lines().any(|l| l == "CMD quit"), "{log}");
+    assert_eq!(starts(), 2, "a fresh daemon: {log}");
+    let v = node.view();
+    assert_eq!(
+        (v.gpus[0].xid_errors, v.gpus[0].health),
+        (1, health::OVERLIMIT)
+    );
+    let exit = node
+        .supervisor_mut()
+        .wait_exit(offline, Duration::from_secs(30), None)
+        .expect("offline workload evicted");
+    assert!(exit.evicted, "{exit:?}");
+    assert!(
+        node.supervisor().get(online).is_some(),
+        "online still running"
+    );
+    evict_all(&mut node);
+}
+
 fn quiet(sim: &SimBackend) -> GpuSample {
     let mut s = sim.sample(0).expect("sample");
     s.utilization_pct = 30;
@@ -390,7 +487,7 @@ fn a_wasm_policy_that_traps_every_period_falls_back_to_holding_steady() {
     let env = Env::new("coord-trap");
     // Many GPUs make a tick cost far more fuel than loading (with the manifest's default
     // configuration) does.
-    let sim = Arc::new(SimBackend::new(192, GPU_MIB << 20));
+    let sim = Arc::new(SimBackend::new(256, GPU_MIB << 20));
     let mut node = env.sim_node(sim);
     let offline = node.launch(&sleeper(OFFLINE, 0)).expect("offline");
     node.apply_actions(&[NodeAction::SetComputeShare(offline, 700)]);

@@ -188,6 +188,70 @@ fn node_view_over_nvml_maps_metrics_and_health() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// XID errors reach NVML users only as events: the backend's watcher counts them per GPU from
+/// the moment it opened, and the node reports the count with power and temperature.
+#[test]
+fn xid_errors_are_counted_from_nvml_events_and_reach_the_node_view() {
+    common::init_tracing();
+    let dir = common::test_dir("nvml-xid");
+    let scenario = json!({
+        "time_file": dir.join("t"),
+        "gpus": [
+            { "name": "Fake A100", "uuid": "GPU-xid-0", "memory_total_mib": 40960,
+              "timeline": [
+                { "t": 0, "utilization_pct": 10, "power_mw": 95000, "temperature_c": 41,
+                  "xid": [79] },
+                { "t": 1, "utilization_pct": 10, "xid": [31] },
+                { "t": 2, "utilization_pct": 10, "xid": [31, 43] }
+              ] },
+            { "name": "Fake A100", "uuid": "GPU-xid-1", "memory_total_mib": 40960,
+              "timeline": [ { "t": 0 } ] }
+        ]
+    });
+    let lib = common::install_fake_nvml(&dir, &scenario);
+    set_time(&dir, 0.0);
+    let nvml: Arc<dyn GpuBackend> = Arc::new(NvmlBackend::open(Some(&lib)).expect("nvml"));
+    let s = nvml.sample(0).expect("sample");
+    // The frame in effect when the watcher registered raised nothing to it.
+    assert_eq!(s.xid_errors, 0);
+    assert_eq!((s.power_mw, s.temperature_c), (Some(95_000), Some(41)));
+    let s1 = nvml.sample(1).expect("sample");
+    assert_eq!(
+        (s1.power_mw, s1.temperature_c),
+        (None, None),
+        "not supported"
+    );
+
+    let wait_for = |gpu: u32, n: u32| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let got = nvml.sample(gpu).expect("sample").xid_errors;
+            if got >= n || std::time::Instant::now() > deadline {
+                return got;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    set_time(&dir, 1.0);
+    assert_eq!(wait_for(0, 1), 1);
+    set_time(&dir, 2.5);
+    assert_eq!(wait_for(0, 3), 3);
+    assert_eq!(nvml.sample(1).expect("sample").xid_errors, 0, "per GPU");
+
+    let (sup, _) = Supervisor::open(SupervisorConfig::new(
+        &dir.join("state"),
+        &dir.join("blocks"),
+        Path::new("/nonexistent/libarbiter_interpose.so"),
+    ))
+    .expect("supervisor");
+    let mut node = Node::new(nvml, None, sup, NodeConfig::default());
+    let v = node.view();
+    assert_eq!((v.gpus[0].xid_errors, v.gpus[1].xid_errors), (3, 0));
+    assert_eq!(v.gpus[1].power_mw, 0, "unknown");
+    drop(node);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn mps_start_sets_exclusive_process_through_nvml() {
     common::init_tracing();

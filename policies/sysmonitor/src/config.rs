@@ -39,6 +39,25 @@ sm_activity_pct = [60.0, 80.0, 95.0]
 memory_used_pct = [80.0, 90.0, 95.0]
 sm_clock_drop_pct = [10.0, 20.0, 40.0]
 
+# Host pressure (MuxFlow §6 evicts offline work "when the host memory usage is high or
+# kswapd is busy"; the numbers are ours): while host memory is at or above
+# `memory_used_pct` of the node's, or swap-ins stay at or above `swap_in_per_s` pages/s
+# for `swap_for_ms`, one offline workload per period is evicted (most GPU memory first).
+# 0 turns a signal off.
+[host]
+memory_used_pct = 95.0
+swap_in_per_s = 1000
+swap_for_ms = 10000
+
+# Error patterns (MuxFlow §4.2 resets the CUDA context and MPS server on them): a GPU
+# whose XID error count rises, or that the node reports not OK although it can read it
+# (its MPS server faulted), is an Overlimit reading (offline work evicted, back-off,
+# repeated: Disabled), and its MPS server is restarted, at most once per
+# `restart_mps_every_ms` (ours). `restart_mps = false` leaves the server alone.
+[errors]
+restart_mps = true
+restart_mps_every_ms = 60000
+
 # xCUDA: GPU load = SM activity x clock factor (Eq. 1-2), PID-controlled offline share.
 [pacing]
 target_load = 0.7
@@ -207,6 +226,48 @@ impl Default for Pacing {
     }
 }
 
+/// Host pressure that evicts offline workloads (MuxFlow §6; thresholds ours).
+#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HostPressure {
+    /// Host memory in use, percent of the node's, at which offline work goes (0 = off).
+    pub memory_used_pct: f64,
+    /// Swap-ins per second that count as kswapd being busy (0 = off)...
+    pub swap_in_per_s: u32,
+    /// ...when they last this long (a burst of swap-ins is not pressure).
+    pub swap_for_ms: u64,
+}
+
+impl Default for HostPressure {
+    fn default() -> Self {
+        HostPressure {
+            memory_used_pct: 95.0,
+            swap_in_per_s: 1000,
+            swap_for_ms: 10_000,
+        }
+    }
+}
+
+/// What error patterns on a GPU do (MuxFlow §4.2; the rate limit is ours).
+#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ErrorPatterns {
+    /// Restart the GPU's MPS server (`restart-mps`) on an error pattern.
+    pub restart_mps: bool,
+    /// At most one restart per GPU in this long: a fault that outlives a restart is the
+    /// state machine's to escalate (Overlimit back-off, then Disabled), not a restart loop's.
+    pub restart_mps_every_ms: u64,
+}
+
+impl Default for ErrorPatterns {
+    fn default() -> Self {
+        ErrorPatterns {
+            restart_mps: true,
+            restart_mps_every_ms: 60_000,
+        }
+    }
+}
+
 /// The whole configuration.
 #[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -235,6 +296,8 @@ pub struct Config {
     /// Memory quota of offline workloads, percent of the GPU's memory (MuxFlow §6 fixes it
     /// at 40 %, as most online workloads use under 60 %). Only ever lowers a quota. 0 = off.
     pub offline_memory_quota_pct: f64,
+    pub host: HostPressure,
+    pub errors: ErrorPatterns,
     pub pacing: Pacing,
 }
 
@@ -252,6 +315,8 @@ impl Default for Config {
             unhealthy_action: UnhealthyAction::Throttle,
             unhealthy_share_cap: 200,
             offline_memory_quota_pct: 40.0,
+            host: HostPressure::default(),
+            errors: ErrorPatterns::default(),
             pacing: Pacing::default(),
         }
     }
@@ -287,6 +352,10 @@ impl Config {
         }
         pct("clock_min_util_pct", self.clock_min_util_pct)?;
         pct("offline_memory_quota_pct", self.offline_memory_quota_pct)?;
+        pct("host.memory_used_pct", self.host.memory_used_pct)?;
+        if self.errors.restart_mps && self.errors.restart_mps_every_ms == 0 {
+            return Err("`errors.restart_mps_every_ms` must be positive".into());
+        }
         if self.overlimit_window_ms == 0 {
             return Err("`overlimit_window_ms` must be positive".into());
         }
@@ -426,6 +495,9 @@ mod tests {
                 "offline_memory_quota_pct = 140.0",
                 "offline_memory_quota_pct",
             ),
+            ("[host]\nmemory_used_pct = 101.0", "host.memory_used_pct"),
+            ("[host]\nkswapd = 1", "kswapd"),
+            ("[errors]\nrestart_mps_every_ms = 0", "restart_mps_every_ms"),
             ("[pacing]\ntarget_load = 0.0", "target_load"),
             (
                 "[pacing]\nclock_threshold_pct = 100.0",

@@ -12,7 +12,19 @@
 //! 3. acts on the state: Healthy → the controller's share; Unhealthy → that share capped (or
 //!    the offline workloads frozen, by configuration); Overlimit and Disabled → the offline
 //!    workloads are evicted; and it keeps offline memory quotas at the configured share of the
-//!    GPU (§6: 40 %).
+//!    GPU (§6: 40 %);
+//! 4. treats an *error pattern* — the GPU's XID error count rose, or the node reports a GPU it
+//!    can read as no longer observed OK (its MPS server faulted) — as an Overlimit reading and
+//!    restarts the GPU's MPS server (`restart-mps`, rate-limited): MuxFlow §4.2 resets the
+//!    CUDA context and the MPS server on such patterns.
+//!
+//! Per node, it evicts offline workloads one at a time, the one holding the most GPU memory
+//! first, while the host is short of memory or swapping hard (MuxFlow §6: "when the host
+//! memory usage is high or kswapd is busy"); the next goes once the previous has exited.
+//!
+//! Beyond the paper, and labelled so in [`config`]: every threshold and gain (MuxFlow gives
+//! none), the hysteresis bands, the Unhealthy throttle/freeze choice, the restart rate limit
+//! and the eviction order under host pressure.
 //!
 //! Online workloads (role 0) are never touched: protecting them is the point. Workloads of
 //! other roles, and of GPUs the view does not list, are left alone too.
@@ -28,7 +40,7 @@ pub mod pacing;
 
 use arbiter_policy_sdk::prelude::*;
 use config::{Config, UnhealthyAction};
-use monitor::{Metrics, Monitor, State, classify};
+use monitor::{Level, Metrics, Monitor, State, classify};
 use pacing::{Pid, gpu_load};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -50,6 +62,12 @@ struct GpuCtl {
     pid: Option<Pid>,
     /// The health code last published with `set-health`.
     published: Option<u8>,
+    /// The XID error count of the previous reading.
+    xid_errors: Option<u32>,
+    /// Whether the node observed the GPU in the previous reading.
+    observed_ok: Option<bool>,
+    /// When this policy last asked for the GPU's MPS server to be restarted.
+    restarted_mps_at: Option<u64>,
 }
 
 /// The policy.
@@ -61,6 +79,11 @@ pub struct SysMonitor {
     evicting: BTreeSet<u32>,
     /// Workloads this policy froze (only those are resumed by it).
     frozen: BTreeSet<u32>,
+    /// Workloads evicted for host pressure that are still in the view: the next goes only
+    /// when they are gone (their memory is what should relieve the host).
+    host_evicting: BTreeSet<u32>,
+    /// Since when swap-ins have stayed at or above the threshold.
+    swapping_since: Option<u64>,
     last_now_ms: Option<u64>,
 }
 
@@ -90,6 +113,48 @@ impl SysMonitor {
         dt.clamp(0.001, 1.0)
     }
 
+    /// Whether the host is under pressure now: memory at its threshold, or swap-ins at theirs
+    /// for long enough.
+    fn host_pressure(&mut self, view: &NodeView) -> bool {
+        let host = self.config.host;
+        let memory = host.memory_used_pct > 0.0
+            && view.host_memory_total_mib > 0
+            && 100.0 * f64::from(view.host_memory_used_mib) / f64::from(view.host_memory_total_mib)
+                >= host.memory_used_pct;
+        let swapping = host.swap_in_per_s > 0 && view.swap_in_per_s >= host.swap_in_per_s;
+        if !swapping {
+            self.swapping_since = None;
+        }
+        let since = swapping.then(|| *self.swapping_since.get_or_insert(view.now_ms));
+        let swap = since.is_some_and(|t| view.now_ms.saturating_sub(t) >= host.swap_for_ms);
+        memory || swap
+    }
+
+    /// Under host pressure, evicts one offline workload (most GPU memory first, then lowest
+    /// id) unless one evicted for it is still exiting.
+    fn relieve_host(&mut self, view: &NodeView, out: &mut Vec<NodeAction>) {
+        if !self.host_pressure(view) || !self.host_evicting.is_empty() {
+            return;
+        }
+        let victim = view
+            .workloads
+            .iter()
+            .filter(|w| w.role == ROLE_OFFLINE && !self.evicting.contains(&w.id))
+            .max_by_key(|w| (w.memory_used_mib, std::cmp::Reverse(w.id)));
+        if let Some(w) = victim {
+            log(
+                LogLevel::Warn,
+                &format!(
+                    "host pressure (memory {}/{} MiB, {} swap-ins/s): evicting workload {}",
+                    view.host_memory_used_mib, view.host_memory_total_mib, view.swap_in_per_s, w.id
+                ),
+            );
+            self.evicting.insert(w.id);
+            self.host_evicting.insert(w.id);
+            out.push(NodeAction::Evict(w.id));
+        }
+    }
+
     /// One control period for one GPU.
     fn tick_gpu(
         &mut self,
@@ -108,9 +173,34 @@ impl SysMonitor {
             },
             pid: None,
             published: None,
+            xid_errors: None,
+            observed_ok: None,
+            restarted_mps_at: None,
         });
         let metrics = Metrics::from_status(gpu, &config);
-        let level = classify(metrics.as_ref(), &config);
+        let error = error_pattern(ctl, gpu, metrics.is_some());
+        let level = if error {
+            Level::Overlimit
+        } else {
+            classify(metrics.as_ref(), &config)
+        };
+        if error && config.errors.restart_mps {
+            let every = config.errors.restart_mps_every_ms;
+            if ctl
+                .restarted_mps_at
+                .is_none_or(|at| now_ms.saturating_sub(at) >= every)
+            {
+                log(
+                    LogLevel::Warn,
+                    &format!(
+                        "gpu {}: error pattern (xid errors {}, observed {}): restarting MPS",
+                        gpu.index, gpu.xid_errors, gpu.observed_ok
+                    ),
+                );
+                out.push(NodeAction::RestartMps(gpu.index));
+                ctl.restarted_mps_at = Some(now_ms);
+            }
+        }
         if let Some(t) = ctl.monitor.step(level, now_ms, &config) {
             let msg = format!(
                 "gpu {}: {} -> {} (reading {level:?}, {} overlimit entries in window, hold {} ms)",
@@ -212,6 +302,19 @@ impl SysMonitor {
     }
 }
 
+/// Whether this reading of `gpu` shows an error pattern: its XID count rose since the previous
+/// reading, or the node, which observed the GPU then, now reports it not OK although it
+/// could read it (`read`): what the node reports when the GPU's MPS server faulted. A reading
+/// that failed is not one (one failed sample proves nothing: it is [`Level::Missing`]).
+/// Remembers this reading.
+fn error_pattern(ctl: &mut GpuCtl, gpu: &GpuStatus, read: bool) -> bool {
+    let xid_rose = ctl.xid_errors.is_some_and(|prev| gpu.xid_errors > prev);
+    let lost = read && ctl.observed_ok == Some(true) && !gpu.observed_ok;
+    ctl.xid_errors = Some(gpu.xid_errors);
+    ctl.observed_ok = Some(gpu.observed_ok);
+    xid_rose || lost
+}
+
 /// Whether a share change from `current` to `target` is worth an action: a move of at least
 /// `min_step`, or reaching a bound exactly (so a workload is never left a step short of
 /// unthrottled or of the cap).
@@ -245,6 +348,7 @@ impl Policy for SysMonitor {
         let dt = self.period_s(now);
         let live: BTreeSet<u32> = view.workloads.iter().map(|w| w.id).collect();
         self.evicting.retain(|id| live.contains(id));
+        self.host_evicting.retain(|id| live.contains(id));
         self.frozen.retain(|id| live.contains(id));
         let present: BTreeSet<u32> = view.gpus.iter().map(|g| g.index).collect();
         self.gpus.retain(|index, _| present.contains(index));
@@ -266,6 +370,7 @@ impl Policy for SysMonitor {
             let mine = offline.get(&gpu.index).map(Vec::as_slice).unwrap_or(&[]);
             self.tick_gpu(gpu, mine, now, dt, &mut out);
         }
+        self.relieve_host(view, &mut out);
         Ok(out)
     }
 }

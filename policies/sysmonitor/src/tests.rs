@@ -368,3 +368,113 @@ fn same_views_give_the_same_actions() {
     };
     assert_eq!(run(), run());
 }
+
+fn restarts(actions: &[NodeAction]) -> Vec<u32> {
+    actions
+        .iter()
+        .filter_map(|a| match *a {
+            NodeAction::RestartMps(g) => Some(g),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_new_xid_error_evicts_offline_work_and_restarts_mps_once_per_interval() {
+    let mut sim = Sim::new("[errors]\nrestart_mps_every_ms = 1000");
+    sim.gpus[0].xid_errors = 4; // errors from before the policy started are history
+    let a = sim.ticks(3);
+    assert!(
+        restarts(&a).is_empty()
+            && touching(&a, 2)
+                .iter()
+                .all(|x| !matches!(x, NodeAction::Evict(_)))
+    );
+    sim.gpus[0].xid_errors = 5; // XID 31 in a client
+    let a = sim.tick();
+    assert_eq!(restarts(&a), [0]);
+    assert_eq!(touching(&a, 2), [NodeAction::Evict(2)]);
+    assert_eq!(health_of(&a, 0), Some(health::OVERLIMIT));
+    assert!(touching(&a, 1).is_empty(), "online work is never touched");
+    // Another error 300 ms later: an Overlimit reading again, but no second restart yet.
+    sim.ticks(2);
+    sim.gpus[0].xid_errors = 6;
+    assert!(restarts(&sim.tick()).is_empty());
+    sim.now_ms += 1_000;
+    sim.gpus[0].xid_errors = 7;
+    assert_eq!(restarts(&sim.tick()), [0]);
+}
+
+#[test]
+fn an_mps_fault_the_node_reports_is_an_error_pattern_but_a_failed_sample_is_not() {
+    let mut sim = Sim::new("");
+    sim.ticks(2);
+    // The node reads the GPU but its MPS server faulted: not observed OK, health Unhealthy.
+    sim.gpus[0].observed_ok = false;
+    sim.gpus[0].health = health::UNHEALTHY;
+    let a = sim.tick();
+    assert_eq!(restarts(&a), [0]);
+    assert_eq!(touching(&a, 2), [NodeAction::Evict(2)]);
+    // Restarts are opt-out.
+    let mut sim = Sim::new("[errors]\nrestart_mps = false");
+    sim.ticks(2);
+    sim.gpus[0].observed_ok = false;
+    let a = sim.tick();
+    assert!(restarts(&a).is_empty());
+    assert_eq!(touching(&a, 2), [NodeAction::Evict(2)]);
+}
+
+#[test]
+fn host_pressure_evicts_offline_work_one_at_a_time_biggest_first() {
+    let mut sim = Sim::new("");
+    sim.workloads.push(WorkloadStatus {
+        memory_used_mib: 4096,
+        ..workload(3, 0, ROLE_OFFLINE)
+    });
+    let view_at = |sim: &Sim, used: u32, swap: u32| NodeView {
+        host_memory_used_mib: used,
+        host_memory_total_mib: 100_000,
+        swap_in_per_s: swap,
+        ..sim.view()
+    };
+    let evictions = |a: &[NodeAction]| -> Vec<u32> {
+        a.iter()
+            .filter_map(|x| match *x {
+                NodeAction::Evict(w) => Some(w),
+                _ => None,
+            })
+            .collect()
+    };
+    let tick = |sim: &mut Sim, used: u32, swap: u32| {
+        let v = view_at(sim, used, swap);
+        sim.now_ms += 1_000;
+        sim.rt.tick(v).expect("tick")
+    };
+    assert!(
+        evictions(&tick(&mut sim, 90_000, 0)).is_empty(),
+        "below 95 %"
+    );
+    assert_eq!(
+        evictions(&tick(&mut sim, 96_000, 0)),
+        [3],
+        "most GPU memory first"
+    );
+    // Still under pressure, but workload 3 has not exited yet: nobody else goes.
+    assert!(evictions(&tick(&mut sim, 96_000, 0)).is_empty());
+    sim.workloads.retain(|w| w.id != 3);
+    assert_eq!(evictions(&tick(&mut sim, 96_000, 0)), [2]);
+    assert!(sim.workloads.iter().any(|w| w.id == 1), "online work stays");
+
+    // kswapd: swap-ins must last `swap_for_ms` (10 s) before they count.
+    let mut sim = Sim::new("");
+    for _ in 0..10 {
+        assert!(evictions(&tick(&mut sim, 50_000, 5_000)).is_empty());
+    }
+    assert_eq!(evictions(&tick(&mut sim, 50_000, 5_000)), [2]);
+    // A pause resets the clock.
+    let mut sim = Sim::new("");
+    for i in 0..20 {
+        let swap = if i % 5 == 4 { 0 } else { 5_000 };
+        assert!(evictions(&tick(&mut sim, 50_000, swap)).is_empty());
+    }
+}

@@ -26,6 +26,11 @@
 //! With `"call_log": "<path>"` every call is appended to that file (one symbol name per
 //! line), so tests can check which entry points the wrapper called.
 //!
+//! Events: a frame's `xid` list raises one `nvmlEventTypeXidCriticalError` per entry, when the
+//! frame comes into effect, on every event set the GPU was registered on before then
+//! (`nvmlEventSetWait_v2` delivers them in order). `power_mw` and `temperature_c` answer
+//! `nvmlDeviceGetPowerUsage` and `nvmlDeviceGetTemperature` (left out: `NOT_SUPPORTED`).
+//!
 //! Exported symbols: see [`SYMBOLS`].
 
 use serde::Deserialize;
@@ -66,14 +71,23 @@ pub const SYMBOLS: &[&str] = &[
     "nvmlDeviceGetProcessUtilization",
     "nvmlDeviceGetComputeMode",
     "nvmlDeviceSetComputeMode",
+    "nvmlDeviceGetPowerUsage",
+    "nvmlDeviceGetTemperature",
+    "nvmlDeviceGetSupportedEventTypes",
+    "nvmlEventSetCreate",
+    "nvmlDeviceRegisterEvents",
+    "nvmlEventSetWait_v2",
+    "nvmlEventSetFree",
 ];
 
 type Ret = c_uint;
 const SUCCESS: Ret = 0;
 const ERROR_UNINITIALIZED: Ret = 1;
 const ERROR_INVALID_ARGUMENT: Ret = 2;
+const ERROR_NOT_SUPPORTED: Ret = 3;
 const ERROR_NOT_FOUND: Ret = 6;
 const ERROR_INSUFFICIENT_SIZE: Ret = 7;
+const ERROR_TIMEOUT: Ret = 10;
 const ERROR_GPU_IS_LOST: Ret = 15;
 const ERROR_UNKNOWN: Ret = 999;
 
@@ -83,6 +97,11 @@ const CLOCK_MEM: c_uint = 2;
 const CLOCK_VIDEO: c_uint = 3;
 
 const MIB: u64 = 1 << 20;
+
+/// `nvmlEventTypeXidCriticalError`: the only event type the fake delivers.
+const EVENT_XID_CRITICAL_ERROR: c_ulonglong = 0x8;
+/// `NVML_TEMPERATURE_GPU`.
+const TEMPERATURE_GPU: c_uint = 0;
 
 // ---------------------------------------------------------------------------------------------
 // Scenario
@@ -155,6 +174,17 @@ struct Frame {
     /// The GPU fell off the bus: every device query returns `NVML_ERROR_GPU_IS_LOST`.
     #[serde(default)]
     lost: bool,
+    /// Board power draw, milliwatts (`None`: not supported, as on some boards).
+    #[serde(default)]
+    power_mw: Option<u32>,
+    /// Core temperature, °C (`None`: not supported).
+    #[serde(default)]
+    temperature_c: Option<u32>,
+    /// XID errors raised when this frame comes into effect: each is one
+    /// `nvmlEventTypeXidCriticalError` event for every event set registered on the GPU
+    /// before then (e.g. `[31]`, an MMU fault in a client; `[79]`, fell off the bus).
+    #[serde(default)]
+    xid: Vec<u64>,
     #[serde(default)]
     processes: Vec<Process>,
 }
@@ -179,6 +209,17 @@ struct Fake {
     refcount: u32,
     started: Instant,
     compute_modes: Vec<u32>,
+    /// Event sets by handle (`id + 1`); a freed set is `None`.
+    event_sets: Vec<Option<EventSet>>,
+}
+
+/// One `nvmlEventSet_t`: the GPUs registered on it, how far each GPU's timeline has been
+/// delivered, and the events raised but not yet waited for.
+#[derive(Default)]
+struct EventSet {
+    /// (GPU, index of the first frame whose XIDs are not yet queued).
+    cursors: Vec<(usize, usize)>,
+    pending: std::collections::VecDeque<(usize, u64)>,
 }
 
 static STATE: Mutex<Option<Fake>> = Mutex::new(None);
@@ -195,9 +236,38 @@ impl Fake {
     }
 
     fn frame(&self, gpu: usize) -> Option<&Frame> {
+        let tl = &self.scenario.gpus.get(gpu)?.timeline;
+        tl.get(self.frame_index(gpu)?)
+    }
+
+    /// Index of the frame in effect on `gpu`'s timeline.
+    fn frame_index(&self, gpu: usize) -> Option<usize> {
         let now = self.now_s();
         let tl = &self.scenario.gpus.get(gpu)?.timeline;
-        tl.iter().rev().find(|f| f.t <= now).or(tl.first())
+        Some(tl.iter().rposition(|f| f.t <= now).unwrap_or(0))
+    }
+
+    /// Queues on `set` the XIDs of the frames that came into effect since the last look.
+    fn raise_events(&mut self, set: usize) {
+        let Some(Some(es)) = self.event_sets.get(set) else {
+            return;
+        };
+        let mut cursors = es.cursors.clone();
+        let mut raised = Vec::new();
+        for (gpu, next) in &mut cursors {
+            let Some(current) = self.frame_index(*gpu) else {
+                continue;
+            };
+            let tl = &self.scenario.gpus[*gpu].timeline;
+            for frame in tl.iter().take(current + 1).skip(*next) {
+                raised.extend(frame.xid.iter().map(|&x| (*gpu, x)));
+            }
+            *next = (*next).max(current + 1);
+        }
+        if let Some(Some(es)) = self.event_sets.get_mut(set) {
+            es.cursors = cursors;
+            es.pending.extend(raised);
+        }
     }
 
     /// Process-utilization timestamp of the current frame (µs, never 0).
@@ -311,6 +381,7 @@ fn init(name: &str) -> Ret {
                     refcount: 1,
                     started: Instant::now(),
                     compute_modes,
+                    event_sets: Vec::new(),
                 };
                 trace(&fake, name);
                 *guard = Some(fake);
@@ -389,6 +460,16 @@ pub struct MemoryV2 {
 pub struct ProcessInfo {
     pid: c_uint,
     used_gpu_memory: c_ulonglong,
+    gpu_instance_id: c_uint,
+    compute_instance_id: c_uint,
+}
+
+/// `nvmlEventData_t`.
+#[repr(C)]
+pub struct EventData {
+    device: *mut c_void,
+    event_type: c_ulonglong,
+    event_data: c_ulonglong,
     gpu_instance_id: c_uint,
     compute_instance_id: c_uint,
 }
@@ -936,5 +1017,159 @@ pub unsafe extern "C" fn nvmlDeviceSetComputeMode(device: *mut c_void, mode: c_u
         }
         f.compute_modes[i] = mode;
         SUCCESS
+    })
+}
+
+/// # Safety
+/// `mw` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetPowerUsage(device: *mut c_void, mw: *mut c_uint) -> Ret {
+    with_device("nvmlDeviceGetPowerUsage", device, |f, i| {
+        match f.frame(i).and_then(|fr| fr.power_mw) {
+            // SAFETY: forwarded caller contract.
+            Some(v) => unsafe { put(mw, v) },
+            None => ERROR_NOT_SUPPORTED,
+        }
+    })
+}
+
+/// # Safety
+/// `temp` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetTemperature(
+    device: *mut c_void,
+    sensor: c_uint,
+    temp: *mut c_uint,
+) -> Ret {
+    with_device("nvmlDeviceGetTemperature", device, |f, i| {
+        if sensor != TEMPERATURE_GPU {
+            return ERROR_INVALID_ARGUMENT;
+        }
+        match f.frame(i).and_then(|fr| fr.temperature_c) {
+            // SAFETY: forwarded caller contract.
+            Some(v) => unsafe { put(temp, v) },
+            None => ERROR_NOT_SUPPORTED,
+        }
+    })
+}
+
+/// # Safety
+/// `types` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetSupportedEventTypes(
+    device: *mut c_void,
+    types: *mut c_ulonglong,
+) -> Ret {
+    with_device("nvmlDeviceGetSupportedEventTypes", device, |_, _| {
+        // SAFETY: forwarded caller contract.
+        unsafe { put(types, EVENT_XID_CRITICAL_ERROR) }
+    })
+}
+
+/// # Safety
+/// `set` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlEventSetCreate(set: *mut *mut c_void) -> Ret {
+    with_state("nvmlEventSetCreate", |f| {
+        f.event_sets.push(Some(EventSet::default()));
+        // Set handles are `id + 1`, opaque to callers and never dereferenced.
+        let handle = f.event_sets.len() as *mut c_void;
+        // SAFETY: forwarded caller contract.
+        unsafe { put(set, handle) }
+    })
+}
+
+fn event_set_id(f: &Fake, set: *mut c_void) -> Option<usize> {
+    let id = (set as usize).checked_sub(1)?;
+    f.event_sets.get(id)?.as_ref().map(|_| id)
+}
+
+/// Registers XID events (the only kind the fake raises) of `device` on `set`; events of
+/// frames already in effect are not raised (NVML delivers only what happens after).
+///
+/// # Safety
+/// Callable from C at any time.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceRegisterEvents(
+    device: *mut c_void,
+    types: c_ulonglong,
+    set: *mut c_void,
+) -> Ret {
+    with_device("nvmlDeviceRegisterEvents", device, |f, i| {
+        if types & !EVENT_XID_CRITICAL_ERROR != 0 {
+            return ERROR_NOT_SUPPORTED;
+        }
+        let Some(id) = event_set_id(f, set) else {
+            return ERROR_INVALID_ARGUMENT;
+        };
+        let next = f.frame_index(i).map_or(0, |c| c + 1);
+        if let Some(Some(es)) = f.event_sets.get_mut(id)
+            && types != 0
+            && !es.cursors.iter().any(|(g, _)| *g == i)
+        {
+            es.cursors.push((i, next));
+        }
+        SUCCESS
+    })
+}
+
+/// Waits up to `timeout_ms` for the next XID event on `set` (`NVML_ERROR_TIMEOUT` if none).
+/// The state is not locked while waiting, so the other entry points keep answering.
+///
+/// # Safety
+/// `data` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlEventSetWait_v2(
+    set: *mut c_void,
+    data: *mut EventData,
+    timeout_ms: c_uint,
+) -> Ret {
+    let deadline = Instant::now() + std::time::Duration::from_millis(u64::from(timeout_ms));
+    loop {
+        let mut found = None;
+        let ret = with_state("nvmlEventSetWait_v2", |f| {
+            let Some(id) = event_set_id(f, set) else {
+                return ERROR_INVALID_ARGUMENT;
+            };
+            f.raise_events(id);
+            found = f
+                .event_sets
+                .get_mut(id)
+                .and_then(Option::as_mut)
+                .and_then(|es| es.pending.pop_front());
+            SUCCESS
+        });
+        if ret != SUCCESS {
+            return ret;
+        }
+        if let Some((gpu, xid)) = found {
+            let event = EventData {
+                device: handle(gpu),
+                event_type: EVENT_XID_CRITICAL_ERROR,
+                event_data: xid,
+                gpu_instance_id: u32::MAX,
+                compute_instance_id: u32::MAX,
+            };
+            // SAFETY: forwarded caller contract.
+            return unsafe { put(data, event) };
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return ERROR_TIMEOUT;
+        }
+        std::thread::sleep((deadline - now).min(std::time::Duration::from_millis(10)));
+    }
+}
+
+/// # Safety
+/// Callable from C at any time.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlEventSetFree(set: *mut c_void) -> Ret {
+    with_state("nvmlEventSetFree", |f| match event_set_id(f, set) {
+        Some(id) => {
+            f.event_sets[id] = None;
+            SUCCESS
+        }
+        None => ERROR_INVALID_ARGUMENT,
     })
 }
