@@ -647,14 +647,18 @@ fn an_online_burst_paces_then_evicts_offline_work_and_the_host_requeues_it() {
         || c.job(offline)["preemptions"].as_u64().unwrap_or(0) >= 1,
         || format!("{}", c.job(offline)),
     );
-    // The node reports the GPU overlimit, so the host cordons it: the offline job
-    // waits instead of landing on the same GPU again.
+    // The node reports GPU 0 overlimit: offline work stays off that GPU only (MuxFlow's
+    // X10), the node stays open, and the requeued job runs again on the healthy GPU 1.
     wait_until_or(
-        "the host to cordon the unhealthy node",
-        Duration::from_secs(20),
-        || c.node_state("burst-node") == "unhealthy",
+        "the offline job to run again elsewhere",
+        Duration::from_secs(30),
+        || {
+            let j = c.job(offline);
+            j["state"] == "running" && j["gpu_indices"] == serde_json::json!([1])
+        },
         || format!("{} {}", c.cli(&["top"]), c.job(offline)),
     );
+    assert_eq!(c.node_state("burst-node"), "ready");
     // The online job is never touched.
     assert_eq!(c.job(online)["state"], "running");
     assert_eq!(c.job(online)["preemptions"], 0);

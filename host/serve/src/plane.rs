@@ -253,8 +253,6 @@ struct PoolNode {
     link: Option<AgentLink>,
     /// When an agent node was last heard from (or restored at start-up).
     last_seen: std::time::Instant,
-    /// Cordoned because its coordinator reports a GPU overlimit or disabled.
-    health_cordoned: bool,
 }
 
 /// An agent node as persisted, so its running jobs survive a host restart.
@@ -473,7 +471,6 @@ impl Plane {
                     kind: NodeKind::Simulated,
                     link: None,
                     last_seen: std::time::Instant::now(),
-                    health_cordoned: false,
                 })
                 .collect(),
             cfg,
@@ -565,7 +562,6 @@ impl Plane {
                 kind: NodeKind::Agent,
                 link: None,
                 last_seen: std::time::Instant::now(),
-                health_cordoned: false,
             });
         }
         for (name, bytes) in contents.with_prefix("node/") {
@@ -1937,7 +1933,6 @@ impl Plane {
                     gpus: n.request.gpu_count,
                     gpus_free: free,
                     state: match n.status {
-                        NodeStatus::Ready if n.health_cordoned => "unhealthy",
                         NodeStatus::Ready => "ready",
                         NodeStatus::Draining => "draining",
                         NodeStatus::Lost => "lost",
@@ -2027,16 +2022,13 @@ impl Plane {
         }
         node.request.on_loan = true;
         node.status = NodeStatus::Ready;
-        let cordoned = node.health_cordoned;
         let writes = Self::node_write(node)?;
         for cell in &mut self.cells {
             if cell.state.node_index(name).is_some() {
                 cell.state.set_node_loan(name, true).map_err(internal)?;
-                if !cordoned {
-                    cell.state
-                        .set_node_state(name, model::node_state::READY)
-                        .map_err(internal)?;
-                }
+                cell.state
+                    .set_node_state(name, model::node_state::READY)
+                    .map_err(internal)?;
             }
         }
         let ack = self.writer.send_durable(writes);
@@ -2464,7 +2456,6 @@ impl Plane {
                 kind: NodeKind::Agent,
                 link: Some(link),
                 last_seen: now,
-                health_cordoned: false,
             }),
         }
         let record = AgentRecord {
@@ -2579,18 +2570,6 @@ impl Plane {
         if let Some(l) = node.link.as_mut() {
             l.last_seen = now;
         }
-        // A GPU its coordinator holds overlimit or disabled takes no new work:
-        // cordon the node until every GPU is back (the contract has no per-GPU
-        // state yet, G21). An operator's drain is never undone here.
-        let unhealthy = hb.gpus.iter().any(|g| {
-            g.health == u32::from(model::health::OVERLIMIT)
-                || g.health == u32::from(model::health::DISABLED)
-        });
-        let toggle = node.status == NodeStatus::Ready && node.health_cordoned != unhealthy;
-        if toggle {
-            node.health_cordoned = unhealthy;
-            tracing::warn!(node = name, unhealthy, "node health changed");
-        }
         for cell in &mut self.cells {
             let Some(index) = cell.state.node_index(name) else {
                 continue;
@@ -2619,22 +2598,13 @@ impl Plane {
                     tracing::warn!(node = name, error = %e, "host load refused");
                 }
             }
-            // Per-GPU health into the cluster view (contract 0.3's G8: shared
-            // work only on healthy GPUs).
+            // Per-GPU health into the cluster view (contract 0.3's G8, MuxFlow's
+            // X10): shared work goes only on healthy GPUs, guaranteed work is
+            // unaffected, and the node stays open for both.
             for g in hb.gpus.iter().filter(|g| g.index < range.len() as u32) {
                 let health = u8::try_from(g.health).unwrap_or(u8::MAX);
                 if let Err(e) = cell.state.set_gpu_health(name, g.index, health) {
                     tracing::warn!(node = name, gpu = g.index, error = %e, "GPU health refused");
-                }
-            }
-            if toggle {
-                let state = if unhealthy {
-                    model::node_state::CORDONED
-                } else {
-                    model::node_state::READY
-                };
-                if let Err(e) = cell.state.set_node_state(name, state) {
-                    tracing::warn!(node = name, error = %e, "node state refused");
                 }
             }
             if !metrics.is_empty()
@@ -2927,8 +2897,7 @@ impl Plane {
                     }
                     match state.add_node(n.request.clone()) {
                         Ok(_)
-                            if matches!(n.status, NodeStatus::Draining | NodeStatus::Reclaimed)
-                                || n.health_cordoned =>
+                            if matches!(n.status, NodeStatus::Draining | NodeStatus::Reclaimed) =>
                         {
                             let _ =
                                 state.set_node_state(&n.request.name, model::node_state::CORDONED);

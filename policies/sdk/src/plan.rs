@@ -85,7 +85,7 @@ pub enum DecisionError {
         limit: u32,
     },
     BadQos(u8),
-    /// Shared (qos >= 1) work on a GPU that is not healthy.
+    /// Opportunistic (qos >= 1) work on a GPU that is not healthy.
     GpuNotHealthy {
         gpu: u32,
         health: u8,
@@ -221,6 +221,9 @@ pub struct JobFit {
     pub scan_gpus: bool,
     /// Shared work: node reservations do not apply.
     pub shared: bool,
+    /// Opportunistic (qos >= 1) work, which goes only on healthy GPUs: on a node with a GPU
+    /// that is not healthy, each GPU is checked (the node row cannot tell which).
+    pub opportunistic: bool,
 }
 
 /// Tentative state of one round.
@@ -415,6 +418,13 @@ impl<'a> Plan<'a> {
                 free: free.into(),
             })
         };
+        // Opportunistic (qos ≥ 1) work goes only on healthy GPUs, shared or not (MuxFlow's
+        // X10: a GPU its coordinator holds unhealthy, overlimit or disabled takes no offline
+        // work); guaranteed work is unaffected.
+        let health = self.cluster.gpus.health[g];
+        if q != crate::model::qos::GUARANTEED && health != crate::model::health::HEALTHY {
+            return Some(DecisionError::GpuNotHealthy { gpu, health });
+        }
         if !self.cluster.sharing.is_shared(q) {
             // Guaranteed: against guaranteed use and GPU reservations only.
             let holder = self.cluster.gpu_reserved_by[g];
@@ -432,14 +442,10 @@ impl<'a> Plan<'a> {
             }
             return None;
         }
-        // Shared: healthy GPUs, the shared-worker cap, the shared compute
+        // Shared: (healthy GPUs, above,) the shared-worker cap, the shared compute
         // cap, and memory beside guaranteed use (or, with host spill, beside
         // other shared work only); never blocked by reservations.
         let rules = self.cluster.sharing;
-        let health = self.cluster.gpus.health[g];
-        if health != crate::model::health::HEALTHY {
-            return Some(DecisionError::GpuNotHealthy { gpu, health });
-        }
         if rules.max_shared_workers > 0 && self.shared_workers[g] >= rules.max_shared_workers {
             return Some(DecisionError::SharedWorkersFull {
                 gpu,
@@ -491,6 +497,7 @@ impl<'a> Plan<'a> {
             model_mask: j.gpu_model_mask(),
             scan_gpus: shared || !j.reserved_gpus().is_empty(),
             shared,
+            opportunistic: self.qos(job) != crate::model::qos::GUARANTEED,
         }
     }
 
@@ -515,7 +522,7 @@ impl<'a> Plan<'a> {
     fn gpus_fit(&self, fit: &JobFit, node: u32) -> bool {
         if fit.gpus == 0 {
             true
-        } else if fit.scan_gpus {
+        } else if fit.scan_gpus || (fit.opportunistic && self.has_unhealthy_gpu(node)) {
             self.fitting_gpus(fit.job, node)
                 .take(fit.gpus as usize)
                 .count()
@@ -523,6 +530,15 @@ impl<'a> Plan<'a> {
         } else {
             fit.fractional_milli == 0 || self.fitting_gpus(fit.job, node).next().is_some()
         }
+    }
+
+    /// Whether a GPU of `node` is not healthy (a node has a handful of GPUs).
+    fn has_unhealthy_gpu(&self, node: u32) -> bool {
+        let health = &self.cluster.gpus.health;
+        self.cluster
+            .node(node)
+            .gpu_range()
+            .any(|g| health.get(g as usize) != Some(&crate::model::health::HEALTHY))
     }
 
     /// Calls `visit(node)` for every node where one worker of `fit` fits, in

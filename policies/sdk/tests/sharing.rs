@@ -195,6 +195,33 @@ fn health_and_the_shared_worker_cap() {
     assert!(!plan.fits(&fit, 0));
 }
 
+/// With sharing off, opportunistic work takes whole GPUs like guaranteed work, but still only
+/// healthy ones (MuxFlow's X10: no offline work on a GPU its coordinator holds overlimit); the
+/// node scan sees the difference although the node row cannot.
+#[test]
+fn opportunistic_work_avoids_unhealthy_gpus_with_sharing_off() {
+    let mut c = TestCluster::new();
+    c.node("n0", "p", 64_000, 512_000, "T4", 16_384, 2);
+    c.health(0, health::OVERLIMIT);
+    let off = c.job_on_one_gpu("off", "t", qos::OPPORTUNISTIC, 1000, 1_000);
+    let prod = c.job_on_one_gpu("prod", "t", qos::GUARANTEED, 1000, 1_000);
+    let mut plan = Plan::new(c.cluster());
+    assert_eq!(
+        plan.apply(Decision::Place(off, on_gpu(0))),
+        Err(DecisionError::GpuNotHealthy {
+            gpu: 0,
+            health: health::OVERLIMIT
+        })
+    );
+    plan.apply(Decision::Place(prod, on_gpu(0))).unwrap();
+    let fit = plan.job_fit(off);
+    assert!(plan.fits(&fit, 0), "GPU 1 is healthy and free");
+    plan.apply(Decision::Place(off, on_gpu(1))).unwrap();
+    c.health(1, health::DISABLED);
+    let plan = Plan::new(c.cluster());
+    assert!(!plan.fits(&plan.job_fit(off), 0), "no healthy GPU left");
+}
+
 /// Only guaranteed work consumes quota (AntMan A7); quotas live in the
 /// cluster view, and an upgrade to guaranteed is checked against them.
 #[test]
