@@ -5,6 +5,7 @@
 //! `./arbiter-data/admin.token`, which `arbiter serve` writes on first start).
 
 use anyhow::{Context, bail};
+use arbiter_policy_sdk::model;
 use arbiter_proto::v1;
 use clap::{Args, Subcommand, ValueEnum};
 use std::path::PathBuf;
@@ -1081,6 +1082,7 @@ pub async fn top(conn: &Conn) -> anyhow::Result<()> {
             "node_list": nodes.iter().map(|n| serde_json::json!({
                 "name": n.name, "state": n.state, "gpus": n.gpus, "gpus_free": n.gpus_free,
                 "arm": n.arm, "kind": n.kind, "gpu_model": n.gpu_model,
+                "gpu_health": n.gpu_health,
             })).collect::<Vec<_>>(),
             "services": services.iter().map(|j| serde_json::json!({
                 "id": j.id, "name": j.spec.as_ref().map(|s| s.name.clone()),
@@ -1126,13 +1128,19 @@ pub async fn top(conn: &Conn) -> anyhow::Result<()> {
         );
     }
     println!(
-        "{:<16} {:<10} {:<12} {:>5} {:>5} ARM",
-        "NODE", "STATE", "MODEL", "GPUS", "FREE"
+        "{:<16} {:<10} {:<12} {:>5} {:>5} {:<12} HEALTH",
+        "NODE", "STATE", "MODEL", "GPUS", "FREE", "ARM"
     );
     for n in &nodes {
         println!(
-            "{:<16} {:<10} {:<12} {:>5} {:>5} {}",
-            n.name, n.state, n.gpu_model, n.gpus, n.gpus_free, n.arm
+            "{:<16} {:<10} {:<12} {:>5} {:>5} {:<12} {}",
+            n.name,
+            n.state,
+            n.gpu_model,
+            n.gpus,
+            n.gpus_free,
+            n.arm,
+            gpu_health_text(&n.gpu_health)
         );
     }
     if !services.is_empty() {
@@ -1186,6 +1194,25 @@ pub struct DrainArgs {
     #[command(flatten)]
     pub conn: Conn,
     pub name: String,
+}
+
+/// Each GPU's health by its SysMonitor state's initial (`H` healthy, `U` unhealthy, `O`
+/// overlimit, `D` disabled, `I` init), in GPU order; `-` when the node reports none.
+fn gpu_health_text(health: &[u32]) -> String {
+    if health.is_empty() {
+        return "-".into();
+    }
+    health
+        .iter()
+        .map(|&h| match u8::try_from(h).unwrap_or(u8::MAX) {
+            model::health::INIT => 'I',
+            model::health::HEALTHY => 'H',
+            model::health::UNHEALTHY => 'U',
+            model::health::OVERLIMIT => 'O',
+            model::health::DISABLED => 'D',
+            _ => '?',
+        })
+        .collect()
 }
 
 pub async fn nodes(cmd: &NodesCommand) -> anyhow::Result<()> {

@@ -1118,6 +1118,254 @@ fn a_matcher_pairs_offline_work_onto_a_services_gpu_with_an_sm_share() {
     drop(server);
 }
 
+/// MuxFlow live (issue 18 item 7): the built-in `muxflow` matcher in the control plane and
+/// `sysmonitor` on a node with one (fake) MPS daemon per GPU and two online services. GPU 1
+/// starts Unhealthy (its service is busy), so the offline job is paired with the service on
+/// GPU 0 and runs there as an MPS client with the pairing's thread % (in its launch, or, when
+/// the scheduler's round placed it there first, recorded for its next start: MPS cannot
+/// change a running client's) and the 40 % memory quota; an online burst throttles it through xCUDA's pacing; an online memory burst puts
+/// GPU 0 Overlimit, which evicts it; the host requeues it, and it waits (no healthy service
+/// GPU) until GPU 1's service quietens, when the matcher pairs it there. The services are
+/// never touched.
+#[test]
+fn muxflow_pairs_throttles_evicts_and_reschedules_offline_work_under_mps() {
+    let fixtures = fixtures();
+    let nvml = fake_nvml_lib();
+    let dir = tmp_root().join(format!("cli-muxflow-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // A guaranteed service is charged its whole GPU, memory included; `--host-spill` makes
+    // offline memory soft, so it may join (MuxFlow bounds it on the node instead: xCUDA's
+    // 40 % quota, and SysMonitor's Overlimit when the online memory grows).
+    let (_server, c) = control_plane_with(
+        &dir,
+        fixtures,
+        &[
+            "--oversub-milli",
+            "1000",
+            "--host-spill",
+            "--match-every",
+            "200ms",
+        ],
+    );
+    let node_dir = dir.join("mux-node");
+    std::fs::create_dir_all(&node_dir).unwrap();
+    let set_time = |t: u32| std::fs::write(node_dir.join("t"), t.to_string()).unwrap();
+    set_time(0);
+    let gpu = |i: u32, timeline: Value| {
+        serde_json::json!({
+            "name": "Fake T4", "uuid": format!("GPU-mux-{i}"), "memory_total_mib": GPU_MIB,
+            "max_sm_clock_mhz": 1980, "timeline": timeline
+        })
+    };
+    let scenario = serde_json::json!({ "time_file": node_dir.join("t"), "gpus": [
+        gpu(0, serde_json::json!([
+            { "t": 0, "utilization_pct": 30, "sm_clock_mhz": 1980, "memory_used_mib": 4096 },
+            { "t": 1, "utilization_pct": 75, "sm_clock_mhz": 1683, "memory_used_mib": 6144 },
+            { "t": 2, "utilization_pct": 78, "sm_clock_mhz": 1683, "memory_used_mib": 15892 }
+        ])),
+        gpu(1, serde_json::json!([
+            { "t": 0, "utilization_pct": 90, "sm_clock_mhz": 1980, "memory_used_mib": 4096 },
+            { "t": 3, "utilization_pct": 10, "sm_clock_mhz": 1980, "memory_used_mib": 4096 }
+        ]))
+    ]});
+    let lib = install_fake_nvml_with(&node_dir, &nvml, &scenario);
+    let mps =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fake-mps/nvidia-cuda-mps-control");
+    let _node = c.start_node_with(
+        "mux-node",
+        &lib,
+        &[
+            "--policy",
+            "sysmonitor",
+            "--mps-control",
+            &mps.display().to_string(),
+        ],
+    );
+    let mps_log = |gpu: u32| {
+        std::fs::read_to_string(
+            c.state_dir("mux-node")
+                .join(format!("mps/gpu{gpu}/log/commands.log")),
+        )
+        .unwrap_or_default()
+    };
+    assert!(mps_log(0).starts_with("START") && mps_log(1).starts_with("START"));
+    // MuxFlow's matcher; stay_bonus keeps a running pair in place between matchings, so the
+    // offline job leaves GPU 0 by eviction, not by a migration the matcher prefers.
+    let config = dir.join("muxflow.toml");
+    std::fs::write(&config, "stay_bonus = 1.0\n").unwrap();
+    c.cli(&[
+        "policy",
+        "load",
+        "builtin:muxflow",
+        "--config",
+        &config.display().to_string(),
+    ]);
+    assert!(
+        c.cli(&["policy", "describe", "matcher"])
+            .to_string()
+            .contains("muxflow")
+    );
+
+    let wl = c.workload.display().to_string();
+    let service = |name: &str| {
+        c.cli(&[
+            "submit",
+            "--name",
+            name,
+            "--gpus",
+            "1",
+            "--gpu-memory",
+            "4096",
+            "--kind",
+            "inference",
+            "--slo",
+            "100ms",
+            "--",
+            "sleep",
+            "600",
+        ])["id"]
+            .as_u64()
+            .expect("id")
+    };
+    let services = [service("online-a"), service("online-b")];
+    for s in services {
+        wait_until_or(
+            "the services to run",
+            Duration::from_secs(30),
+            || c.job(s)["state"] == "running",
+            || c.cli(&["jobs"]).to_string(),
+        );
+    }
+    let gpu_of = |job: u64| c.job(job)["gpu_indices"].clone();
+    let (on0, on1) = if gpu_of(services[0]) == serde_json::json!([0]) {
+        (services[0], services[1])
+    } else {
+        (services[1], services[0])
+    };
+    assert_eq!(gpu_of(on1), serde_json::json!([1]));
+    // GPU 1 Unhealthy first (SM activity 90 %): published before any offline work arrives.
+    let health = |gpu: usize| {
+        c.cli(&["top"])["node_list"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|n| n["name"] == "mux-node")
+            .and_then(|n| n["gpu_health"].get(gpu).and_then(Value::as_u64))
+    };
+    wait_until_or(
+        "GPU 1 published Unhealthy, GPU 0 Healthy",
+        Duration::from_secs(20),
+        || health(0) == Some(1) && health(1) == Some(2),
+        || c.cli(&["top"]).to_string(),
+    );
+    let offline = c.cli(&[
+        "submit",
+        "--name",
+        "offline",
+        "--gpus",
+        "1",
+        "--gpu-milli",
+        "500",
+        "--gpu-memory",
+        "8192",
+        "--opportunistic",
+        "--",
+        &wl,
+        "launch-loop",
+        "600000",
+    ])["id"]
+        .as_u64()
+        .expect("id");
+    let offline_record = || {
+        c.records("mux-node")
+            .into_iter()
+            .filter(|r| r["role"] == 1)
+            .max_by_key(|r| r["id"].as_u64().unwrap_or(0))
+    };
+    wait_until_or(
+        "the offline job paired with the service on GPU 0, under MPS",
+        Duration::from_secs(30),
+        || {
+            c.job(offline)["state"] == "running"
+                && gpu_of(offline) == serde_json::json!([0])
+                && offline_record().is_some_and(|r| {
+                    r["gpu"] == 0 && r["mps"] == true && r["mps_thread_pct"].is_u64()
+                })
+        },
+        || format!("{} {:?}", c.job(offline), offline_record()),
+    );
+    let first = offline_record().expect("record");
+    let pct = first["mps_thread_pct"].as_u64().expect("thread %");
+    assert!(
+        (10..=90).contains(&pct),
+        "DynamicSM within its bounds: {pct}"
+    );
+    // The 40 % offline memory quota (of 16 GiB) reaches the running workload.
+    let quota = |c: &Cluster| {
+        c.job(offline)["metrics"]["memory_limit_mib"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    wait_until_or(
+        "the 40 % memory quota",
+        Duration::from_secs(20),
+        || quota(&c) == GPU_MIB * 40 / 100,
+        || c.job(offline).to_string(),
+    );
+    // The online burst on GPU 0: xCUDA lowers the offline share.
+    let share = || {
+        offline_record()
+            .and_then(|r| r["compute_share_permille"].as_u64())
+            .unwrap_or(1000)
+    };
+    std::thread::sleep(Duration::from_millis(1000));
+    let quiet = share();
+    set_time(1);
+    wait_until_or(
+        "xCUDA to throttle the offline job",
+        Duration::from_secs(20),
+        || share() < quiet,
+        || format!("quiet {quiet}, now {}", share()),
+    );
+    // The memory burst: Overlimit evicts it and the host requeues it; with no healthy
+    // service GPU left, it waits.
+    set_time(2);
+    wait_until_or(
+        "the offline job evicted and requeued",
+        Duration::from_secs(30),
+        || {
+            let j = c.job(offline);
+            j["preemptions"].as_u64().unwrap_or(0) >= 1 && j["state"] == "pending"
+        },
+        || format!("{} {}", c.job(offline), c.cli(&["top"])),
+    );
+    assert!(
+        c.job(offline)["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("evicted")
+    );
+    // GPU 1's service quietens: Healthy, and the matcher pairs the job there.
+    set_time(3);
+    wait_until_or(
+        "the offline job paired with the service on GPU 1",
+        Duration::from_secs(30),
+        || c.job(offline)["state"] == "running" && gpu_of(offline) == serde_json::json!([1]),
+        || format!("{} {}", c.job(offline), c.cli(&["top"])),
+    );
+    let again = offline_record().expect("record");
+    assert_eq!(
+        (again["gpu"].clone(), again["mps"].clone()),
+        (serde_json::json!(1), serde_json::json!(true))
+    );
+    for s in [on0, on1] {
+        assert_eq!(c.job(s)["state"], "running");
+        assert_eq!(c.job(s)["preemptions"], 0);
+    }
+    c.cli(&["cancel", &offline.to_string()]);
+}
+
 /// AntMan live (issue 17 item 7): the built-in `antman` policy as the control plane's
 /// scheduler and as the node's coordinator, one agent with two fake GPUs. Tenant `research`
 /// uses its one-GPU quota, so its opportunistic job runs beside it without an upgrade; a
