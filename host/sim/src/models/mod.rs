@@ -10,12 +10,15 @@
 //! * [`dynamoml`]: DynamoML's mixed pipeline — notebooks, an autoscaled
 //!   inference service with closed-loop clients, elastic training;
 //! * [`antman`]: AntMan's co-located training — GPUs whose memory and compute
-//!   jobs contend for, and a node coordinator run as Wasm in virtual time.
+//!   jobs contend for, and a node coordinator run as Wasm in virtual time;
+//! * [`muxflow`]: MuxFlow's online services sharing their GPUs with offline
+//!   training — a matcher and a node coordinator as Wasm, MPS or time slicing.
 
 pub mod antman;
 pub mod aryl;
 pub mod dynamoml;
 pub mod fgd;
+pub mod muxflow;
 pub mod replay;
 
 use anyhow::Context;
