@@ -20,6 +20,7 @@ pub mod antman;
 pub mod aryl;
 pub mod dynamoml;
 pub mod fgd;
+pub mod muxflow;
 pub mod pai;
 
 use anyhow::{Context, bail};
