@@ -5,6 +5,7 @@
 use crate::metrics::percentile;
 use anyhow::Context;
 use arbiter_host::registry::{Generation, PolicySlot};
+use arbiter_host::roles::coordinator::{ActionRules, CoordinatorDriver};
 use arbiter_host::roles::scheduler::{RoundDriver, RoundReport, Served};
 use arbiter_host::runtime::{CompiledPolicy, NativePolicy};
 use arbiter_host::state::ClusterState;
@@ -20,6 +21,30 @@ pub type NativeFactory = Arc<dyn Fn() -> Box<dyn NativePolicy> + Send + Sync>;
 pub struct RunPolicy {
     pub compiled: CompiledPolicy,
     pub config: Option<String>,
+}
+
+impl RunPolicy {
+    /// A slot named `name` holding this policy, loaded and configured: what a role driver
+    /// (a node's coordinator, the matcher) runs.
+    pub fn slot(&self, name: &str) -> anyhow::Result<Arc<PolicySlot>> {
+        let slot = Arc::new(PolicySlot::new(name.to_string()));
+        slot.swap(self.compiled.clone(), self.config.clone(), None, None)
+            .with_context(|| format!("loading `{}` as {name}", self.compiled.manifest.name))?;
+        Ok(slot)
+    }
+
+    /// One coordinator driver per node, each with its own instance of this policy (a real
+    /// node runs its own), under the host's default action rules.
+    pub fn coordinators(&self, nodes: u32) -> anyhow::Result<Vec<CoordinatorDriver>> {
+        (0..nodes)
+            .map(|k| {
+                Ok(CoordinatorDriver::new(
+                    self.slot(&format!("coordinator-{k}"))?,
+                    ActionRules::default(),
+                ))
+            })
+            .collect()
+    }
 }
 
 /// Round statistics of one run.

@@ -38,8 +38,7 @@ use crate::core::{self, LoopRules, Progress, ProgressRules, RunPolicy, SimCtx, S
 use crate::metrics::mean;
 use crate::models::ModelConfigFile;
 use anyhow::{Context, bail};
-use arbiter_host::registry::PolicySlot;
-use arbiter_host::roles::coordinator::{ActionRules, CoordinatorDriver, NodeSurface};
+use arbiter_host::roles::coordinator::{CoordinatorDriver, NodeSurface};
 use arbiter_host::roles::scheduler::RoundReport;
 use arbiter_host::state::{ClusterState, JobRequest, NodeRequest};
 use arbiter_policy_sdk::model::{
@@ -48,7 +47,6 @@ use arbiter_policy_sdk::model::{
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 use std::time::Instant;
 use truth::{Behaviour, GpuTruth, Outcome, Resident, colocate};
 
@@ -903,14 +901,7 @@ pub fn run_antman(
     let host = SimHost::new(state, scheduler, None)?;
     let mut ctx = SimCtx { host, progress };
     let coordinators = match coordinator {
-        Some(policy) => (0..cfg.nodes)
-            .map(|k| {
-                let slot = Arc::new(PolicySlot::new(format!("coordinator-{k}")));
-                slot.swap(policy.compiled.clone(), policy.config.clone(), None, None)
-                    .with_context(|| format!("loading coordinator on node {k}"))?;
-                Ok(CoordinatorDriver::new(slot, ActionRules::default()))
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?,
+        Some(policy) => policy.coordinators(cfg.nodes)?,
         None => Vec::new(),
     };
     let mut order: Vec<usize> = (0..jobs.len()).collect();

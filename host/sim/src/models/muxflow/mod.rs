@@ -39,8 +39,7 @@ use crate::core::{self, LoopRules, Progress, ProgressRules, RunPolicy, SimCtx, S
 use crate::metrics::mean;
 use crate::models::ModelConfigFile;
 use anyhow::{Context, bail};
-use arbiter_host::registry::PolicySlot;
-use arbiter_host::roles::coordinator::{ActionRules, CoordinatorDriver, NodeSurface};
+use arbiter_host::roles::coordinator::{CoordinatorDriver, NodeSurface};
 use arbiter_host::roles::matcher::MatcherDriver;
 use arbiter_host::state::{Applied, ClusterState, JobId, JobRequest, NodeRequest};
 use arbiter_policy_sdk::model::{
@@ -49,7 +48,6 @@ use arbiter_policy_sdk::model::{
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 use std::time::Instant;
 pub use truth::{Physics, Sharing};
 
@@ -999,24 +997,11 @@ pub fn run_muxflow(
     );
     let host = SimHost::new(state, scheduler, None)?;
     let mut ctx = SimCtx { host, progress };
-    let slot = |what: &str, policy: &RunPolicy| -> anyhow::Result<Arc<PolicySlot>> {
-        let slot = Arc::new(PolicySlot::new(what.to_string()));
-        slot.swap(policy.compiled.clone(), policy.config.clone(), None, None)
-            .with_context(|| format!("loading the {what}"))?;
-        Ok(slot)
-    };
     let matcher_driver = matcher
-        .map(|p| slot("matcher", p).map(MatcherDriver::new))
+        .map(|p| p.slot("matcher").map(MatcherDriver::new))
         .transpose()?;
     let coordinators = match coordinator {
-        Some(policy) => (0..cfg.nodes)
-            .map(|k| {
-                Ok(CoordinatorDriver::new(
-                    slot(&format!("coordinator-{k}"), policy)?,
-                    ActionRules::default(),
-                ))
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?,
+        Some(policy) => policy.coordinators(cfg.nodes)?,
         None => Vec::new(),
     };
     let mut order: Vec<usize> = (0..jobs.len()).collect();
