@@ -374,6 +374,8 @@ pub struct AntmanMetrics {
     pub coordinator_steps: u64,
     pub coordinator_actions: u64,
     pub coordinator_faults: u64,
+    /// Memory growths charged (a job's memory moved back from the host; Fig. 11a's cost).
+    pub growths: u64,
     pub wall_seconds: f64,
 }
 
@@ -488,10 +490,15 @@ impl AntmanModel<'_> {
     fn settle(&mut self, ctx: &mut SimCtx, now: u64) -> anyhow::Result<()> {
         let gpus = ctx.host.state.cluster().gpu_count() as u32;
         let mut out_of_memory = Vec::new();
+        let mut grew = Vec::new();
         for g in 0..gpus {
             for ((k, _), o) in self.gpu_state(ctx, g) {
                 if o.out_of_memory {
                     out_of_memory.push(k);
+                }
+                if o.host_mib < self.jobs[k].last_spilled_mib {
+                    // Tensors move back from the host: a growth (Fig. 11a).
+                    grew.push(k);
                 }
                 if o.host_mib > 0 {
                     // Universal memory keeps what spilled on the host until the job's limit
@@ -505,6 +512,14 @@ impl AntmanModel<'_> {
                 job.max_spilled_mib = job.max_spilled_mib.max(o.host_mib);
                 job.last_spilled_mib = o.host_mib;
             }
+        }
+        grew.sort_unstable();
+        grew.dedup();
+        for k in grew {
+            // The growing mini-batch costs about one more of the job's own (AntMan Fig. 11a).
+            let cost = truth::growth_minibatches() * self.jobs[k].truth.iteration_ms;
+            ctx.progress.pause_until(k, now, now + cost.round() as u64);
+            self.m.growths += 1;
         }
         out_of_memory.sort_unstable();
         out_of_memory.dedup();

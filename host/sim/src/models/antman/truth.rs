@@ -92,6 +92,33 @@ pub fn hotness_from_anchor(spilled: f64, slowdown: f64, ratio: f64) -> f64 {
     ((slowdown - 1.0) / (spilled * (ratio - 1.0))).max(0.0)
 }
 
+/// AntMan Fig. 11a: the mini-batch that grows ResNet-50's memory back (1.3 → 17.6 GB) takes
+/// 234 ms, the next one, on cached memory, 119 ms.
+pub const FIG_11A_MINIBATCH_MS: (f64, f64) = (234.0, 119.0);
+
+/// What a memory growth costs: the growing mini-batch's time over the next one's (Fig. 11a:
+/// 234 − 119 = 115 ms).
+pub fn growth_overhead_ms(growing_ms: f64, next_ms: f64) -> f64 {
+    (growing_ms - next_ms).max(0.0)
+}
+
+/// The share of a period an overhead costs (Fig. 11b: VGG16's 240 ms per minute is 0.4 %).
+pub fn overhead_share(overhead_ms: f64, period_ms: f64) -> f64 {
+    if period_ms > 0.0 {
+        overhead_ms / period_ms
+    } else {
+        0.0
+    }
+}
+
+/// A growth's cost in mini-batches of the growing job (Fig. 11a: 115 / 119, about one): the
+/// simulator pauses a job that many of its own mini-batches when its memory moves back from
+/// the host.
+pub fn growth_minibatches() -> f64 {
+    let (growing, next) = FIG_11A_MINIBATCH_MS;
+    growth_overhead_ms(growing, next) / next
+}
+
 /// The outcome of every resident (same order).
 pub fn colocate(gpu: &GpuTruth, residents: &[Resident]) -> Vec<Outcome> {
     let mut free = gpu.memory_mib;
@@ -247,6 +274,16 @@ mod tests {
         );
         assert_eq!(fair[0].speed, 1.0);
         assert!((fair[1].speed - 0.5).abs() < 1e-12);
+    }
+
+    /// AntMan §5.1's overhead arithmetic: growth 234 − 119 = 115 ms; 0.4 % of a minute is
+    /// 240 ms (VGG16, Fig. 11b).
+    #[test]
+    fn memory_scaling_overhead_arithmetic() {
+        assert_eq!(growth_overhead_ms(234.0, 119.0), 115.0);
+        assert_eq!(growth_overhead_ms(100.0, 119.0), 0.0);
+        assert!((overhead_share(240.0, 60_000.0) - 0.004).abs() < 1e-12);
+        assert!((growth_minibatches() - 115.0 / 119.0).abs() < 1e-12);
     }
 
     #[test]
