@@ -156,6 +156,9 @@ pub struct TraceSetup {
     pub sysmonitor_config: String,
     /// Checkpoint and restart of a moved or evicted offline job, ms (ours: 60 s).
     pub restart_ms: u64,
+    /// Appended to the `muxflow` matcher's configuration in every setting that runs it (e.g.
+    /// [`fitted_predictor_config`]'s weights).
+    pub muxflow_config: String,
     pub seeds: Vec<u64>,
 }
 
@@ -173,6 +176,7 @@ impl Default for TraceSetup {
             physics: Physics::default(),
             sysmonitor_config: SYSMONITOR_CONFIG.to_string(),
             restart_ms: 60_000,
+            muxflow_config: String::new(),
             seeds: vec![1],
         }
     }
@@ -353,6 +357,68 @@ fn duty_scale(pods: &[&PodSeries], target: f64) -> anyhow::Result<f64> {
     Ok(0.5 * (lo + hi))
 }
 
+/// Profiles the simulator's GPUs the way MuxFlow profiles pairs (§5: each offline model beside
+/// services at many loads, at many SM shares): one sample per (model, load, SM share, pair
+/// sensitivity drawn from the scenario's range), its features as the matcher sees them and its
+/// normalised throughput from the ground truth.
+pub fn profile_samples(
+    cfg: &MuxflowSimConfig,
+    seed: u64,
+) -> Vec<(muxflow_core::EdgeFeatures, f64)> {
+    use arbiter_sim::models::muxflow::truth::{Offline, share_gpu};
+    use muxflow_core::{EdgeFeatures, Profile};
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let pct = |v: f64| (v * 100.0).round().clamp(0.0, 100.0) as u8;
+    let (lo, hi) = cfg.pair_sensitivity;
+    let mut samples = Vec::new();
+    for model in cfg.models.values() {
+        for load_step in 0..=10 {
+            let load = f64::from(load_step) / 10.0;
+            for sm in (10..=100).step_by(10) {
+                let sensitivity = lo + (hi - lo) * rng.random::<f64>();
+                let truth = share_gpu(
+                    &cfg.physics,
+                    Sharing::Mps,
+                    load,
+                    Some(Offline {
+                        fill: model.fill,
+                        pair_sensitivity: sensitivity,
+                        sm_share: f64::from(sm) / 100.0,
+                        pacing: 1.0,
+                    }),
+                );
+                let features = EdgeFeatures {
+                    online: Profile {
+                        utilization_pct: pct(load),
+                        sm_activity_pct: pct(cfg.physics.sm_per_load * load),
+                        ..Profile::default()
+                    },
+                    offline: Profile {
+                        utilization_pct: 100,
+                        sm_activity_pct: pct(model.fill),
+                        sm_occupancy_pct: pct(model.fill),
+                        solo_iteration_ms: model.iteration_ms,
+                    },
+                    sm_pct: sm as u8,
+                };
+                samples.push((features, truth.offline_speed));
+            }
+        }
+    }
+    samples
+}
+
+/// The `muxflow` configuration with predictor weights fitted (ridge least squares) to
+/// [`profile_samples`]: the predictor trained from profiles the simulator produces.
+pub fn fitted_predictor_config(cfg: &MuxflowSimConfig, seed: u64) -> anyhow::Result<String> {
+    let model = muxflow_core::LinearModel::fit(&profile_samples(cfg, seed), 1e-6)
+        .map_err(anyhow::Error::msg)
+        .context("fitting the MuxFlow predictor")?;
+    let w = model.weights.map(|x| format!("{x:.6}")).join(", ");
+    Ok(format!("\n[predictor]\nweights = [{w}]\n"))
+}
+
 fn compile(engine: &PolicyEngine, name: &str, config: &str) -> anyhow::Result<RunPolicy> {
     let bytes = arbiter_policies::get(name)
         .with_context(|| format!("`{name}` is not a built-in policy"))?;
@@ -391,7 +457,13 @@ pub fn compare(
     let policies = settings
         .iter()
         .map(|s| {
-            let matcher = s.matcher.map(|(n, c)| compile(&engine, n, c)).transpose()?;
+            let matcher = s
+                .matcher
+                .map(|(n, c)| match n {
+                    "muxflow" => compile(&engine, n, &format!("{c}{}", setup.muxflow_config)),
+                    _ => compile(&engine, n, c),
+                })
+                .transpose()?;
             Ok((s, matcher))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;

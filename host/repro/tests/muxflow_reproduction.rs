@@ -156,6 +156,34 @@ fn muxflow_matches_pb_time_sharing_for_offline_work_and_the_ablations_order_as_f
     );
 }
 
+/// The matcher's predictor can be trained from profiles the simulator produces (issue 18 item
+/// 1): ridge least squares on profiled pairs predicts the ground truth better than the
+/// analytic default.
+#[test]
+fn the_predictor_fitted_to_the_simulators_profiles_beats_the_default() {
+    use arbiter_repro::muxflow::{fitted_predictor_config, profile_samples};
+    use arbiter_sim::models::muxflow::MuxflowSimConfig;
+    let cfg = MuxflowSimConfig::default();
+    let train = profile_samples(&cfg, 1);
+    let test = profile_samples(&cfg, 2);
+    let fitted = muxflow_core::LinearModel::fit(&train, 1e-6).expect("fit");
+    let default = muxflow_core::LinearModel::default();
+    let error = |m: &muxflow_core::LinearModel| {
+        test.iter()
+            .map(|(x, y)| (m.predict(x) - y).abs())
+            .sum::<f64>()
+            / test.len() as f64
+    };
+    let (e_fit, e_default) = (error(&fitted), error(&default));
+    println!("mean absolute error: fitted {e_fit:.3}, default {e_default:.3}");
+    assert!(
+        e_fit < e_default && e_fit < 0.1,
+        "{e_fit:.3} vs {e_default:.3}"
+    );
+    let config = fitted_predictor_config(&cfg, 1).expect("config");
+    assert!(config.contains("[predictor]") && config.contains("weights = ["));
+}
+
 /// What we chose, varied one at a time on trace A (`--ignored print_sensitivity`): MuxFlow's
 /// and the baselines' key figures.
 #[test]
@@ -204,6 +232,17 @@ fn print_sensitivity() {
                     mps_interference: 0.5,
                     ..Physics::default()
                 },
+                ..base.clone()
+            },
+        ),
+        (
+            "predictor fitted to the simulator's profiles (default: analytic)",
+            TraceSetup {
+                muxflow_config: arbiter_repro::muxflow::fitted_predictor_config(
+                    &arbiter_sim::models::muxflow::MuxflowSimConfig::default(),
+                    1,
+                )
+                .expect("fit"),
                 ..base.clone()
             },
         ),

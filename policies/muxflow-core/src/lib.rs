@@ -11,17 +11,16 @@
 //!   throughput (Alg. 1 l. 7). The paper's per-GPU-type MLP is unpublished;
 //!   ours is a documented linear model with per-GPU-model weights, fitted by
 //!   ridge least squares from profiled samples.
-//! * [`throughput`] — Eq. 3, the oversold GPU (normalised offline throughput),
-//!   read as `Σ T^sep / Σ T^real` (the module says why).
+//!
+//! Eq. 3 (the oversold GPU) is a metric, not a decision: the simulator's
+//! `arbiter_sim::models::muxflow::oversold_gpu`.
 //!
 //! The node half (SysMonitor, xCUDA) is the `sysmonitor` coordinator.
 
 pub mod dynamic_sm;
 pub mod km;
 pub mod predictor;
-pub mod throughput;
 
 pub use dynamic_sm::{SmBounds, dynamic_sm};
 pub use km::{Matching, WeightMatrix, max_weight_matching};
 pub use predictor::{EdgeFeatures, LinearModel, Predictor, PredictorConfig, Profile};
-pub use throughput::oversold_gpu;

@@ -220,20 +220,18 @@ impl ModelConfigFile for MuxflowSimConfig {
     }
 }
 
-/// MuxFlow's oversold GPU (Eq. 3) over (T_sep, T_real) pairs: how much of a GPU the offline
-/// jobs got, in [0, 1]. As extracted the equation reads Σ T_real / Σ T_sep, which is at least
-/// 1 when T_real is the time a job ran while sharing, against the stated range; the reading
-/// that fits the range and the text ("0: no GPU computation resource, 1: equivalent to running
-/// exclusively") is Σ T_sep / Σ T_real, ours.
+/// MuxFlow's oversold GPU (Eq. 3, §7.1 "Metrics") over (T_sep, T_real) pairs — a job's run
+/// time alone and the time it ran sharing, in one unit: how much of a GPU the offline jobs got.
+/// The extracted text reads Σ T_real / Σ T_sep, which is at least 1 whenever sharing slows the
+/// offline work down and so contradicts the range the paper states, [0, 1] ("0 represents that
+/// the offline workloads get no GPU computation resource, and 1 … equivalent GPU computation
+/// resources as they are executed exclusively"); we use the reading that fits it, Σ T_sep /
+/// Σ T_real. 0 when nothing ran.
 pub fn oversold_gpu(runs: &[(f64, f64)]) -> f64 {
     let (sep, real) = runs.iter().fold((0.0, 0.0), |(s, r), &(a, b)| {
         (s + a.max(0.0), r + b.max(0.0))
     });
-    if real > 0.0 {
-        (sep / real).min(1.0)
-    } else {
-        0.0
-    }
+    if real > 0.0 { sep / real } else { 0.0 }
 }
 
 /// One offline job's outcome.
@@ -1105,6 +1103,7 @@ mod tests {
     #[test]
     fn oversold_gpu_reads_equation_3_as_time_alone_over_time_run() {
         assert!((oversold_gpu(&[(60.0, 120.0), (120.0, 120.0)]) - 0.75).abs() < 1e-12);
+        // The literal extraction would give 4 / 3, outside [0, 1].
         assert_eq!(oversold_gpu(&[]), 0.0);
         assert_eq!(oversold_gpu(&[(60.0, 60.0)]), 1.0, "exclusive");
     }
