@@ -3,8 +3,6 @@
 //! [`arbiter_sim::models::antman`], and the figures the paper publishes.
 
 use anyhow::Context;
-use arbiter_host::runtime::PolicyEngine;
-use arbiter_sim::core::RunPolicy;
 use arbiter_sim::models::antman::{AntmanMetrics, AntmanSimConfig, JobEnd, SpillRule, run_antman};
 use arbiter_sim::parallel_map;
 use std::time::Duration;
@@ -101,17 +99,6 @@ impl Table2 {
     }
 }
 
-fn compile(engine: &PolicyEngine, name: &str, config: &str) -> anyhow::Result<RunPolicy> {
-    let bytes = arbiter_policies::get(name)
-        .with_context(|| format!("`{name}` is not a built-in policy"))?;
-    Ok(RunPolicy {
-        compiled: engine
-            .compile(bytes)
-            .with_context(|| format!("compiling `{name}`"))?,
-        config: (!config.is_empty()).then(|| config.to_string()),
-    })
-}
-
 /// Runs the five settings of Table 2 on `cfg` (its jobs and cluster; each setting brings
 /// its own policies and spill rule), in parallel.
 pub fn table_2(cfg: &AntmanSimConfig) -> anyhow::Result<Table2> {
@@ -119,8 +106,11 @@ pub fn table_2(cfg: &AntmanSimConfig) -> anyhow::Result<Table2> {
     let runs = SETTINGS
         .iter()
         .map(|s| {
-            let scheduler = compile(&engine, s.scheduler, s.config)?;
-            let coordinator = s.coordinator.map(|c| compile(&engine, c, "")).transpose()?;
+            let scheduler = crate::builtin_run_policy(&engine, s.scheduler, s.config)?;
+            let coordinator = s
+                .coordinator
+                .map(|c| crate::builtin_run_policy(&engine, c, ""))
+                .transpose()?;
             let cfg = AntmanSimConfig {
                 spill: s.spill,
                 ..cfg.clone()
@@ -419,8 +409,11 @@ pub fn fig_13(setup: &TraceSetup) -> anyhow::Result<Vec<Fig13Seed>> {
     let policies = FIG_13_SETTINGS
         .iter()
         .map(|s| {
-            let scheduler = compile(&engine, s.scheduler, s.config)?;
-            let coordinator = s.coordinator.map(|c| compile(&engine, c, "")).transpose()?;
+            let scheduler = crate::builtin_run_policy(&engine, s.scheduler, s.config)?;
+            let coordinator = s
+                .coordinator
+                .map(|c| crate::builtin_run_policy(&engine, c, ""))
+                .transpose()?;
             Ok((s, scheduler, coordinator))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
@@ -495,8 +488,8 @@ pub fn fig_12_scenario() -> AntmanSimConfig {
 pub fn fig_12() -> anyhow::Result<Vec<(&'static str, AntmanMetrics)>> {
     let engine = arbiter_sim::engine(Duration::from_secs(30))?;
     let cfg = fig_12_scenario();
-    let gandiva = compile(&engine, "gandiva", "")?;
-    let antman = compile(&engine, "antman", "")?;
+    let gandiva = crate::builtin_run_policy(&engine, "gandiva", "")?;
+    let antman = crate::builtin_run_policy(&engine, "antman", "")?;
     Ok(vec![
         ("Gandiva", run_antman(&gandiva, None, &cfg)?),
         (

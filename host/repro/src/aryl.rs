@@ -219,13 +219,7 @@ pub struct ComparisonPolicies {
 impl ComparisonPolicies {
     /// Compiles the built-in `fifo`, `aryl`, `aryl-random-reclaim` and `aryl-scf-reclaim`.
     pub fn builtin(engine: &arbiter_host::runtime::PolicyEngine) -> anyhow::Result<Self> {
-        let compile = |name: &str| -> anyhow::Result<CompiledPolicy> {
-            let bytes = arbiter_policies::get(name)
-                .with_context(|| format!("`{name}` is not a built-in policy"))?;
-            engine
-                .compile(bytes)
-                .with_context(|| format!("compiling `{name}`"))
-        };
+        let compile = |name: &str| crate::compile_builtin(engine, name);
         Ok(ComparisonPolicies {
             fifo: compile("fifo")?,
             aryl: compile("aryl")?,

@@ -103,12 +103,8 @@ pub fn compare(cfg: &DynamoSimConfig, demand: &ServiceDemand) -> anyhow::Result<
     let policies = SETTINGS
         .iter()
         .map(|s| {
-            let bytes = arbiter_policies::get(s.policy)
-                .with_context(|| format!("`{}` is not a built-in policy", s.policy))?;
             Ok(RunPolicy {
-                compiled: engine
-                    .compile(bytes)
-                    .with_context(|| format!("compiling `{}`", s.policy))?,
+                compiled: crate::compile_builtin(&engine, s.policy)?,
                 config: Some(policy_config(s, cfg)),
             })
         })

@@ -153,6 +153,27 @@ impl Default for SimArgs {
     }
 }
 
+/// Compiles the built-in policy `name`.
+pub fn compile_builtin(engine: &PolicyEngine, name: &str) -> anyhow::Result<CompiledPolicy> {
+    let bytes = arbiter_policies::get(name)
+        .with_context(|| format!("`{name}` is not a built-in policy"))?;
+    engine
+        .compile(bytes)
+        .with_context(|| format!("compiling `{name}`"))
+}
+
+/// The built-in policy `name`, compiled, to run with `config` (empty: its manifest's default).
+pub fn builtin_run_policy(
+    engine: &PolicyEngine,
+    name: &str,
+    config: &str,
+) -> anyhow::Result<arbiter_sim::core::RunPolicy> {
+    Ok(arbiter_sim::core::RunPolicy {
+        compiled: compile_builtin(engine, name)?,
+        config: (!config.is_empty()).then(|| config.to_string()),
+    })
+}
+
 /// A policy named on the command line, resolved to component bytes.
 pub struct PolicySource {
     /// As given (a built-in name or a path).

@@ -5,8 +5,6 @@
 //! utilization figures (Fig. 10).
 
 use anyhow::Context;
-use arbiter_host::runtime::PolicyEngine;
-use arbiter_sim::core::RunPolicy;
 use arbiter_sim::models::muxflow::{
     MuxflowMetrics, MuxflowSimConfig, OfflinePlan, Physics, ServicePlan, Sharing, run_muxflow,
 };
@@ -419,17 +417,6 @@ pub fn fitted_predictor_config(cfg: &MuxflowSimConfig, seed: u64) -> anyhow::Res
     Ok(format!("\n[predictor]\nweights = [{w}]\n"))
 }
 
-fn compile(engine: &PolicyEngine, name: &str, config: &str) -> anyhow::Result<RunPolicy> {
-    let bytes = arbiter_policies::get(name)
-        .with_context(|| format!("`{name}` is not a built-in policy"))?;
-    Ok(RunPolicy {
-        compiled: engine
-            .compile(bytes)
-            .with_context(|| format!("compiling `{name}`"))?,
-        config: (!config.is_empty()).then(|| config.to_string()),
-    })
-}
-
 /// One trace's runs, in [`SETTINGS`] order.
 pub struct TraceRuns {
     pub trace: &'static str,
@@ -452,16 +439,20 @@ pub fn compare(
     let pods = genai_pods()?;
     let clusters = philly_clusters()?;
     let engine = arbiter_sim::engine(Duration::from_secs(30))?;
-    let scheduler = compile(&engine, "fifo", "")?;
-    let sysmonitor = compile(&engine, "sysmonitor", &setup.sysmonitor_config)?;
+    let scheduler = crate::builtin_run_policy(&engine, "fifo", "")?;
+    let sysmonitor = crate::builtin_run_policy(&engine, "sysmonitor", &setup.sysmonitor_config)?;
     let policies = settings
         .iter()
         .map(|s| {
             let matcher = s
                 .matcher
                 .map(|(n, c)| match n {
-                    "muxflow" => compile(&engine, n, &format!("{c}{}", setup.muxflow_config)),
-                    _ => compile(&engine, n, c),
+                    "muxflow" => crate::builtin_run_policy(
+                        &engine,
+                        n,
+                        &format!("{c}{}", setup.muxflow_config),
+                    ),
+                    _ => crate::builtin_run_policy(&engine, n, c),
                 })
                 .transpose()?;
             Ok((s, matcher))

@@ -173,13 +173,7 @@ pub fn sjf_scenario(setup: &SjfSetup, runtimes_s: &[f64], seed: u64) -> anyhow::
 /// FIFO and SJF (Oracle, best, noisier predictor) on Philly run times.
 pub fn sjf_experiment(setup: &SjfSetup, runtimes_s: &[f64]) -> anyhow::Result<SjfResult> {
     let engine = engine(Duration::from_secs(30))?;
-    let compile = |name: &str| -> anyhow::Result<RunPolicy> {
-        let bytes = arbiter_policies::get(name).with_context(|| format!("built-in `{name}`"))?;
-        Ok(RunPolicy {
-            compiled: engine.compile(bytes)?,
-            config: None,
-        })
-    };
+    let compile = |name: &str| crate::builtin_run_policy(&engine, name, "");
     let (fifo, sjf) = (compile("fifo")?, compile("sjf")?);
     let runs: [(&'static str, &RunPolicy, Prediction); 4] = [
         ("FIFO", &fifo, Prediction::None),
