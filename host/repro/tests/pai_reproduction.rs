@@ -3,6 +3,11 @@
 //! Philly run times (`docs/reproductions/pai.md`).
 
 use arbiter_host::state::{JobRequest, NodeRequest};
+use arbiter_repro::pai::reserving::{
+    PUBLISHED_ALL_CUT_PCT, PUBLISHED_HIGH_GPU_CUT_PCT, PUBLISHED_STARTED_AT_ONCE_PCT,
+    PackingResult, PackingSetup, packing_experiment,
+};
+use arbiter_repro::pai::sjf::{LearnedSetup, learned_experiment};
 use arbiter_repro::pai::{
     MachineTable, PUBLISHED_SJF_CUT_PCT, SjfSetup, machine_table, sjf_experiment,
 };
@@ -143,4 +148,185 @@ fn sjf_on_predicted_durations_cuts_completion_time_on_philly() {
         cuts[0] >= cuts[1] && cuts[1] >= cuts[2] && cuts[2] > 0.0,
         "Oracle ≥ best ≥ noisier > FIFO: {cuts:?}"
     );
+}
+
+fn machines() -> Vec<pai::PaiMachine> {
+    let path = arbiter_traces::trace_file(pai::MACHINE_SPEC_FILE)
+        .unwrap_or_else(|e| panic!("{e} (set ARBITER_TRACES to the traces folder)"));
+    pai::load_machines(&path).expect("machine list")
+}
+
+fn philly_runtimes() -> Vec<f64> {
+    let path = arbiter_traces::trace_file(pai::PHILLY_RUNTIME_FILE)
+        .unwrap_or_else(|e| panic!("{e} (set ARBITER_TRACES to the traces folder)"));
+    pai::load_philly_runtimes(&path).expect("run times")
+}
+
+fn print_packing(r: &PackingResult) {
+    for (label, s) in [("load balancing", &r.balanced), ("R&P", &r.reserve_pack)] {
+        println!(
+            "{label:<15} tasks {:>6} mean queue {:>8.0} s  p99 {:>8.0} s  at once {:>5.1} % (instances {:>5.1} %)  >10,000 s {:>4.1} %  high-GPU ({}) {:>8.0} s ({:.0} % started while arriving)  low-GPU {:>7.0} s  GPU alloc {:>4.1} %",
+            s.tasks,
+            s.mean_queue_s,
+            s.p99_queue_s,
+            s.started_at_once_pct,
+            s.instances_at_once_pct,
+            s.over_10000_s_pct,
+            s.high_gpu_tasks,
+            s.high_gpu_mean_queue_s,
+            s.high_gpu_started_while_arriving_pct,
+            s.low_gpu_mean_queue_s,
+            s.mean_gpu_alloc_pct,
+        );
+    }
+    println!(
+        "R&P cuts the mean task queueing by {:.1} % (paper {PUBLISHED_ALL_CUT_PCT} %), high-GPU tasks' by {:.1} % (paper {PUBLISHED_HIGH_GPU_CUT_PCT} %)",
+        r.all_cut_pct, r.high_gpu_cut_pct
+    );
+}
+
+/// §5.2's learned predictor on what Philly has: CART (≤ 10 splits, MAE)
+/// on the virtual cluster and GPU count, trained on the jobs submitted
+/// before December 2017 and applied to December's. Philly has no recurrence
+/// tag (the paper's Group), so the tree is far less accurate than the
+/// paper's (78 % within 25 %); SJF on it still beats FIFO by a wide margin
+/// and stays short of the Oracle.
+#[test]
+fn cart_trained_on_one_period_orders_the_next() {
+    let path = arbiter_traces::trace_file(arbiter_traces::philly::JOBS_FILE)
+        .unwrap_or_else(|e| panic!("{e} (set ARBITER_TRACES to the traces folder)"));
+    let trace = arbiter_traces::philly::load_jobs(&path).expect("Philly jobs");
+    let r = learned_experiment(&SjfSetup::default(), &LearnedSetup::default(), &trace)
+        .expect("experiment");
+    println!(
+        "trained on {} jobs, predicting {}",
+        r.train_jobs, r.test_jobs
+    );
+    for a in &r.accuracy {
+        println!(
+            "{:<25} {:>2} splits, {:>5.1} % within 25 %",
+            a.label, a.splits, a.within_25_pct
+        );
+    }
+    for row in &r.sjf.rows {
+        println!(
+            "{:<45} completion {:>9.0} s  wait {:>9.0} s  cut {:>5.1} %",
+            row.label, row.avg_completion_s, row.avg_wait_s, row.cut_pct
+        );
+    }
+    for a in &r.accuracy {
+        assert!(a.splits <= 10, "{}: {} splits", a.label, a.splits);
+        assert!(
+            a.within_25_pct >= 25.0,
+            "{}: only {:.1} % within 25 %",
+            a.label,
+            a.within_25_pct
+        );
+    }
+    let cut = |label: &str| {
+        r.sjf
+            .rows
+            .iter()
+            .find(|row| row.label == label)
+            .map(|row| row.cut_pct)
+            .unwrap_or_else(|| panic!("no row {label}"))
+    };
+    let (oracle, cart) = (cut("SJF, Oracle"), cut("SJF, CART on cluster + GPUs"));
+    assert!(
+        (25.0..=oracle).contains(&cart),
+        "CART's cut {cart:.1} % outside 25 %..=the Oracle's {oracle:.1} %"
+    );
+    assert!(
+        r.sjf.rows[0].avg_wait_s >= r.sjf.mean_runtime_s,
+        "December's sample is not contended"
+    );
+}
+
+/// Fig. 19 on the PAI cluster with our workload model
+/// (`arbiter_repro::pai::reserving`): over 90 % of tasks start at once
+/// under both policies, as in the paper; R&P cuts the average task queueing
+/// against load balancing by at least 20 % (paper: 45 %) and the high-GPU
+/// tasks' by at least 45 % (paper: 68 %), and it cuts the tail beyond
+/// 10,000 s. Direction and rough size only: PAI's tasks are a model here;
+/// our cuts are far larger than the paper's (see the write-up).
+#[test]
+fn reserving_and_packing_cuts_queueing_against_load_balancing() {
+    let (machines, runtimes) = (machines(), philly_runtimes());
+    let r = packing_experiment(&PackingSetup::default(), &machines, &runtimes).expect("experiment");
+    print_packing(&r);
+    for (label, s) in [("load balancing", &r.balanced), ("R&P", &r.reserve_pack)] {
+        assert!(
+            s.started_at_once_pct >= PUBLISHED_STARTED_AT_ONCE_PCT,
+            "{label}: {:.1} % of tasks started at once",
+            s.started_at_once_pct
+        );
+        assert!(s.high_gpu_tasks > 0, "{label}: no high-GPU task measured");
+    }
+    assert!(
+        r.all_cut_pct >= PUBLISHED_ALL_CUT_PCT - 25.0,
+        "R&P cut the mean task queueing by only {:.1} %",
+        r.all_cut_pct
+    );
+    assert!(
+        r.high_gpu_cut_pct >= PUBLISHED_HIGH_GPU_CUT_PCT - 23.0,
+        "R&P cut the high-GPU tasks' queueing by only {:.1} %",
+        r.high_gpu_cut_pct
+    );
+    assert!(
+        r.reserve_pack.over_10000_s_pct < r.balanced.over_10000_s_pct,
+        "no cut of the tail beyond 10,000 s"
+    );
+}
+
+/// What the Fig. 19 comparison depends on (ignored: minutes; the write-up
+/// quotes its output): the load, R&P's attempt timeout, the high-GPU share
+/// and the run's length, one seed each.
+#[test]
+#[ignore]
+fn print_packing_sensitivity() {
+    let (machines, runtimes) = (machines(), philly_runtimes());
+    let base = PackingSetup {
+        seeds: vec![42],
+        ..PackingSetup::default()
+    };
+    let mut cases = vec![("default".to_string(), base.clone())];
+    for load in [0.4, 0.6, 0.9] {
+        cases.push((
+            format!("load {load}"),
+            PackingSetup {
+                load,
+                ..base.clone()
+            },
+        ));
+    }
+    for attempt_timeout_s in [60, 1_800] {
+        cases.push((
+            format!("attempt timeout {attempt_timeout_s} s"),
+            PackingSetup {
+                attempt_timeout_s,
+                ..base.clone()
+            },
+        ));
+    }
+    for high_gpu_share in [0.03, 0.12] {
+        cases.push((
+            format!("high-GPU share {high_gpu_share}"),
+            PackingSetup {
+                high_gpu_share,
+                ..base.clone()
+            },
+        ));
+    }
+    cases.push((
+        "20,000 tasks".into(),
+        PackingSetup {
+            tasks: 20_000,
+            ..base.clone()
+        },
+    ));
+    for (label, setup) in cases {
+        let r = packing_experiment(&setup, &machines, &runtimes).expect("experiment");
+        println!("== {label}");
+        print_packing(&r);
+    }
 }

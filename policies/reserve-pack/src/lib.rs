@@ -13,9 +13,12 @@
 //!
 //! Which jobs are high-GPU comes from what a job states, since the paper's
 //! features (parallelism, model, embedding size) are not in the contract: a
-//! job asking for `high_gpu_min_gpus` GPUs or more, or (if set) with
-//! priority at least `high_gpu_priority`. The defaults — 8 GPUs, a 300 s
-//! timeout — are ours; the paper gives none.
+//! job whose workers each ask for `high_gpu_min_gpus` whole GPUs or more —
+//! GPUs that must sit in one machine, the paper's GPU-locality request
+//! (§3.1, §6.1) — or (if set) with priority at least `high_gpu_priority`.
+//! A gang of many small or fractional workers is not high-GPU: it needs
+//! neither whole high-end GPUs nor their interconnect. The defaults — 8
+//! GPUs, a 300 s timeout — are ours; the paper gives none.
 
 use arbiter_policy_sdk::prelude::*;
 
@@ -66,8 +69,7 @@ fn parse_plan(table: &toml::Table, key: &str) -> Result<Option<Vec<Vec<String>>>
 
 impl ReservePack {
     fn is_high_gpu(&self, job: &Job<'_>) -> bool {
-        let gpus = job.workers().saturating_mul(job.gpus_per_worker());
-        gpus >= self.high_gpu_min_gpus
+        (!job.is_fractional() && job.gpus_per_worker() >= self.high_gpu_min_gpus)
             || self.high_gpu_priority.is_some_and(|p| job.priority() >= p)
     }
 
@@ -258,6 +260,48 @@ mod tests {
         assert_eq!(
             placed_on(&rt.schedule(c.round(10)).unwrap(), small),
             Some(1)
+        );
+    }
+
+    /// High-GPU means whole GPUs in one worker: a gang of eight one-GPU
+    /// workers packs onto T4 like any other low-GPU task, an eight-GPU
+    /// worker goes to V100, and priority marks a task high-GPU when set.
+    #[test]
+    fn high_gpu_is_gpus_in_one_worker_or_priority() {
+        let mut c = cluster();
+        c.node("t4-b", "p", 96_000, 512_000, "T4", 16_384, 2);
+        c.node("t4-c", "p", 96_000, 512_000, "T4", 16_384, 2);
+        c.node("t4-d", "p", 96_000, 512_000, "T4", 16_384, 2);
+        let gang = c.job("gang", "t", 4, 1);
+        let mut rt = Runtime::<ReservePack>::new();
+        rt.resync(c.snapshot()).unwrap();
+        let d = rt.schedule(c.round(10)).unwrap();
+        let Some(Decision::Place(_, workers)) = d.iter().find(|d| d.job() == gang) else {
+            panic!("gang not placed: {d:?}");
+        };
+        assert!(workers.iter().all(|w| w.node >= 2), "on T4: {workers:?}");
+
+        let mut c = cluster();
+        let spec = JobSpec {
+            name: c.intern("critical"),
+            tenant: c.intern("t"),
+            priority: 5,
+            workers: 1,
+            min_workers: 1,
+            max_workers: 1,
+            cpu_milli: 1000,
+            memory_mib: 1024,
+            gpus_per_worker: 1,
+            gpu_milli: FULL_GPU_MILLI,
+            ..JobSpec::default()
+        };
+        let critical = c.job_spec(spec);
+        let mut rt = Runtime::<ReservePack>::new();
+        rt.configure("high_gpu_priority = 5").unwrap();
+        rt.resync(c.snapshot()).unwrap();
+        assert_eq!(
+            placed_on(&rt.schedule(c.round(10)).unwrap(), critical),
+            Some(0)
         );
     }
 
