@@ -183,6 +183,9 @@ struct Job {
     evicted: Option<String>,
     /// How the deciding rank ended (for the event message).
     how: String,
+    /// The host's number for this run (`Launch.launch_seq`), echoed on its
+    /// events so that the host can tell a replaced run's from the current's.
+    launch_seq: u64,
 }
 
 /// What the agent shares between its control thread and its link.
@@ -201,6 +204,7 @@ struct State {
 
 fn event(
     job_id: u64,
+    launch_seq: u64,
     kind: v1::WorkloadEventKind,
     exit_code: i32,
     message: String,
@@ -211,6 +215,7 @@ fn event(
             kind: kind as i32,
             exit_code,
             message,
+            launch_seq,
         })),
     }
 }
@@ -405,13 +410,16 @@ impl State {
     fn launch(&mut self, l: &v1::Launch) -> v1::NodeMessage {
         let span = tracing::info_span!("launch", job = l.job_id, name = %l.name);
         let _g = span.enter();
-        if let Some(j) = self.jobs.get(&l.job_id)
+        if let Some(j) = self.jobs.get_mut(&l.job_id)
             && !j.stopped
             && j.evicted.is_none()
         {
             tracing::info!("already running here; launch ignored");
+            // The host now knows this run by the new launch's number.
+            j.launch_seq = l.launch_seq;
             return event(
                 l.job_id,
+                l.launch_seq,
                 v1::WorkloadEventKind::Started,
                 0,
                 "already running".into(),
@@ -422,6 +430,7 @@ impl State {
                 tracing::info!(ranks = n, "job started");
                 event(
                     l.job_id,
+                    l.launch_seq,
                     v1::WorkloadEventKind::Started,
                     0,
                     format!("{n} workload(s)"),
@@ -429,7 +438,13 @@ impl State {
             }
             Err(message) => {
                 tracing::warn!(%message, "job failed to start");
-                event(l.job_id, v1::WorkloadEventKind::FailedToStart, 0, message)
+                event(
+                    l.job_id,
+                    l.launch_seq,
+                    v1::WorkloadEventKind::FailedToStart,
+                    0,
+                    message,
+                )
             }
         }
     }
@@ -558,6 +573,7 @@ impl State {
                 name: l.name.clone(),
                 workloads: started.iter().copied().collect(),
                 pid: first_pid,
+                launch_seq: l.launch_seq,
                 ..Job::default()
             },
         );
@@ -735,7 +751,13 @@ impl State {
                 continue;
             }
             if let Some(msg) = job.evicted {
-                events.push(event(job_id, v1::WorkloadEventKind::Evicted, 0, msg));
+                events.push(event(
+                    job_id,
+                    job.launch_seq,
+                    v1::WorkloadEventKind::Evicted,
+                    0,
+                    msg,
+                ));
                 continue;
             }
             let code = job.code.unwrap_or(-1);
@@ -744,7 +766,13 @@ impl State {
                 self.finished.pop_front();
             }
             self.finished.push_back((job_id, code));
-            events.push(event(job_id, v1::WorkloadEventKind::Exited, code, job.how));
+            events.push(event(
+                job_id,
+                job.launch_seq,
+                v1::WorkloadEventKind::Exited,
+                code,
+                job.how,
+            ));
         }
         events
     }

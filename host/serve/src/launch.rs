@@ -81,6 +81,8 @@ pub fn resolve(
                 qos: u32::from(spec.qos),
                 request_permille: milli.min(FULL_GPU_MILLI),
                 limit_permille: spec.gpu_milli_limit,
+                // Numbered by the plane when it sends the launch.
+                launch_seq: 0,
             },
         });
         rank_base += count;

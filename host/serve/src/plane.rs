@@ -390,6 +390,15 @@ pub struct Plane {
     sm_shares: HashMap<u64, u8>,
     /// When the `matcher` slot was last asked.
     last_match: Option<std::time::Instant>,
+    /// Each running job's current launch number (`Launch.launch_seq`): its
+    /// agents' events name it, and an event of a run since replaced is
+    /// ignored. Not stored: after a restart a job's number is unknown until
+    /// its next launch and its events are taken as they come, as before.
+    launch_seqs: HashMap<u64, u64>,
+    /// The next launch number. Starts at the process's start time in
+    /// microseconds, so that numbers never repeat across restarts of the
+    /// plane (an agent may still hold one from before).
+    next_launch_seq: u64,
 }
 
 /// What opening the plane produced besides the plane.
@@ -496,6 +505,11 @@ impl Plane {
             job_samples: HashMap::new(),
             sm_shares: HashMap::new(),
             last_match: None,
+            launch_seqs: HashMap::new(),
+            next_launch_seq: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX / 2))
+                .max(1),
             rounds: 0,
             next_session: 1,
             update_seq: 0,
@@ -1156,6 +1170,7 @@ impl Plane {
         let was_running = job.status == JobStatus::Running;
         self.job_samples.remove(&id);
         self.sm_shares.remove(&id);
+        self.launch_seqs.remove(&id);
         move_status(&mut self.by_status, id, job.status, status);
         job.status = status;
         job.end_ms = now;
@@ -2627,6 +2642,19 @@ impl Plane {
         if !here {
             return;
         }
+        if ev.launch_seq != 0
+            && let Some(&current) = self.launch_seqs.get(&ev.job_id)
+            && current != ev.launch_seq
+        {
+            tracing::info!(
+                node = name,
+                job = ev.job_id,
+                event_seq = ev.launch_seq,
+                current,
+                "event of a replaced run ignored"
+            );
+            return;
+        }
         match v1::WorkloadEventKind::try_from(ev.kind) {
             Ok(v1::WorkloadEventKind::Started) => {
                 if let Some(j) = self.jobs.get_mut(&ev.job_id) {
@@ -2789,8 +2817,12 @@ impl Plane {
         };
         match resolved {
             Ok(launches) => {
-                for l in launches {
+                let seq = self.next_launch_seq;
+                self.next_launch_seq += 1;
+                self.launch_seqs.insert(id, seq);
+                for mut l in launches {
                     if self.is_agent(&l.node) {
+                        l.launch.launch_seq = seq;
                         self.send_to(&l.node, v1::host_message::Body::Launch(l.launch));
                     }
                 }

@@ -124,11 +124,23 @@ impl Agent {
     }
 
     async fn event(&self, job: u64, kind: v1::WorkloadEventKind, code: i32) {
+        self.event_of_run(job, 0, kind, code).await;
+    }
+
+    /// An event naming the run (`Launch.launch_seq`) it is about.
+    async fn event_of_run(
+        &self,
+        job: u64,
+        launch_seq: u64,
+        kind: v1::WorkloadEventKind,
+        code: i32,
+    ) {
         self.send(v1::node_message::Body::Event(v1::WorkloadEvent {
             job_id: job,
             kind: kind as i32,
             exit_code: code,
             message: String::new(),
+            launch_seq,
         }))
         .await;
     }
@@ -235,25 +247,46 @@ async fn agents_register_run_jobs_get_lost_and_are_adopted() {
         },
     )
     .await;
-    match a.next().await {
-        v1::host_message::Body::Launch(l) => assert_eq!(l.job_id, evicted),
+    let first_run = match a.next().await {
+        v1::host_message::Body::Launch(l) => {
+            assert_eq!(l.job_id, evicted);
+            l.launch_seq
+        }
         other => panic!("expected a launch, got {other:?}"),
-    }
+    };
+    assert_ne!(first_run, 0, "every launch is numbered");
     wait_state(&running, &token, evicted, v1::JobState::Running).await;
     a.send(v1::node_message::Body::Event(v1::WorkloadEvent {
         job_id: evicted,
         kind: v1::WorkloadEventKind::Evicted as i32,
         exit_code: 0,
         message: "GPU 0 overlimit".into(),
+        launch_seq: first_run,
     }))
     .await;
-    match a.next().await {
-        v1::host_message::Body::Launch(l) => assert_eq!(l.job_id, evicted, "placed again"),
+    let second_run = match a.next().await {
+        v1::host_message::Body::Launch(l) => {
+            assert_eq!(l.job_id, evicted, "placed again");
+            l.launch_seq
+        }
         other => panic!("expected the job to be placed again, got {other:?}"),
-    }
+    };
+    assert!(second_run > first_run, "{second_run} after {first_run}");
     let again = wait_state(&running, &token, evicted, v1::JobState::Running).await;
     assert_eq!(again.preemptions, 1);
-    a.event(evicted, v1::WorkloadEventKind::Exited, 0).await;
+    // The first run's events arriving late — a repeated eviction, its exit —
+    // are about a run the host has replaced on this same node: ignored, not
+    // a second requeue of the run now going.
+    a.event_of_run(evicted, first_run, v1::WorkloadEventKind::Evicted, 0)
+        .await;
+    a.event_of_run(evicted, first_run, v1::WorkloadEventKind::Exited, 1)
+        .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let still = job(&running, &token, evicted).await;
+    assert_eq!(still.state, v1::JobState::Running as i32, "{still:?}");
+    assert_eq!(still.preemptions, 1, "{still:?}");
+    a.event_of_run(evicted, second_run, v1::WorkloadEventKind::Exited, 0)
+        .await;
     wait_state(&running, &token, evicted, v1::JobState::Succeeded).await;
 
     // A GPU its coordinator holds overlimit takes no new shared work; the node
