@@ -8,7 +8,8 @@
 //!   (the driver's native policy), to split policy cost from host cost;
 //! * `grid`: 6 policies × seeds 42–51, all cores;
 //! * `philly`: time-based replay of the 82k Philly jobs on the PAI cluster
-//!   with best-fit, with the process's peak RSS;
+//!   with best-fit, then with `sjf` on predicted durations (the paper's best
+//!   predictor), with the process's peak RSS;
 //! * `dynamoml`: DynamoML's §4 scenario under the four settings of Table 2
 //!   (issue 19 target: the scenario ≤ 10 s), compile included.
 
@@ -21,6 +22,7 @@ use arbiter_repro::fgd::{
 use arbiter_sim::core::{NativeFactory, RunPolicy};
 use arbiter_sim::models::fgd::{FgdConfig, run_fgd};
 use arbiter_sim::models::replay::{ReplayConfig, run_replay};
+use arbiter_sim::prediction::Prediction;
 use arbiter_sim::{ModelConfig, fgd_summary, run_many, scenario};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -146,34 +148,41 @@ fn bench_philly(engine: &arbiter_host::runtime::PolicyEngine) {
     let started = Instant::now();
     let s = scenario::from_files(Some(&machines), Some(&jobs), None).expect("philly scenario");
     let load = started.elapsed();
-    let compiled = engine
-        .compile(arbiter_policies::get("best-fit").expect("best-fit"))
-        .expect("compile");
-    let replay = ReplayConfig::default();
-    let mut run = scenario_run(
-        &s,
-        "best-fit",
-        &compiled,
-        42,
-        None,
-        ModelConfig::Replay(replay.clone()),
-    );
-    run.options.keep_records = false;
-    let out = run_replay(&s, &run.policy, "best-fit", &replay, &run.options).expect("replay");
-    let m = out.replay.as_ref().expect("replay metrics");
-    println!(
-        "philly/best-fit: {} jobs on {} GPUs, {} rounds, {:.2}s run + {:.2}s load, peak RSS {:.0} MiB; completed {}, avg JCT {:.0}s, avg queue {:.1}s, mean alloc {:.1}%",
-        s.tasks.len(),
-        s.gpu_count(),
-        out.rounds,
-        out.wall_seconds,
-        load.as_secs_f64(),
-        peak_rss_mib().unwrap_or(f64::NAN),
-        m.jobs_completed,
-        m.avg_jct_s,
-        m.avg_queue_s,
-        m.mean_gpu_alloc_pct
-    );
+    // best-fit as before; then `sjf` on the paper's best predictor (issue 20's
+    // target: the full replay with predictions ≤ 60 s), the same trace.
+    for (name, prediction) in [("best-fit", Prediction::None), ("sjf", Prediction::Best)] {
+        let compiled = engine
+            .compile(arbiter_policies::get(name).expect("built-in"))
+            .expect("compile");
+        let replay = ReplayConfig {
+            prediction,
+            ..ReplayConfig::default()
+        };
+        let mut run = scenario_run(
+            &s,
+            name,
+            &compiled,
+            42,
+            None,
+            ModelConfig::Replay(replay.clone()),
+        );
+        run.options.keep_records = false;
+        let out = run_replay(&s, &run.policy, name, &replay, &run.options).expect("replay");
+        let m = out.replay.as_ref().expect("replay metrics");
+        println!(
+            "philly/{name} (prediction {prediction:?}): {} jobs on {} GPUs, {} rounds, {:.2}s run + {:.2}s load, peak RSS {:.0} MiB; completed {}, avg JCT {:.0}s, avg queue {:.1}s, mean alloc {:.1}%",
+            s.tasks.len(),
+            s.gpu_count(),
+            out.rounds,
+            out.wall_seconds,
+            load.as_secs_f64(),
+            peak_rss_mib().unwrap_or(f64::NAN),
+            m.jobs_completed,
+            m.avg_jct_s,
+            m.avg_queue_s,
+            m.mean_gpu_alloc_pct
+        );
+    }
 }
 
 fn main() {

@@ -5,6 +5,7 @@
 //! Packing tightly keeps whole nodes and whole GPUs free for large gangs and
 //! for jobs that want an unshared GPU.
 
+use arbiter_policy_sdk::node_order::NodeOrder;
 use arbiter_policy_sdk::prelude::*;
 
 pub struct BestFit;
@@ -19,126 +20,21 @@ fn worker_on(plan: &Plan<'_>, job: Job<'_>, node: u32) -> WorkerPlacement {
 }
 
 /// Below this many pending jobs a round scans every node per worker; above
-/// it, the round builds a [`ByLeftover`] index first (its O(nodes · log
-/// nodes) build costs about what a handful of scans do). Both answer the same.
+/// it, the round builds a [`NodeOrder`] by leftover first (its
+/// O(nodes · log nodes) build costs about what a handful of scans do). Both
+/// answer the same.
 const INDEX_FROM_PENDING: usize = 16;
 
-/// The nodes in the order best-fit prefers them: free milli-GPU, then free
-/// CPU, then node index. Subtracting a worker's request from every node
-/// keeps that order, so the first node in it where the worker fits is the
-/// node a scan of every node picks (least leftover, lowest index on ties),
-/// and a round of `p` workers costs about `p · log nodes` instead of
-/// `p · nodes` while most nodes fit.
-///
-/// Two sorted arrays, no tree: the order at the start of the round, and the
-/// (few) nodes whose key moved since, merged while walking. A base entry
-/// whose node has moved is skipped. Flat arrays keep the guest's allocator
-/// out of the round, which matters more in Wasm than natively.
-struct ByLeftover {
-    /// Every node's key when the round began, sorted.
-    base: Vec<u128>,
-    /// The current keys of the nodes whose key differs from their base entry, sorted.
-    moved: Vec<u128>,
-    /// Per node: its current key.
-    key: Vec<u128>,
-    /// Per node: its key in `base`.
-    base_key: Vec<u128>,
-    /// Nodes handed out for the job of the last query. Their keys are
-    /// refreshed before every query: a later worker of the same gang sees
-    /// them charged, and the next job sees them charged or, if the gang did
-    /// not fit and was rolled back, released again.
-    touched: Vec<u32>,
-    touched_for: Option<u32>,
-}
-
 /// A node's place in best-fit's order, as one integer that sorts like the
-/// tuple (free milli-GPU, free CPU, node index).
+/// tuple (free milli-GPU, free CPU, node index). Subtracting a worker's
+/// request from every node keeps that order, so the first node in it where
+/// the worker fits is the node a scan of every node picks (least leftover,
+/// lowest index on ties), and a round of `p` workers costs about
+/// `p · log nodes` instead of `p · nodes` while most nodes fit.
 fn order_key(plan: &Plan<'_>, node: u32) -> u128 {
     (u128::from(plan.node_free_milli(node)) << 64)
         | (u128::from(plan.free_cpu(node)) << 32)
         | u128::from(node)
-}
-
-fn key_node(key: u128) -> u32 {
-    key as u32
-}
-
-fn key_cpu(key: u128) -> u32 {
-    (key >> 32) as u32
-}
-
-impl ByLeftover {
-    fn new(plan: &Plan<'_>) -> Self {
-        let nodes = plan.cluster().node_count() as u32;
-        let key: Vec<u128> = (0..nodes).map(|n| order_key(plan, n)).collect();
-        let mut base = key.clone();
-        base.sort_unstable();
-        ByLeftover {
-            base,
-            moved: Vec::new(),
-            base_key: key.clone(),
-            key,
-            touched: Vec::new(),
-            touched_for: None,
-        }
-    }
-
-    fn refresh(&mut self, plan: &Plan<'_>, node: u32) {
-        let n = node as usize;
-        let (old, new) = (self.key[n], order_key(plan, node));
-        if old == new {
-            return;
-        }
-        if old != self.base_key[n]
-            && let Ok(at) = self.moved.binary_search(&old)
-        {
-            self.moved.remove(at);
-        }
-        if new != self.base_key[n] {
-            let at = self.moved.partition_point(|&k| k < new);
-            self.moved.insert(at, new);
-        }
-        self.key[n] = new;
-    }
-
-    /// The best-fit node for one worker of `fit`, if any.
-    fn best(&mut self, plan: &Plan<'_>, fit: &JobFit, need_milli: u32) -> Option<u32> {
-        for i in 0..self.touched.len() {
-            self.refresh(plan, self.touched[i]);
-        }
-        if self.touched_for != Some(fit.job) {
-            self.touched.clear();
-            self.touched_for = Some(fit.job);
-        }
-        let from = u128::from(need_milli) << 64;
-        let mut b = self.base.partition_point(|&k| k < from);
-        let mut m = self.moved.partition_point(|&k| k < from);
-        let node = loop {
-            let (key, from_base) = match (self.base.get(b), self.moved.get(m)) {
-                (Some(&kb), Some(&km)) if kb < km => (kb, true),
-                (_, Some(&km)) => (km, false),
-                (Some(&kb), None) => (kb, true),
-                (None, None) => return None,
-            };
-            if from_base {
-                b += 1;
-                // The node has moved: its current key is in `moved`.
-                if self.key[key_node(key) as usize] != key {
-                    continue;
-                }
-            } else {
-                m += 1;
-            }
-            let node = key_node(key);
-            if key_cpu(key) >= fit.cpu_milli && plan.fits(fit, node) {
-                break node;
-            }
-        };
-        if !self.touched.contains(&node) {
-            self.touched.push(node);
-        }
-        Some(node)
-    }
 }
 
 /// The best-fit node by a scan of every node.
@@ -187,7 +83,7 @@ fn plan_round(cluster: &Cluster, max_decisions: u32, indexed: Option<bool>) -> V
     let mut plan = Plan::new(cluster).with_max_decisions(max_decisions);
     let mut index = indexed
         .unwrap_or(pending.len() >= INDEX_FROM_PENDING)
-        .then(|| ByLeftover::new(&plan));
+        .then(|| NodeOrder::new(cluster.node_count() as u32, |n| order_key(&plan, n)));
     plan.place_each(pending, |plan, job| {
         let fit = plan.job_fit(job.index());
         let per_gpu = if fit.fractional_milli > 0 {
@@ -197,7 +93,12 @@ fn plan_round(cluster: &Cluster, max_decisions: u32, indexed: Option<bool>) -> V
         };
         let need_milli = per_gpu.saturating_mul(fit.gpus);
         let node = match index.as_mut() {
-            Some(index) => index.best(plan, &fit, need_milli),
+            // Nodes with less free capacity than the worker needs cannot fit.
+            Some(index) => {
+                index.first_fit(plan, &fit, (u128::from(need_milli) << 64)..u128::MAX, |n| {
+                    order_key(plan, n)
+                })
+            }
             None => best_by_scan(plan, &fit, need_milli),
         }?;
         Some(worker_on(plan, job, node))

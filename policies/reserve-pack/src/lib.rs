@@ -20,6 +20,7 @@
 //! neither whole high-end GPUs nor their interconnect. The defaults — 8
 //! GPUs, a 300 s timeout — are ours; the paper gives none.
 
+use arbiter_policy_sdk::node_order::NodeOrder;
 use arbiter_policy_sdk::prelude::*;
 
 pub struct ReservePack {
@@ -149,6 +150,76 @@ impl Policy for ReservePack {
         cluster: &Cluster,
         round: &RoundInfo,
     ) -> Result<Vec<Decision>, PolicyError> {
+        Ok(self.plan_round(cluster, round, None))
+    }
+}
+
+/// Below this many pending jobs a round scans every node per worker; above
+/// it, it walks a [`NodeOrder`] per plan (built on first use). Both answer
+/// the same.
+const INDEX_FROM_PENDING: usize = 16;
+
+/// A node's place in a plan's order, as one integer that sorts like the
+/// tuple (tier, free milli-GPU, node index): earliest tier first, then the
+/// fullest node (packing), then the lower index.
+fn order_key(tiers: &[u8], plan: &Plan<'_>, node: u32) -> u128 {
+    (u128::from(tiers[node as usize]) << 96)
+        | (u128::from(plan.node_free_milli(node)) << 64)
+        | u128::from(node)
+}
+
+/// The first node in `order` (of `tiers`) among the first `open + 1` tiers
+/// where one worker of `fit` fits: tier by tier, starting each at the nodes
+/// with at least the worker's GPU capacity free.
+fn first_in_open_tiers(
+    order: &mut NodeOrder,
+    tiers: &[u8],
+    tier_count: usize,
+    plan: &Plan<'_>,
+    fit: &JobFit,
+    open: u8,
+) -> Option<u32> {
+    let per_gpu = if fit.fractional_milli > 0 {
+        fit.fractional_milli
+    } else {
+        FULL_GPU_MILLI
+    };
+    let need = u128::from(per_gpu.saturating_mul(fit.gpus));
+    let last = usize::from(open).min(tier_count.saturating_sub(1)) as u128;
+    (0..=last).find_map(|t| {
+        order.first_fit(plan, fit, (t << 96 | need << 64)..((t + 1) << 96), |n| {
+            order_key(tiers, plan, n)
+        })
+    })
+}
+
+/// The node a scan of every node picks: the least (tier, free milli-GPU,
+/// node) among the fitting nodes of the open tiers.
+fn first_by_scan(tiers: &[u8], plan: &Plan<'_>, fit: &JobFit, open: u8) -> Option<u32> {
+    let mut best: Option<(u8, u32, u32)> = None;
+    plan.each_fitting_node(fit, |node| {
+        let tier = tiers[node as usize];
+        if tier > open {
+            return;
+        }
+        let key = (tier, plan.node_free_milli(node), node);
+        if best.is_none_or(|b| key < b) {
+            best = Some(key);
+        }
+    });
+    best.map(|(_, _, node)| node)
+}
+
+impl ReservePack {
+    /// One round: pending jobs in arrival order, each worker on the first
+    /// node of its plan's open tiers. `indexed` forces the node orders on or
+    /// off (tests); `None` chooses by the number of pending jobs.
+    fn plan_round(
+        &self,
+        cluster: &Cluster,
+        round: &RoundInfo,
+        indexed: Option<bool>,
+    ) -> Vec<Decision> {
         // Each node's tier in both plans, once per round.
         let (mut high_tier, mut low_tier) = (Vec::new(), Vec::new());
         for node in cluster.nodes() {
@@ -157,32 +228,39 @@ impl Policy for ReservePack {
             low_tier.push(tier_of(&self.low_plan, model));
         }
         let pending = cluster.pending_by_arrival();
+        let indexed = indexed.unwrap_or(pending.len() >= INDEX_FROM_PENDING);
+        let nodes = cluster.node_count() as u32;
+        let (mut high_order, mut low_order): (Option<NodeOrder>, Option<NodeOrder>) = (None, None);
         let mut plan = Plan::new(cluster).with_max_decisions(round.max_decisions);
         plan.place_each(pending, |plan, job| {
-            let tiers = if self.is_high_gpu(&job) {
-                &high_tier
+            let high = self.is_high_gpu(&job);
+            let (tiers, tier_count) = if high {
+                (&high_tier, self.high_plan.len())
             } else {
-                &low_tier
+                (&low_tier, self.low_plan.len())
             };
             let open = self.open_tiers(round.now_ms.saturating_sub(job.submit_ms()));
             let fit = plan.job_fit(job.index());
-            // Earliest open tier first; within it the least free GPU
-            // capacity (packing), then the lower index.
-            let mut best: Option<(u8, u32, u32)> = None;
-            plan.each_fitting_node(&fit, |node| {
-                let tier = tiers[node as usize];
-                if tier > open {
-                    return;
+            let node = if indexed {
+                let (mine, other) = if high {
+                    (&mut high_order, &mut low_order)
+                } else {
+                    (&mut low_order, &mut high_order)
+                };
+                let order = mine
+                    .get_or_insert_with(|| NodeOrder::new(nodes, |n| order_key(tiers, plan, n)));
+                let node = first_in_open_tiers(order, tiers, tier_count, plan, &fit, open)?;
+                // The plan charges the node: the other plan's order re-keys it.
+                if let Some(other) = other.as_mut() {
+                    other.touch(node);
                 }
-                let key = (tier, plan.node_free_milli(node), node);
-                if best.is_none_or(|b| key < b) {
-                    best = Some(key);
-                }
-            });
-            let (_, _, node) = best?;
+                node
+            } else {
+                first_by_scan(tiers, plan, &fit, open)?
+            };
             plan.first_fit_worker(job.index(), node)
         });
-        Ok(plan.into_decisions())
+        plan.into_decisions()
     }
 }
 
@@ -303,6 +381,72 @@ mod tests {
             placed_on(&rt.schedule(c.round(10)).unwrap(), critical),
             Some(0)
         );
+    }
+
+    /// The node orders decide as the scan does: random clusters of the
+    /// paper's models (and CPU-only nodes), queues of high-GPU, whole-GPU,
+    /// fractional and gang jobs that have waited for 0 to 3 attempt
+    /// timeouts, several rounds each.
+    #[test]
+    fn the_node_orders_decide_as_the_scan_does() {
+        use arbiter_policy_sdk::rng::SplitMix64;
+        let models = ["V100", "V100M32", "T4", "P100", "MISC", ""];
+        let mut decided = 0;
+        for seed in 0..30u64 {
+            let mut rng = SplitMix64::new(seed);
+            let mut c = TestCluster::new();
+            for n in 0..20 + rng.below(40) {
+                let model = models[rng.below(models.len() as u64) as usize];
+                let gpus = match model {
+                    "" => 0,
+                    "T4" | "P100" => 2,
+                    _ => 8,
+                };
+                c.node(&format!("n{n}"), "p", 96_000, 512_000, model, 16_384, gpus);
+            }
+            let mut policy = ReservePack::create();
+            policy.configure("attempt_timeout_s = 60").unwrap();
+            for round in 0..4u64 {
+                for j in 0..10 + rng.below(60) {
+                    let (workers, gpus, milli) = match rng.below(5) {
+                        0 => (1, 8, 1000),
+                        1 => (
+                            1 + rng.below(4) as u32,
+                            1,
+                            [250, 500][rng.below(2) as usize],
+                        ),
+                        2 => (1, 0, 0),
+                        _ => (1 + rng.below(3) as u32, 1 + rng.below(2) as u32, 1000),
+                    };
+                    let (name, tenant) = (c.intern(&format!("r{round}j{j}")), c.intern("t"));
+                    c.job_spec(JobSpec {
+                        name,
+                        tenant,
+                        workers,
+                        min_workers: workers,
+                        max_workers: workers,
+                        cpu_milli: 1_000 * (1 + rng.below(6) as u32),
+                        memory_mib: 1024,
+                        gpus_per_worker: gpus,
+                        gpu_milli: milli,
+                        submit_ms: round * 60_000 + rng.below(60_000),
+                        ..JobSpec::default()
+                    });
+                }
+                c.at((round + 1) * 60_000 + rng.below(120_000));
+                let info = c.round(10_000);
+                let scan = policy.plan_round(c.cluster(), &info, Some(false));
+                let indexed = policy.plan_round(c.cluster(), &info, Some(true));
+                assert_eq!(scan, indexed, "seed {seed}, round {round}");
+                decided += scan.len();
+                for d in scan {
+                    if let Decision::Place(job, workers) = d {
+                        c.run(job, workers);
+                    }
+                }
+            }
+        }
+        assert!(decided > 500, "too few placements to compare: {decided}");
     }
 
     #[test]

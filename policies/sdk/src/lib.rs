@@ -159,6 +159,7 @@
 pub mod cluster;
 pub mod convert;
 pub mod model;
+pub mod node_order;
 pub mod plan;
 pub mod rng;
 pub mod runtime;

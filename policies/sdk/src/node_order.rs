@@ -1,0 +1,153 @@
+//! [`NodeOrder`]: every node sorted by a placement policy's preference, kept
+//! sorted while a round's [`Plan`] charges nodes, so that "the first node in
+//! my order where this worker fits" costs about `log nodes` instead of a scan
+//! of every node.
+//!
+//! A policy gives each node a key (a `u128` that sorts in its order of
+//! preference, the node's index in the low 32 bits so that keys are unique
+//! and name their node) and asks [`NodeOrder::first_fit`] for the first node
+//! whose key lies in a range and where one worker fits ([`Plan::fits`]).
+//! Only the nodes the plan charges or releases change key, and the plan only
+//! charges nodes a query handed out: those are re-keyed before the next
+//! query. A policy keeping two orders over one plan (one per class of job)
+//! tells the other order about a node it placed on with [`NodeOrder::touch`].
+//!
+//! Two sorted arrays, no tree: the order at the start of the round, and the
+//! (few) nodes whose key moved since, merged while walking. A base entry
+//! whose node has moved is skipped. Flat arrays keep the guest's allocator
+//! out of the round, which matters more in Wasm than natively.
+//!
+//! ```
+//! use arbiter_policy_sdk::node_order::NodeOrder;
+//! use arbiter_policy_sdk::prelude::*;
+//! let mut c = TestCluster::new();
+//! for n in 0..4 {
+//!     c.node(&format!("n{n}"), "p", 64_000, 256_000, "T4", 16_384, 2);
+//! }
+//! let job = c.job("j", "t", 1, 1);
+//! let plan = Plan::new(c.cluster());
+//! // Prefer the highest node index: key = (MAX - node) above, node below.
+//! let key = |n: u32| (u128::from(u32::MAX - n) << 32) | u128::from(n);
+//! let mut order = NodeOrder::new(4, key);
+//! let fit = plan.job_fit(job);
+//! assert_eq!(order.first_fit(&plan, &fit, 0..u128::MAX, key), Some(3));
+//! ```
+
+use crate::plan::{JobFit, Plan};
+use std::ops::Range;
+
+/// The nodes in a policy's order; see the module docs.
+#[derive(Clone, Debug, Default)]
+pub struct NodeOrder {
+    /// Every node's key when the order was built, sorted.
+    base: Vec<u128>,
+    /// The current keys of the nodes whose key differs from their base entry, sorted.
+    moved: Vec<u128>,
+    /// Per node: its current key.
+    key: Vec<u128>,
+    /// Per node: its key in `base`.
+    base_key: Vec<u128>,
+    /// Nodes re-keyed before every query: those handed out for the job of
+    /// the last query (a later worker of the same gang sees them charged,
+    /// and the next job sees them charged or, if the gang did not fit and was
+    /// rolled back, released again) and those [`NodeOrder::touch`]ed.
+    touched: Vec<u32>,
+    /// The job of the last query.
+    touched_for: Option<u32>,
+}
+
+/// The node a key names (its low 32 bits).
+pub fn key_node(key: u128) -> u32 {
+    key as u32
+}
+
+impl NodeOrder {
+    /// Nodes `0..nodes` in the order of `key(node)`.
+    pub fn new(nodes: u32, key: impl Fn(u32) -> u128) -> Self {
+        let keys: Vec<u128> = (0..nodes).map(&key).collect();
+        let mut base = keys.clone();
+        base.sort_unstable();
+        NodeOrder {
+            base,
+            moved: Vec::new(),
+            base_key: keys.clone(),
+            key: keys,
+            touched: Vec::new(),
+            touched_for: None,
+        }
+    }
+
+    /// Re-key `node` before the next query: the plan charged or released it
+    /// through another order.
+    pub fn touch(&mut self, node: u32) {
+        if !self.touched.contains(&node) {
+            self.touched.push(node);
+        }
+    }
+
+    fn refresh(&mut self, node: u32, new: u128) {
+        let n = node as usize;
+        let old = self.key[n];
+        if old == new {
+            return;
+        }
+        if old != self.base_key[n]
+            && let Ok(at) = self.moved.binary_search(&old)
+        {
+            self.moved.remove(at);
+        }
+        if new != self.base_key[n] {
+            let at = self.moved.partition_point(|&k| k < new);
+            self.moved.insert(at, new);
+        }
+        self.key[n] = new;
+    }
+
+    /// The first node in key order, its key in `range`, where one worker of
+    /// `fit` fits under `plan`; `key` is the order's key function (as given
+    /// to [`NodeOrder::new`]), read for the nodes that may have moved.
+    pub fn first_fit(
+        &mut self,
+        plan: &Plan<'_>,
+        fit: &JobFit,
+        range: Range<u128>,
+        key: impl Fn(u32) -> u128,
+    ) -> Option<u32> {
+        for i in 0..self.touched.len() {
+            let node = self.touched[i];
+            self.refresh(node, key(node));
+        }
+        if self.touched_for != Some(fit.job) {
+            self.touched.clear();
+            self.touched_for = Some(fit.job);
+        }
+        let mut b = self.base.partition_point(|&k| k < range.start);
+        let mut m = self.moved.partition_point(|&k| k < range.start);
+        let node = loop {
+            let (k, from_base) = match (self.base.get(b), self.moved.get(m)) {
+                (Some(&kb), Some(&km)) if kb < km => (kb, true),
+                (_, Some(&km)) => (km, false),
+                (Some(&kb), None) => (kb, true),
+                (None, None) => return None,
+            };
+            if k >= range.end {
+                return None;
+            }
+            if from_base {
+                b += 1;
+                // The node has moved: its current key is in `moved`.
+                if self.key[key_node(k) as usize] != k {
+                    continue;
+                }
+            } else {
+                m += 1;
+            }
+            let node = key_node(k);
+            if plan.fits(fit, node) {
+                break node;
+            }
+        };
+        self.touch(node);
+        Some(node)
+    }
+}
