@@ -12,6 +12,13 @@
 //! query. A policy keeping two orders over one plan (one per class of job)
 //! tells the other order about a node it placed on with [`NodeOrder::touch`].
 //!
+//! The walk checks nodes one by one at [`Plan::fits`]'s price, so after
+//! [`WALK_BUDGET`] nodes that do not fit it finishes with one pass of
+//! [`Plan::each_fitting_node`] instead (the same answer: the least key in
+//! range among the fitting nodes). A worker that fits nowhere — a queue of
+//! jobs waiting for scarce nodes — then costs what a scan costs, not a walk
+//! over every node.
+//!
 //! Two sorted arrays, no tree: the order at the start of the round, and the
 //! (few) nodes whose key moved since, merged while walking. A base entry
 //! whose node has moved is skipped. Flat arrays keep the guest's allocator
@@ -55,6 +62,9 @@ pub struct NodeOrder {
     /// The job of the last query.
     touched_for: Option<u32>,
 }
+
+/// Nodes a query walks past before it finishes with a scan.
+pub const WALK_BUDGET: usize = 256;
 
 /// The node a key names (its low 32 bits).
 pub fn key_node(key: u128) -> u32 {
@@ -123,7 +133,20 @@ impl NodeOrder {
         }
         let mut b = self.base.partition_point(|&k| k < range.start);
         let mut m = self.moved.partition_point(|&k| k < range.start);
+        let mut walked = 0;
         let node = loop {
+            if walked == WALK_BUDGET {
+                // Every node's key is current here (the moved ones were
+                // re-keyed above): the least in range among the fitting.
+                let mut best: Option<u128> = None;
+                plan.each_fitting_node(fit, |n| {
+                    let k = self.key[n as usize];
+                    if range.contains(&k) && best.is_none_or(|b| k < b) {
+                        best = Some(k);
+                    }
+                });
+                break key_node(best?);
+            }
             let (k, from_base) = match (self.base.get(b), self.moved.get(m)) {
                 (Some(&kb), Some(&km)) if kb < km => (kb, true),
                 (_, Some(&km)) => (km, false),
@@ -146,8 +169,50 @@ impl NodeOrder {
             if plan.fits(fit, node) {
                 break node;
             }
+            walked += 1;
         };
         self.touch(node);
         Some(node)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::TestCluster;
+
+    /// Past the walk budget the query finishes with a scan and gives the
+    /// walk's answer: the least key in range among the fitting nodes.
+    #[test]
+    fn a_long_walk_finishes_with_the_same_answer_by_a_scan() {
+        let mut c = TestCluster::new();
+        let small = 3 * WALK_BUDGET as u32;
+        for n in 0..small {
+            c.node(&format!("small-{n}"), "p", 64_000, 256_000, "T4", 16_384, 1);
+        }
+        let big_a = c.node("big-a", "p", 64_000, 256_000, "T4", 16_384, 8);
+        let big_b = c.node("big-b", "p", 64_000, 256_000, "T4", 16_384, 8);
+        let eight = c.job("eight", "t", 1, 8);
+        let sixteen = c.job("sixteen", "t", 1, 16);
+        let one = c.job("one", "t", 1, 1);
+        let plan = Plan::new(c.cluster());
+        let key = |n: u32| u128::from(n);
+        let nodes = c.cluster().node_count() as u32;
+        let mut order = NodeOrder::new(nodes, key);
+        let fit = plan.job_fit(eight);
+        assert_eq!(order.first_fit(&plan, &fit, 0..u128::MAX, key), Some(big_a));
+        let past_a = u128::from(big_a) + 1;
+        assert_eq!(
+            order.first_fit(&plan, &fit, past_a..u128::MAX, key),
+            Some(big_b)
+        );
+        assert_eq!(
+            order.first_fit(&plan, &fit, 0..u128::from(big_a), key),
+            None
+        );
+        let fit = plan.job_fit(sixteen);
+        assert_eq!(order.first_fit(&plan, &fit, 0..u128::MAX, key), None);
+        let fit = plan.job_fit(one);
+        assert_eq!(order.first_fit(&plan, &fit, 0..u128::MAX, key), Some(0));
     }
 }
