@@ -119,39 +119,28 @@ mod tests {
                 let memory = 64_000 * (1 + rng.below(8) as u32);
                 c.node(&format!("n{n}"), "p", cpu, memory, "T4", 16_384, gpus);
             }
-            for round in 0..4 {
+            let add_jobs = |c: &mut TestCluster, round: u64| {
                 for j in 0..10 + rng.below(60) {
                     let (gpus, milli) = match rng.below(4) {
                         0 => (0, 0),
                         1 => (1, [250, 500][rng.below(2) as usize]),
                         _ => (1 + rng.below(4) as u32, 1000),
                     };
-                    let workers = 1 + rng.below(3) as u32;
-                    let (name, tenant) = (c.intern(&format!("r{round}j{j}")), c.intern("t"));
-                    c.job_spec(JobSpec {
-                        name,
-                        tenant,
-                        workers,
-                        min_workers: workers,
-                        max_workers: workers,
+                    let spec = JobSpec {
                         cpu_milli: 1_000 * (1 + rng.below(12) as u32),
                         memory_mib: 4_096 * (1 + rng.below(8) as u32),
                         gpus_per_worker: gpus,
                         gpu_milli: milli,
                         submit_ms: rng.below(1000),
-                        ..JobSpec::default()
-                    });
+                        ..c.gang_spec(&format!("r{round}j{j}"), 1 + rng.below(3) as u32)
+                    };
+                    c.job_spec(spec);
                 }
-                let scan = plan_round(c.cluster(), 10_000, Some(false));
-                let indexed = plan_round(c.cluster(), 10_000, Some(true));
-                assert_eq!(scan, indexed, "seed {seed}, round {round}");
-                decided += scan.len();
-                for d in scan {
-                    if let Decision::Place(job, workers) = d {
-                        c.run(job, workers);
-                    }
-                }
-            }
+            };
+            decided +=
+                c.same_answer_both_ways(&format!("seed {seed}"), 4, add_jobs, |c, indexed| {
+                    plan_round(c.cluster(), 10_000, Some(indexed))
+                });
         }
         assert!(decided > 500, "too few placements to compare: {decided}");
     }

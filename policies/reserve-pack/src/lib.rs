@@ -361,17 +361,10 @@ mod tests {
 
         let mut c = cluster();
         let spec = JobSpec {
-            name: c.intern("critical"),
-            tenant: c.intern("t"),
             priority: 5,
-            workers: 1,
-            min_workers: 1,
-            max_workers: 1,
-            cpu_milli: 1000,
-            memory_mib: 1024,
             gpus_per_worker: 1,
             gpu_milli: FULL_GPU_MILLI,
-            ..JobSpec::default()
+            ..c.gang_spec("critical", 1)
         };
         let critical = c.job_spec(spec);
         let mut rt = Runtime::<ReservePack>::new();
@@ -406,7 +399,7 @@ mod tests {
             }
             let mut policy = ReservePack::create();
             policy.configure("attempt_timeout_s = 60").unwrap();
-            for round in 0..4u64 {
+            let add_jobs = |c: &mut TestCluster, round: u64| {
                 for j in 0..10 + rng.below(60) {
                     let (workers, gpus, milli) = match rng.below(5) {
                         0 => (1, 8, 1000),
@@ -418,33 +411,22 @@ mod tests {
                         2 => (1, 0, 0),
                         _ => (1 + rng.below(3) as u32, 1 + rng.below(2) as u32, 1000),
                     };
-                    let (name, tenant) = (c.intern(&format!("r{round}j{j}")), c.intern("t"));
-                    c.job_spec(JobSpec {
-                        name,
-                        tenant,
-                        workers,
-                        min_workers: workers,
-                        max_workers: workers,
+                    let spec = JobSpec {
                         cpu_milli: 1_000 * (1 + rng.below(6) as u32),
-                        memory_mib: 1024,
                         gpus_per_worker: gpus,
                         gpu_milli: milli,
                         submit_ms: round * 60_000 + rng.below(60_000),
-                        ..JobSpec::default()
-                    });
+                        ..c.gang_spec(&format!("r{round}j{j}"), workers)
+                    };
+                    c.job_spec(spec);
                 }
+                // Jobs that waited for 0 to 3 attempt timeouts.
                 c.at((round + 1) * 60_000 + rng.below(120_000));
-                let info = c.round(10_000);
-                let scan = policy.plan_round(c.cluster(), &info, Some(false));
-                let indexed = policy.plan_round(c.cluster(), &info, Some(true));
-                assert_eq!(scan, indexed, "seed {seed}, round {round}");
-                decided += scan.len();
-                for d in scan {
-                    if let Decision::Place(job, workers) = d {
-                        c.run(job, workers);
-                    }
-                }
-            }
+            };
+            decided +=
+                c.same_answer_both_ways(&format!("seed {seed}"), 4, add_jobs, |c, indexed| {
+                    policy.plan_round(c.cluster(), &c.round(10_000), Some(indexed))
+                });
         }
         assert!(decided > 500, "too few placements to compare: {decided}");
     }

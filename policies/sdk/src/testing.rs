@@ -146,6 +146,51 @@ impl TestCluster {
         self.event(Event::GpuHealthChanged(gpu, health));
     }
 
+    /// A gang's spec: `workers` workers (no elasticity) of tenant "t",
+    /// 1 CPU and 1 GiB each, no GPU; set the rest by struct update:
+    /// `c.job_spec(JobSpec { gpus_per_worker: 2, ..c.gang_spec("j", 3) })`.
+    pub fn gang_spec(&mut self, name: &str, workers: u32) -> JobSpec {
+        JobSpec {
+            name: self.intern(name),
+            tenant: self.intern("t"),
+            workers,
+            min_workers: workers,
+            max_workers: workers,
+            cpu_milli: 1000,
+            memory_mib: 1024,
+            group: self.intern(""),
+            ..JobSpec::default()
+        }
+    }
+
+    /// For a placement policy with two ways to one answer (a node index and
+    /// a scan): `rounds` rounds, each adding jobs with `add_jobs(self,
+    /// round)` and asking `decide(self, indexed)` both ways; asserts the
+    /// answers are equal (naming `label` and the round) and carries out the
+    /// placements. Returns how many decisions were compared.
+    pub fn same_answer_both_ways(
+        &mut self,
+        label: &str,
+        rounds: u64,
+        mut add_jobs: impl FnMut(&mut TestCluster, u64),
+        decide: impl Fn(&TestCluster, bool) -> Vec<Decision>,
+    ) -> usize {
+        let mut compared = 0;
+        for round in 0..rounds {
+            add_jobs(self, round);
+            let scan = decide(self, false);
+            let indexed = decide(self, true);
+            assert_eq!(scan, indexed, "{label}, round {round}");
+            compared += scan.len();
+            for d in scan {
+                if let Decision::Place(job, workers) = d {
+                    self.run(job, workers);
+                }
+            }
+        }
+        compared
+    }
+
     /// Adds a job from a full spec; returns its index.
     pub fn job_spec(&mut self, spec: JobSpec) -> u32 {
         let index = self.cluster.job_count() as u32;

@@ -217,37 +217,47 @@ fn compare(seeds: &[(u64, Vec<Scenario>)], arms: &[Arm<'_>]) -> anyhow::Result<S
     })
 }
 
-/// FIFO and SJF (Oracle, best, noisier predictor) on Philly run times.
-pub fn sjf_experiment(setup: &SjfSetup, runtimes_s: &[f64]) -> anyhow::Result<SjfResult> {
+/// The built-in `fifo` and `sjf`, compiled.
+fn fifo_and_sjf() -> anyhow::Result<(RunPolicy, RunPolicy)> {
     let engine = engine(Duration::from_secs(30))?;
     let compile = |name: &str| crate::builtin_run_policy(&engine, name, "");
-    let (fifo, sjf) = (compile("fifo")?, compile("sjf")?);
+    Ok((compile("fifo")?, compile("sjf")?))
+}
+
+/// FIFO, then SJF on the Oracle, the best and the noisier synthetic
+/// predictor, all on scenario variant 0 (the one without learned estimates).
+fn synthetic_arms<'a>(fifo: &'a RunPolicy, sjf: &'a RunPolicy) -> Vec<Arm<'a>> {
     let arm = |label, policy, prediction| Arm {
         label,
         policy,
         prediction,
         variant: 0,
     };
-    let arms = [
-        arm("FIFO", &fifo, Prediction::None),
-        arm("SJF, Oracle", &sjf, Prediction::Oracle),
+    vec![
+        arm("FIFO", fifo, Prediction::None),
+        arm("SJF, Oracle", sjf, Prediction::Oracle),
         arm(
             "SJF, best predictor (78 % within 25 %)",
-            &sjf,
+            sjf,
             Prediction::Best,
         ),
         arm(
             "SJF, noisier predictor (50 % within 25 %)",
-            &sjf,
+            sjf,
             Prediction::GroupOnly,
         ),
-    ];
+    ]
+}
+
+/// FIFO and SJF (Oracle, best, noisier predictor) on Philly run times.
+pub fn sjf_experiment(setup: &SjfSetup, runtimes_s: &[f64]) -> anyhow::Result<SjfResult> {
+    let (fifo, sjf) = fifo_and_sjf()?;
     let seeds = setup
         .seeds
         .iter()
         .map(|&seed| Ok((seed, vec![sjf_scenario(setup, runtimes_s, seed)?])))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    compare(&seeds, &arms)
+    compare(&seeds, &synthetic_arms(&fifo, &sjf))
 }
 
 /// Submissions before this instant (2017-12-01 00:00:00 on the trace's
@@ -438,33 +448,17 @@ pub fn learned_experiment(
             Ok((seed, variants))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let engine = engine(Duration::from_secs(30))?;
-    let compile = |name: &str| crate::builtin_run_policy(&engine, name, "");
-    let (fifo, sjf) = (compile("fifo")?, compile("sjf")?);
-    let arm = |label, policy, prediction, variant| Arm {
+    let (fifo, sjf) = fifo_and_sjf()?;
+    let mut arms = synthetic_arms(&fifo, &sjf);
+    // After the Oracle: SJF on the two trees' estimates (variants 1 and 2).
+    let learned = |label, variant| Arm {
         label,
-        policy,
-        prediction,
+        policy: &sjf,
+        prediction: Prediction::None,
         variant,
     };
-    let arms = [
-        arm("FIFO", &fifo, Prediction::None, 0),
-        arm("SJF, Oracle", &sjf, Prediction::Oracle, 0),
-        arm("SJF, CART on cluster + GPUs", &sjf, Prediction::None, 1),
-        arm("SJF, CART on cluster only", &sjf, Prediction::None, 2),
-        arm(
-            "SJF, best predictor (78 % within 25 %)",
-            &sjf,
-            Prediction::Best,
-            0,
-        ),
-        arm(
-            "SJF, noisier predictor (50 % within 25 %)",
-            &sjf,
-            Prediction::GroupOnly,
-            0,
-        ),
-    ];
+    arms.insert(2, learned("SJF, CART on cluster + GPUs", 1));
+    arms.insert(3, learned("SJF, CART on cluster only", 2));
     Ok(LearnedResult {
         train_jobs: train.len(),
         test_jobs: test.len(),
