@@ -97,12 +97,12 @@ fn arrive(state: &mut ClusterState, rng: &mut ChaCha8Rng, now: u64) {
 /// driver new to the cluster (the round transfers the whole snapshot: the round after a
 /// policy swap); otherwise a driver that ran the previous round (the round transfers the
 /// arrivals as a delta: every other round).
-fn round_ms(
+fn measured_round(
     warm_up: &dyn Fn() -> RoundDriver,
     make: &dyn Fn() -> RoundDriver,
     first_sync: bool,
     wasm: bool,
-) -> (f64, usize) {
+) -> (Duration, usize) {
     let (mut state, mut rng, now) = warm_state(warm_up);
     let mut driver = make();
     if !first_sync {
@@ -118,7 +118,7 @@ fn round_ms(
         "{:?}",
         r.served
     );
-    (r.latency.as_secs_f64() * 1e3, r.applied.started.len())
+    (r.latency, r.applied.started.len())
 }
 
 fn measure(
@@ -134,15 +134,15 @@ fn measure(
         let (mut w, mut n) = (Vec::new(), Vec::new());
         let mut started = (0, 0);
         for _ in 0..PAIRS {
-            let (ms, s) = round_ms(warm_up, wasm, first_sync, true);
-            w.push(ms);
+            let (latency, s) = measured_round(warm_up, wasm, first_sync, true);
+            w.push(latency);
             started.0 = s;
-            let (ms, s) = round_ms(warm_up, native, first_sync, false);
-            n.push(ms);
+            let (latency, s) = measured_round(warm_up, native, first_sync, false);
+            n.push(latency);
             started.1 = s;
         }
         assert_eq!(started.0, started.1, "Wasm and native start the same jobs");
-        let (wm, nm) = (median(&mut w), median(&mut n));
+        let (wm, nm) = (common::median_ms(&mut w), common::median_ms(&mut n));
         println!(
             "  {} ({} jobs started): wasm p50 {wm:.2} ms, native p50 {nm:.2} ms: wasm/native {:.2}x{}",
             if first_sync {
@@ -162,11 +162,6 @@ fn measure(
             }
         );
     }
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn main() {
