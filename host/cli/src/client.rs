@@ -822,21 +822,30 @@ pub struct AbStartArgs {
     pub candidate: String,
     #[arg(long, value_enum, default_value = "split")]
     pub mode: ModeArg,
-    /// Tenants routed to the candidate (default: a hash of the job id).
+    /// Tenants routed to the candidate (default: randomised assignment, a
+    /// biased coin that keeps requested GPUs at the share).
     #[arg(long, value_delimiter = ',')]
     pub tenants: Vec<String>,
-    /// Candidate's share of jobs (hash split) and of node capacity.
+    /// Candidate's share of demand (randomised assignment) and of node capacity.
     #[arg(long, default_value_t = 0.5)]
     pub share: f64,
     /// Guardrail metric: queue_delay, jct, slo_violations or faults.
     #[arg(long, default_value = "queue_delay")]
     pub guardrail: String,
+    /// False-rollback rate of the guardrail's sequential test; it holds however
+    /// often the guardrail looks.
     #[arg(long, default_value_t = 0.05)]
     pub alpha: f64,
+    /// Samples each arm needs before the guardrail weighs evidence.
     #[arg(long, default_value_t = 30)]
     pub min_samples: u32,
+    /// Candidate policy faults that roll it back at once.
     #[arg(long, default_value_t = 3)]
     pub max_faults: u32,
+    /// The regression the guardrail is most sensitive to, as a fraction of the
+    /// control's mean (0.1 = a candidate 10 % worse).
+    #[arg(long, default_value_t = 0.1)]
+    pub min_effect: f64,
 }
 
 #[derive(Args)]
@@ -848,10 +857,13 @@ pub struct AbRefArgs {
 
 fn est(e: &Option<v1::Estimate>) -> String {
     match e {
-        Some(e) if e.samples > 0 => format!(
-            "{:.1} [{:.1}, {:.1}] n={}",
-            e.mean, e.ci_low, e.ci_high, e.samples
+        Some(e) if e.samples > 0 && e.batches >= 2 => format!(
+            "{:.1} [{:.1}, {:.1}] n={} ({} batches)",
+            e.mean, e.ci_low, e.ci_high, e.samples, e.batches
         ),
+        Some(e) if e.samples > 0 => {
+            format!("{:.1} n={} (too few for an interval)", e.mean, e.samples)
+        }
         _ => "-".into(),
     }
 }
@@ -859,7 +871,8 @@ fn est(e: &Option<v1::Estimate>) -> String {
 fn est_json(e: &Option<v1::Estimate>) -> serde_json::Value {
     match e {
         Some(e) => serde_json::json!({
-            "mean": e.mean, "ci_low": e.ci_low, "ci_high": e.ci_high, "samples": e.samples
+            "mean": e.mean, "ci_low": e.ci_low, "ci_high": e.ci_high, "samples": e.samples,
+            "batches": e.batches
         }),
         None => serde_json::Value::Null,
     }
@@ -916,6 +929,16 @@ fn print_experiment(s: &v1::ExperimentStatus, json: bool) -> anyhow::Result<()> 
             "candidate_slot": s.candidate_slot,
             "reason": s.reason,
             "arms": arms,
+            "comparison": s.comparison.as_ref().map(|c| serde_json::json!({
+                "metric": c.metric, "difference": c.difference,
+                "ci_low": c.ci_low, "ci_high": c.ci_high, "always_valid_p": c.always_valid_p,
+            })),
+            "balance": s.balance.as_ref().map(|b| serde_json::json!({
+                "control_jobs": b.control_jobs, "candidate_jobs": b.candidate_jobs,
+                "control_gpu_hours": b.control_gpu_hours, "candidate_gpu_hours": b.candidate_gpu_hours,
+                "target_share": b.target_share, "sample_ratio_p": b.sample_ratio_p,
+                "mismatch": b.mismatch,
+            })),
             "shadow": shadow,
         }));
     }
@@ -936,7 +959,7 @@ fn print_experiment(s: &v1::ExperimentStatus, json: bool) -> anyhow::Result<()> 
     );
     for a in &s.arms {
         println!(
-            "  {} ({} gen {}): {} nodes, {} GPUs; jobs {}/{}/{} submitted/started/finished",
+            "  {} ({} gen {}): {} nodes, {} GPUs; jobs {}/{}/{} enrolled/started/finished",
             a.arm,
             a.slot,
             a.generation,
@@ -954,6 +977,32 @@ fn print_experiment(s: &v1::ExperimentStatus, json: bool) -> anyhow::Result<()> 
         println!(
             "    preemptions {}, SLO violations {}, policy faults {}",
             a.preemptions, a.slo_violations, a.policy_faults
+        );
+    }
+    if let Some(c) = &s.comparison {
+        println!(
+            "  candidate - control, {}: {:+.1} [95% CI {:.1}, {:.1}], always-valid p = {:.3}",
+            c.metric, c.difference, c.ci_low, c.ci_high, c.always_valid_p
+        );
+    }
+    if let Some(b) = &s.balance {
+        let total = b.control_gpu_hours + b.candidate_gpu_hours;
+        println!(
+            "  balance: {}/{} jobs control/candidate, candidate share of GPU-hours {:.3} (target {:.3}); sample-ratio p = {:.3}{}",
+            b.control_jobs,
+            b.candidate_jobs,
+            if total > 0.0 {
+                b.candidate_gpu_hours / total
+            } else {
+                0.0
+            },
+            b.target_share,
+            b.sample_ratio_p,
+            if b.mismatch {
+                " — MISMATCH: the split is not what was asked; do not trust the comparison"
+            } else {
+                ""
+            }
         );
     }
     if let Some(sh) = &s.shadow {
@@ -1012,6 +1061,7 @@ pub async fn ab(cmd: &AbCommand) -> anyhow::Result<()> {
                         alpha: a.alpha,
                         min_samples: a.min_samples,
                         max_faults: a.max_faults,
+                        min_effect: a.min_effect,
                     }),
                 })
                 .await

@@ -172,6 +172,8 @@ fn kill_9_and_restart_loses_nothing_and_resumes() {
         "a tenant sees only its jobs"
     );
 
+    let before = cli(&server, &admin, &["ab", "status", "exp"]);
+
     // kill -9 (SIGKILL): no shutdown path runs.
     drop(server);
 
@@ -185,6 +187,33 @@ fn kill_9_and_restart_loses_nothing_and_resumes() {
     // The experiment, the candidate slot and the tenant token survived.
     let status = cli(&server, &admin, &["ab", "status", "exp"]);
     assert_eq!(status["state"], "running", "{status}");
+    // The arms' statistics survived the kill (they reset to nothing before):
+    // every enrolled job still counts — the long job in the candidate arm,
+    // the short ones in control — with the long job's measured queue delay,
+    // and the counters add up.
+    let arm = |s: &Value, name: &str| -> Value {
+        s["arms"]
+            .as_array()
+            .and_then(|arms| arms.iter().find(|a| a["arm"] == name))
+            .cloned()
+            .unwrap_or_else(|| panic!("no arm {name}: {s}"))
+    };
+    let (cand, ctrl) = (arm(&status, "candidate"), arm(&status, "control"));
+    assert_eq!(cand["jobs_submitted"], 1, "{status}");
+    assert_eq!(cand["jobs_started"], 1, "{status}");
+    assert_eq!(ctrl["jobs_submitted"], 3, "{status}");
+    assert_eq!(
+        cand["queue_delay_ms"],
+        arm(&before, "candidate")["queue_delay_ms"],
+        "before: {before}\nafter: {status}"
+    );
+    for a in [&cand, &ctrl] {
+        let n = |k: &str| a[k].as_u64().unwrap_or(u64::MAX);
+        assert!(
+            n("jobs_submitted") >= n("jobs_started") && n("jobs_started") >= n("jobs_finished"),
+            "{a}"
+        );
+    }
     let slot = cli(&server, &admin, &["policy", "describe", "fifo"]);
     assert_eq!(slot["generations"][0]["name"], "fifo", "{slot}");
     assert_eq!(jobs(&server, &tenant_token).len(), 1);

@@ -22,7 +22,10 @@ use crate::launch;
 use crate::metrics::{Exposition, GaugeValue, Histogram, PolicyMetrics, generation_label};
 use crate::records::*;
 use crate::shadow::{Shadow, ShadowInput};
-use crate::stats::{Sample, fragmentation_pct, p_worse, pending_demand};
+use crate::stats::{
+    AlwaysValidP, ArmStats, Assigner, Comparison, JobStats, RoundStats, SRM_ALERT_P, assign,
+    fragmentation_pct, look, pending_demand,
+};
 use crate::store::{Ack, Contents, Store, StoreWriter, Write};
 use anyhow::Context;
 use arbiter_host::registry::{Generation, PolicySlot, Registry};
@@ -267,24 +270,6 @@ struct AgentRecord {
     gpu_count: u32,
 }
 
-/// Per-arm outcome metrics.
-#[derive(Clone, Debug, Default)]
-pub struct ArmStats {
-    pub submitted: u64,
-    pub started: u64,
-    pub finished: u64,
-    pub queue_delay_ms: Sample,
-    pub jct_ms: Sample,
-    pub alloc_pct: Sample,
-    pub frag_pct: Sample,
-    pub preemptions: u64,
-    pub slo_violations: u64,
-    /// 1 per finished job that missed its deadline, 0 otherwise (for the test).
-    pub slo_sample: Sample,
-    pub faults: u64,
-    pub policy_ms: Sample,
-}
-
 struct Cell {
     arm: String,
     slot: Arc<PolicySlot>,
@@ -348,7 +333,28 @@ struct Experiment {
     stats: BTreeMap<String, ArmStats>,
     shadow: Option<Shadow>,
     candidate_generation: u64,
+    /// The `default` slot's generation when the experiment started: what
+    /// the control arm ran (a promotion changes the slot, not the history).
+    control_generation: u64,
+    /// The randomised split's coin (`None`: shadow, or split by tenant).
+    assigner: Option<Assigner>,
+    /// The guardrail's evidence so far; persisted with the round stats.
+    evidence: AlwaysValidP,
+    /// The guardrail's last look at the guarded metric.
+    comparison: Option<Comparison>,
+    /// Round stats (or evidence) changed since they were last persisted.
+    rounds_dirty: bool,
 }
+
+/// What an experiment persists besides its jobs: the per-round stats and
+/// the guardrail's evidence (the job stats are rebuilt from the jobs).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ExperimentRounds {
+    arms: BTreeMap<String, RoundStats>,
+    evidence: AlwaysValidP,
+}
+
+const EXPERIMENT_ROUNDS_PREFIX: &str = "exp-rounds/";
 
 /// The control plane.
 pub struct Plane {
@@ -373,7 +379,6 @@ pub struct Plane {
     events: broadcast::Sender<v1::JobEvent>,
     metrics: PolicyMetrics,
     /// Stats of the single control cell outside experiments.
-    control_stats: ArmStats,
     tenant_faults: u64,
     /// What each tenant's policy instances hold, against
     /// `cfg.tenant_memory_bytes`.
@@ -499,7 +504,6 @@ impl Plane {
             finished_status: BTreeMap::new(),
             events,
             metrics: PolicyMetrics::default(),
-            control_stats: ArmStats::default(),
             tenant_faults: 0,
             tenant_memory: BTreeMap::new(),
             job_samples: HashMap::new(),
@@ -674,7 +678,17 @@ impl Plane {
             let record: ExperimentRecord = serde_json::from_slice(bytes)
                 .with_context(|| format!("stored experiment `{name}`"))?;
             if record.state == ExperimentState::Running {
-                match self.activate_experiment(record.clone()) {
+                // Round stats are a report: an unreadable record starts them afresh.
+                let rounds = contents
+                    .get(&format!("{EXPERIMENT_ROUNDS_PREFIX}{name}"))
+                    .and_then(|bytes| match serde_json::from_slice(bytes) {
+                        Ok(r) => Some(r),
+                        Err(e) => {
+                            tracing::warn!(experiment = name, error = %e, "unreadable round stats; started afresh");
+                            None
+                        }
+                    });
+                match self.activate_experiment(record.clone(), rounds) {
                     Ok(()) => {}
                     Err(e) => {
                         tracing::error!(experiment = name, error = %e, "could not resume experiment; aborting it");
@@ -875,6 +889,8 @@ impl Plane {
                 placement: Vec::new(),
                 preemptions: 0,
                 arm: String::new(),
+                experiment: String::new(),
+                first_start_ms: 0,
                 message: String::new(),
                 progress: ProgressRecord::default(),
                 service: None,
@@ -1176,26 +1192,34 @@ impl Plane {
         job.end_ms = now;
         job.message = message.to_string();
         let job = job.clone();
-        if was_running && status == JobStatus::Succeeded {
-            let stats = self.stats_mut(&job.arm);
-            stats.finished += 1;
-            let jct = now.saturating_sub(job.submit_ms) as f64;
-            stats.jct_ms.push(jct);
-            let missed = job.spec.deadline_ms > 0 && jct > job.spec.deadline_ms as f64;
-            stats.slo_violations += u64::from(missed);
-            stats.slo_sample.push(if missed { 1.0 } else { 0.0 });
+        if was_running
+            && status == JobStatus::Succeeded
+            && let Some(stats) = self.enrolled_stats(id)
+        {
+            stats.finished(
+                now.saturating_sub(job.submit_ms) as f64,
+                job.spec.deadline_ms,
+            );
         }
         self.notify(&job, previous);
         self.writer.send_durable(vec![job_write(&job)])
     }
 
-    fn stats_mut(&mut self, arm: &str) -> &mut ArmStats {
-        match self.experiment.as_mut() {
-            Some(e) if e.record.mode == Mode::Split => {
-                e.stats.entry(arm_or_control(arm)).or_default()
-            }
-            _ => &mut self.control_stats,
+    /// The job stats of the arm a job is enrolled in, while its experiment runs.
+    fn enrolled_stats(&mut self, id: u64) -> Option<&mut JobStats> {
+        let job = self.jobs.get(&id)?;
+        let e = self.experiment.as_mut()?;
+        if job.experiment != e.record.name {
+            return None;
         }
+        Some(&mut e.stats.entry(arm_or_control(&job.arm)).or_default().jobs)
+    }
+
+    /// The round stats of a cell's arm while an experiment runs.
+    fn round_stats(&mut self, arm: &str) -> Option<&mut RoundStats> {
+        let e = self.experiment.as_mut()?;
+        e.rounds_dirty = true;
+        Some(&mut e.stats.entry(arm_or_control(arm)).or_default().rounds)
     }
 
     // ------------------------------------------------------------ policies
@@ -1612,13 +1636,19 @@ impl Plane {
             reason: String::new(),
             started_ms: now_ms(),
             ended_ms: 0,
+            seed: rand::random(),
+            first_job: self.next_id,
         };
-        self.activate_experiment(record.clone())?;
+        self.activate_experiment(record.clone(), None)?;
         let ack = self.persist_experiment(&record);
         Ok((self.experiment_status(&record.name)?, ack))
     }
 
-    fn activate_experiment(&mut self, record: ExperimentRecord) -> Result<(), ApiError> {
+    fn activate_experiment(
+        &mut self,
+        record: ExperimentRecord,
+        rounds: Option<ExperimentRounds>,
+    ) -> Result<(), ApiError> {
         let slot = self.registry.find(&record.candidate_slot).ok_or_else(|| {
             ApiError::NotFound(format!("no policy slot `{}`", record.candidate_slot))
         })?;
@@ -1643,18 +1673,109 @@ impl Plane {
             }
             Mode::Split => None,
         };
-        let mut stats = BTreeMap::new();
-        stats.insert(CONTROL.to_string(), ArmStats::default());
-        stats.insert(CANDIDATE.to_string(), ArmStats::default());
-        tracing::info!(experiment = %record.name, mode = ?record.mode, candidate = %record.candidate_slot, "experiment started");
-        self.experiment = Some(Experiment {
+        let (stats, assigner) = self.enrolled_job_stats(&record);
+        let mut experiment = Experiment {
             candidate_generation: generation.id,
+            control_generation: self
+                .registry
+                .find(DEFAULT_SLOT)
+                .and_then(|s| s.active_id())
+                .unwrap_or(0),
             record,
             stats,
             shadow,
-        });
+            assigner,
+            evidence: AlwaysValidP::default(),
+            comparison: None,
+            rounds_dirty: false,
+        };
+        if let Some(saved) = rounds {
+            for (arm, rounds) in saved.arms {
+                experiment.stats.entry(arm).or_default().rounds = rounds;
+            }
+            experiment.evidence = saved.evidence;
+        }
+        tracing::info!(experiment = %experiment.record.name, mode = ?experiment.record.mode, candidate = %experiment.record.candidate_slot, "experiment started");
+        self.experiment = Some(experiment);
         self.rebuild_cells();
         Ok(())
+    }
+
+    /// The job stats of an experiment's arms and its coin's totals, from the
+    /// jobs enrolled in it (none when it starts; after a restart, what it
+    /// had): starts in the order of first start, finishes in the order of
+    /// end, as they were seen.
+    fn enrolled_job_stats(
+        &self,
+        record: &ExperimentRecord,
+    ) -> (BTreeMap<String, ArmStats>, Option<Assigner>) {
+        let mut stats = BTreeMap::new();
+        stats.insert(CONTROL.to_string(), ArmStats::default());
+        stats.insert(CANDIDATE.to_string(), ArmStats::default());
+        let mut assigner = (record.mode == Mode::Split && record.candidate_tenants.is_empty())
+            .then(|| Assigner::new(record.candidate_share, record.seed));
+        let enrolled: Vec<&StoredJob> = self
+            .jobs
+            .values()
+            .filter(|j| j.experiment == record.name)
+            .collect();
+        for j in &enrolled {
+            let arm = stats.entry(arm_or_control(&j.arm)).or_default();
+            arm.jobs.enrolled();
+            arm.jobs.preemptions += u64::from(j.preemptions);
+            if let Some(coin) = assigner.as_mut() {
+                coin.count(j.arm == CANDIDATE, j.spec.gpu_hours());
+            }
+        }
+        let mut starts: Vec<&&StoredJob> =
+            enrolled.iter().filter(|j| j.first_start_ms > 0).collect();
+        starts.sort_unstable_by_key(|j| (j.first_start_ms, j.id));
+        for j in starts {
+            let delay = j.first_start_ms.saturating_sub(j.submit_ms) as f64;
+            stats
+                .entry(arm_or_control(&j.arm))
+                .or_default()
+                .jobs
+                .started(delay);
+        }
+        let mut ends: Vec<&&StoredJob> = enrolled
+            .iter()
+            .filter(|j| j.status == JobStatus::Succeeded && j.first_start_ms > 0)
+            .collect();
+        ends.sort_unstable_by_key(|j| (j.end_ms, j.id));
+        for j in ends {
+            let jct = j.end_ms.saturating_sub(j.submit_ms) as f64;
+            stats
+                .entry(arm_or_control(&j.arm))
+                .or_default()
+                .jobs
+                .finished(jct, j.spec.deadline_ms);
+        }
+        (stats, assigner)
+    }
+
+    /// Persists the running experiment's round stats and evidence if they
+    /// changed (once a tick at most).
+    fn persist_experiment_rounds(&mut self) {
+        let Some(e) = self.experiment.as_mut().filter(|e| e.rounds_dirty) else {
+            return;
+        };
+        e.rounds_dirty = false;
+        let saved = ExperimentRounds {
+            arms: e
+                .stats
+                .iter()
+                .map(|(arm, s)| (arm.clone(), s.rounds.clone()))
+                .collect(),
+            evidence: e.evidence,
+        };
+        match serde_json::to_vec(&saved) {
+            Ok(bytes) => self.writer.send(Write::Put(
+                format!("{EXPERIMENT_ROUNDS_PREFIX}{}", e.record.name),
+                bytes,
+            )),
+            Err(e) => tracing::error!(error = %e, "encoding an experiment's round stats"),
+        }
     }
 
     /// Persists an ended experiment's record and its final status, in one write.
@@ -1701,6 +1822,11 @@ impl Plane {
         // same durable write as the record, so they survive a restart.
         let status = self.status_of(&exp);
         let ack = self.persist_experiment_with_status(&exp.record, &status);
+        // The final status holds the round stats now.
+        self.writer.send(Write::Delete(format!(
+            "{EXPERIMENT_ROUNDS_PREFIX}{}",
+            exp.record.name
+        )));
         self.finished_status.insert(exp.record.name.clone(), status);
         self.experiments
             .insert(exp.record.name.clone(), exp.record.clone());
@@ -1816,8 +1942,9 @@ impl Plane {
             ],
             Mode::Shadow => vec![(CONTROL, DEFAULT_SLOT)],
         };
+        let none = ArmStats::default();
         for (arm, slot) in arms {
-            let stats = e.stats.get(arm).cloned().unwrap_or_default();
+            let stats = e.stats.get(arm).unwrap_or(&none);
             let cell = self.cells.iter().find(|c| c.arm == arm);
             let (nodes, gpus) = cell.map_or((0, 0), |c| {
                 (
@@ -1828,25 +1955,45 @@ impl Plane {
             let generation = if arm == CANDIDATE {
                 e.candidate_generation
             } else {
-                self.registry
-                    .find(DEFAULT_SLOT)
-                    .and_then(|s| s.active_id())
-                    .unwrap_or(0)
+                e.control_generation
             };
             status
                 .arms
-                .push(arm_metrics(arm, slot, generation, nodes, gpus, &stats));
+                .push(arm_metrics(arm, slot, generation, nodes, gpus, stats));
         }
+        status.comparison = e.comparison.map(|c| v1::Comparison {
+            metric: e.record.guardrail.metric.clone(),
+            difference: c.difference,
+            ci_low: c.low,
+            ci_high: c.high,
+            always_valid_p: c.p,
+        });
+        status.balance = e.assigner.as_ref().map(|coin| {
+            let b = coin.balance;
+            let p = coin.sample_ratio_p();
+            v1::Balance {
+                control_jobs: b.control_jobs,
+                candidate_jobs: b.candidate_jobs,
+                control_gpu_hours: b.control_work,
+                candidate_gpu_hours: b.candidate_work,
+                target_share: coin.share,
+                sample_ratio_p: p,
+                mismatch: p < SRM_ALERT_P,
+            }
+        });
         if let Some(shadow) = &e.shadow {
             let s = shadow.state.lock();
             status.shadow = Some(s.to_proto());
             let mut stats = ArmStats {
-                faults: s.candidate_faults,
-                frag_pct: s.candidate_frag.clone(),
-                policy_ms: s.candidate_latency_ms.clone(),
+                rounds: RoundStats {
+                    faults: s.candidate_faults,
+                    frag_pct: s.candidate_frag.clone(),
+                    policy_ms: s.candidate_latency_ms.clone(),
+                    ..RoundStats::default()
+                },
                 ..ArmStats::default()
             };
-            stats.started = s.candidate_only;
+            stats.jobs.started = s.candidate_only;
             status.arms.push(arm_metrics(
                 CANDIDATE,
                 &e.record.candidate_slot,
@@ -1877,33 +2024,17 @@ impl Plane {
                 })
             }
             Mode::Split => {
-                let cand = e.stats.get(CANDIDATE).cloned().unwrap_or_default();
-                let ctrl = e.stats.get(CONTROL).cloned().unwrap_or_default();
-                if cand.faults >= u64::from(g.max_faults) {
-                    Some(format!(
-                        "candidate faulted {} times (limit {})",
-                        cand.faults, g.max_faults
-                    ))
-                } else {
-                    let (c, k, unit) = match g.metric.as_str() {
-                        "jct" => (&cand.jct_ms, &ctrl.jct_ms, "ms"),
-                        "slo_violations" => (&cand.slo_sample, &ctrl.slo_sample, "share"),
-                        _ => (&cand.queue_delay_ms, &ctrl.queue_delay_ms, "ms"),
-                    };
-                    let enough =
-                        c.n() >= u64::from(g.min_samples) && k.n() >= u64::from(g.min_samples);
-                    match p_worse(c, k) {
-                        // "faults" is guarded by `max_faults` alone.
-                        Some(p) if enough && g.metric != "faults" && p < g.alpha => Some(format!(
-                            "candidate {} {:.1} {unit} vs control {:.1} {unit} (one-sided Welch p = {p:.2e} < {})",
-                            g.metric,
-                            c.mean(),
-                            k.mean(),
-                            g.alpha
-                        )),
-                        _ => None,
-                    }
-                }
+                let Some(e) = self.experiment.as_mut() else {
+                    return;
+                };
+                let none = ArmStats::default();
+                let candidate = e.stats.get(CANDIDATE).unwrap_or(&none);
+                let control = e.stats.get(CONTROL).unwrap_or(&none);
+                let looks = e.evidence.looks;
+                let verdict = look(&e.record.guardrail, candidate, control, &mut e.evidence);
+                e.comparison = verdict.comparison;
+                e.rounds_dirty |= e.evidence.looks != looks;
+                verdict.roll_back
             }
         };
         if let Some(reason) = reason {
@@ -2742,12 +2873,24 @@ impl Plane {
                 tracing::error!(job = id, error = %e, "evicting from the cell");
             }
         }
+        self.preempted(id);
         if let Some(j) = self.jobs.get_mut(&id) {
-            j.placement.clear();
-            j.preemptions += 1;
             j.message = why.to_string();
         }
         self.set_status(id, JobStatus::Pending);
+    }
+
+    /// A running job lost its placement (preempted, its node lost, or it
+    /// could not keep it in a rebuilt cell): counted on the job and, if
+    /// enrolled, in its arm.
+    fn preempted(&mut self, id: u64) {
+        if let Some(j) = self.jobs.get_mut(&id) {
+            j.placement.clear();
+            j.preemptions += 1;
+        }
+        if let Some(stats) = self.enrolled_stats(id) {
+            stats.preemptions += 1;
+        }
     }
 
     fn send_to(&self, node: &str, body: v1::host_message::Body) {
@@ -2836,19 +2979,55 @@ impl Plane {
 
     // ------------------------------------------------------------ cells
 
-    /// Which arm a job belongs to under the running split experiment.
+    /// Which arm a released job belongs to under the running split
+    /// experiment: its tenant's, or the arm it was enrolled in; a job
+    /// carried over from before the experiment (not measured) by a draw at
+    /// the split's share.
     fn route(&self, job: &StoredJob) -> &'static str {
         match &self.experiment {
             Some(e) if e.record.mode == Mode::Split => {
-                let candidate = if e.record.candidate_tenants.is_empty() {
-                    unit_hash(job.id) < e.record.candidate_share
-                } else {
+                let candidate = if !e.record.candidate_tenants.is_empty() {
                     e.record.candidate_tenants.contains(&job.tenant)
+                } else if job.experiment == e.record.name {
+                    job.arm == CANDIDATE
+                } else {
+                    assign::unit_draw(e.record.seed, job.id) < e.record.candidate_share
                 };
                 if candidate { CANDIDATE } else { CONTROL }
             }
             _ => CONTROL,
         }
+    }
+
+    /// The arm a job joins on its release: the biased coin of a randomised
+    /// split, else as routed.
+    fn assign(&self, job: &StoredJob) -> &'static str {
+        match self.experiment.as_ref().and_then(|e| e.assigner.as_ref()) {
+            Some(coin) if coin.choose(job.id) => CANDIDATE,
+            Some(_) => CONTROL,
+            None => self.route(job),
+        }
+    }
+
+    /// Enrolls a released job in the running experiment, in arm `arm`.
+    fn enroll(&mut self, id: u64, arm: &str) {
+        let (Some(e), Some(j)) = (self.experiment.as_mut(), self.jobs.get_mut(&id)) else {
+            return;
+        };
+        j.experiment = e.record.name.clone();
+        j.arm = if e.record.mode == Mode::Split {
+            arm.to_string()
+        } else {
+            String::new()
+        };
+        if let Some(coin) = e.assigner.as_mut() {
+            coin.count(arm == CANDIDATE, j.spec.gpu_hours());
+        }
+        e.stats
+            .entry(arm_or_control(arm))
+            .or_default()
+            .jobs
+            .enrolled();
     }
 
     /// Rebuilds the cells from the job table (start-up, experiment start/end).
@@ -3024,10 +3203,7 @@ impl Plane {
         for (id, outcome) in requeued {
             match outcome {
                 Ok(()) => {
-                    if let Some(j) = self.jobs.get_mut(&id) {
-                        j.placement.clear();
-                        j.preemptions += 1;
-                    }
+                    self.preempted(id);
                     self.set_status(id, JobStatus::Pending);
                 }
                 Err(e) => {
@@ -3100,6 +3276,7 @@ impl Plane {
         self.match_if_due(now);
         self.rounds += 1;
         self.check_guardrail();
+        self.persist_experiment_rounds();
     }
 
     /// Simulated pool: jobs whose run time is up succeed.
@@ -3250,7 +3427,18 @@ impl Plane {
         let Some(job) = self.jobs.get(&id).cloned() else {
             return;
         };
-        let arm = self.route(&job);
+        // Jobs submitted while the experiment runs join it on their first
+        // release; older ones run in an arm but are not measured (their wait
+        // began under another policy).
+        let newly_enrolled = self
+            .experiment
+            .as_ref()
+            .is_some_and(|e| job.experiment != e.record.name && job.id >= e.record.first_job);
+        let arm = if newly_enrolled {
+            self.assign(&job)
+        } else {
+            self.route(&job)
+        };
         let Some(cell) = self.cells.iter_mut().find(|c| c.arm == arm) else {
             return;
         };
@@ -3258,18 +3446,9 @@ impl Plane {
             Ok(local) => {
                 cell.local.insert(id, local);
                 cell.global.insert(local, id);
-                let split = self
-                    .experiment
-                    .as_ref()
-                    .is_some_and(|e| e.record.mode == Mode::Split);
-                if let Some(j) = self.jobs.get_mut(&id) {
-                    j.arm = if split {
-                        arm.to_string()
-                    } else {
-                        String::new()
-                    };
+                if newly_enrolled {
+                    self.enroll(id, arm);
                 }
-                self.stats_mut(arm).submitted += 1;
                 self.set_status(id, JobStatus::Pending);
             }
             Err(e) => {
@@ -3347,8 +3526,7 @@ impl Plane {
         for (generation, fault) in &report.faults {
             self.metrics.count_fault(&slot, *generation, fault.kind());
         }
-        {
-            let stats = self.stats_mut(&arm);
+        if let Some(stats) = self.round_stats(&arm) {
             stats.faults += report.faults.len() as u64;
             stats.alloc_pct.push(alloc);
             stats.frag_pct.push(frag);
@@ -3412,27 +3590,30 @@ impl Plane {
             moved,
             qos_changed,
         } = changes;
+        // In job order, as a restart rebuilds them (same-time starts).
+        let mut started = started;
+        started.sort_unstable_by_key(|(id, _)| *id);
         for (id, placement) in started {
+            let mut first_delay = None;
             if let Some(j) = self.jobs.get_mut(&id) {
                 j.placement = placement;
                 j.start_ms = now;
-                let delay = now.saturating_sub(j.submit_ms) as f64;
-                let arm = j.arm.clone();
-                let stats = self.stats_mut(&arm);
-                stats.started += 1;
-                stats.queue_delay_ms.push(delay);
+                if j.first_start_ms == 0 {
+                    j.first_start_ms = now;
+                    first_delay = Some(now.saturating_sub(j.submit_ms) as f64);
+                }
+            }
+            if let Some(delay) = first_delay
+                && let Some(stats) = self.enrolled_stats(id)
+            {
+                stats.started(delay);
             }
             self.set_status(id, JobStatus::Running);
             self.launch_on_agents(id);
         }
         for id in preempted {
             self.stop_elsewhere(id, "");
-            if let Some(j) = self.jobs.get_mut(&id) {
-                j.preemptions += 1;
-                j.placement.clear();
-                let arm = j.arm.clone();
-                self.stats_mut(&arm).preemptions += 1;
-            }
+            self.preempted(id);
             self.set_status(id, JobStatus::Pending);
         }
         for (id, placement) in moved {
@@ -3721,15 +3902,6 @@ fn restrict_permissions(path: &Path) {
     }
 }
 
-/// A deterministic hash of a job id onto [0, 1) (splitmix64).
-pub fn unit_hash(id: u64) -> f64 {
-    let mut z = id.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^= z >> 31;
-    (z >> 11) as f64 / (1u64 << 53) as f64
-}
-
 /// The contract-0.3 traits of a stored job.
 fn job_traits(job: &StoredJob) -> JobTraits {
     let s = &job.spec;
@@ -3888,6 +4060,8 @@ fn status_skeleton(r: &ExperimentRecord) -> v1::ExperimentStatus {
         reason: r.reason.clone(),
         started_ms: r.started_ms,
         ended_ms: r.ended_ms,
+        comparison: None,
+        balance: None,
     }
 }
 
@@ -3899,23 +4073,24 @@ fn arm_metrics(
     gpus: u32,
     s: &ArmStats,
 ) -> v1::ArmMetrics {
+    let (j, r) = (&s.jobs, &s.rounds);
     v1::ArmMetrics {
         arm: arm.to_string(),
         slot: slot.to_string(),
         generation,
         nodes,
         gpus,
-        jobs_submitted: s.submitted,
-        jobs_started: s.started,
-        jobs_finished: s.finished,
-        queue_delay_ms: Some(s.queue_delay_ms.estimate()),
-        jct_ms: Some(s.jct_ms.estimate()),
-        gpu_allocation_pct: Some(s.alloc_pct.estimate()),
-        fragmentation_pct: Some(s.frag_pct.estimate()),
-        preemptions: s.preemptions,
-        slo_violations: s.slo_violations,
-        policy_faults: s.faults,
-        policy_latency_ms: Some(s.policy_ms.estimate()),
+        jobs_submitted: j.submitted,
+        jobs_started: j.started,
+        jobs_finished: j.finished,
+        queue_delay_ms: Some(j.queue_delay_ms.estimate()),
+        jct_ms: Some(j.jct_ms.estimate()),
+        gpu_allocation_pct: Some(r.alloc_pct.estimate()),
+        fragmentation_pct: Some(r.frag_pct.estimate()),
+        preemptions: j.preemptions,
+        slo_violations: j.slo_violations,
+        policy_faults: r.faults,
+        policy_latency_ms: Some(r.policy_ms.estimate()),
     }
 }
 

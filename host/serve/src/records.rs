@@ -71,6 +71,14 @@ pub struct StoredJob {
     pub placement: Vec<WorkerAt>,
     pub preemptions: u32,
     pub arm: String,
+    /// The experiment the job was enrolled in: released to the scheduler
+    /// while that split experiment ran, so its outcomes count in its arm's
+    /// statistics (empty: none).
+    #[serde(default)]
+    pub experiment: String,
+    /// When the job first started (0: never); `start_ms` is its latest start.
+    #[serde(default)]
+    pub first_start_ms: u64,
     pub message: String,
     /// Progress as of the last report or cell rebuild, restored into the
     /// rebuilt cells (experiment start or end, restart).
@@ -161,6 +169,12 @@ impl JobSpecRecord {
             self.gpus_per_worker
         };
         arbiter_policy_sdk::model::gpu_demand_milli(self.workers(), per_worker, self.gpu_milli)
+    }
+
+    /// Requested work in GPU-hours: the GPU demand over the stated run
+    /// time (what a split experiment balances between its arms).
+    pub fn gpu_hours(&self) -> f64 {
+        self.demand_milli() as f64 / 1000.0 * self.duration_ms as f64 / 3.6e6
     }
 
     /// Checks a submitted spec; the error says which field is wrong.
@@ -349,6 +363,14 @@ pub struct GuardrailRecord {
     pub alpha: f64,
     pub min_samples: u32,
     pub max_faults: u32,
+    /// The regression the sequential test is tuned to, as a fraction of the
+    /// control's mean (records older than the field: the default).
+    #[serde(default = "default_min_effect")]
+    pub min_effect: f64,
+}
+
+fn default_min_effect() -> f64 {
+    0.1
 }
 
 pub const GUARDRAIL_METRICS: [&str; 4] = ["queue_delay", "jct", "slo_violations", "faults"];
@@ -371,11 +393,19 @@ impl GuardrailRecord {
         if !(alpha > 0.0 && alpha < 0.5) {
             return Err("guardrail alpha must be in (0, 0.5)".into());
         }
+        let min_effect = match g.map(|g| g.min_effect) {
+            Some(e) if e != 0.0 => e,
+            _ => default_min_effect(),
+        };
+        if !(min_effect > 0.0 && min_effect <= 10.0) {
+            return Err("guardrail min_effect must be in (0, 10]".into());
+        }
         Ok(GuardrailRecord {
             metric,
             alpha,
             min_samples: g.map(|g| g.min_samples).filter(|&n| n > 0).unwrap_or(30),
             max_faults: g.map(|g| g.max_faults).filter(|&n| n > 0).unwrap_or(3),
+            min_effect,
         })
     }
 }
@@ -409,6 +439,13 @@ pub struct ExperimentRecord {
     pub reason: String,
     pub started_ms: u64,
     pub ended_ms: u64,
+    /// Seed of the randomised assignment (0 in records older than it).
+    #[serde(default)]
+    pub seed: u64,
+    /// The first job id submitted while the experiment runs: jobs from
+    /// this one on are enrolled in it (0 in records older than it).
+    #[serde(default)]
+    pub first_job: u64,
 }
 
 /// A generation of a slot as persisted: the component by digest, its config.

@@ -8,7 +8,7 @@
 //! which jobs each would have started and where, and the fragmentation each
 //! answer leaves behind. Nothing the candidate says is ever enforced.
 
-use crate::stats::{Sample, fragmentation_pct, pending_demand};
+use crate::stats::{BatchMeans, fragmentation_pct, pending_demand};
 use arbiter_host::runtime::PolicyInstance;
 use arbiter_policy_sdk::cluster::Cluster;
 use arbiter_policy_sdk::model::{Decision, Delta, RoundInfo, Snapshot, WorkerPlacement};
@@ -40,11 +40,11 @@ pub struct ShadowState {
     pub placements_differing: u64,
     pub candidate_only: u64,
     pub incumbent_only: u64,
-    pub incumbent_frag: Sample,
-    pub candidate_frag: Sample,
+    pub incumbent_frag: BatchMeans,
+    pub candidate_frag: BatchMeans,
     pub candidate_faults: u64,
     pub candidate_invalid: u64,
-    pub candidate_latency_ms: Sample,
+    pub candidate_latency_ms: BatchMeans,
     pub recent: VecDeque<v1::PlacementDiff>,
     pub last_fault: String,
 }

@@ -398,6 +398,118 @@ async fn tenant_split_ab_reports_per_arm_metrics_and_promotes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_random_split_measures_only_its_enrolled_jobs_and_keeps_them_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    // Two 8-GPU nodes and jobs that take a whole node: a backlog forms.
+    let running = server(dir.path(), 2, Duration::from_millis(150)).await;
+    let token = running.new_admin_token.clone().unwrap();
+    let mut admin = client(&running, Some(&token)).await;
+    load(
+        &mut admin,
+        "copy",
+        arbiter_policies::get("best-fit").unwrap(),
+        "",
+    )
+    .await;
+    // The backlog from before the experiment: it runs in the arms but is
+    // not measured (the old counters mixed it in: "91/113/121").
+    let mut backlog = Vec::new();
+    for i in 0..8 {
+        backlog.push(submit(&mut admin, spec(&format!("old{i}"), 8, 150)).await);
+    }
+    let started = admin
+        .experiments
+        .start(v1::StartExperimentRequest {
+            name: "a-a".into(),
+            mode: v1::ExperimentMode::Split as i32,
+            candidate_slot: "copy".into(),
+            candidate_tenants: Vec::new(),
+            candidate_share: 0.5,
+            guardrail: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        started.balance.is_some(),
+        "a randomised split reports its balance"
+    );
+    let mut enrolled = Vec::new();
+    for i in 0..24 {
+        enrolled.push(submit(&mut admin, spec(&format!("new{i}"), 1 + i % 4, 100)).await);
+    }
+    for &id in backlog.iter().chain(&enrolled) {
+        wait_state(&admin, id, v1::JobState::Succeeded).await;
+    }
+    let s = status(&mut admin, "a-a").await;
+    let counts: Vec<(u64, u64, u64)> = s
+        .arms
+        .iter()
+        .map(|a| (a.jobs_submitted, a.jobs_started, a.jobs_finished))
+        .collect();
+    let total: u64 = counts.iter().map(|c| c.0).sum();
+    assert_eq!(total, 24, "only the enrolled jobs count: {counts:?}");
+    for &(submitted, started, finished) in &counts {
+        assert!(submitted > 0, "both arms got jobs: {counts:?}");
+        assert_eq!((started, finished), (submitted, submitted), "{counts:?}");
+    }
+    let balance = s.balance.unwrap();
+    assert_eq!(balance.control_jobs + balance.candidate_jobs, 24);
+    assert!(!balance.mismatch, "{balance:?}");
+    for arm in &s.arms {
+        let q = arm.queue_delay_ms.unwrap();
+        assert_eq!(q.samples, arm.jobs_started);
+        assert!(
+            q.batches >= 2 && q.ci_low <= q.mean && q.mean <= q.ci_high,
+            "{q:?}"
+        );
+    }
+    let comparison = s
+        .comparison
+        .clone()
+        .expect("a comparison once both arms have batches");
+    assert_eq!(comparison.metric, "queue_delay");
+    assert!(
+        comparison.ci_low <= comparison.difference && comparison.difference <= comparison.ci_high
+    );
+    running.shutdown().await.unwrap();
+
+    // After a restart the job statistics are what they were (rebuilt from
+    // the jobs), the round statistics at least what they were.
+    let running = server(dir.path(), 2, Duration::from_millis(150)).await;
+    let mut admin = client(&running, Some(&token)).await;
+    let after = status(&mut admin, "a-a").await;
+    assert_eq!(after.balance, s.balance);
+    for (a, b) in after.arms.iter().zip(&s.arms) {
+        assert_eq!(
+            (
+                a.jobs_submitted,
+                a.jobs_started,
+                a.jobs_finished,
+                a.preemptions
+            ),
+            (
+                b.jobs_submitted,
+                b.jobs_started,
+                b.jobs_finished,
+                b.preemptions
+            )
+        );
+        assert_eq!(a.queue_delay_ms, b.queue_delay_ms);
+        assert_eq!(a.jct_ms, b.jct_ms);
+        assert!(a.gpu_allocation_pct.unwrap().samples >= b.gpu_allocation_pct.unwrap().samples);
+    }
+    // The evidence the guardrail had is not forgotten.
+    let p_after = after.comparison.map_or(1.0, |c| c.always_valid_p);
+    assert!(
+        p_after <= comparison.always_valid_p,
+        "{p_after} > {}",
+        comparison.always_valid_p
+    );
+    running.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shadow_diffs_placements_without_enforcing_them() {
     let dir = tempfile::tempdir().unwrap();
     let running = server(dir.path(), 2, Duration::from_secs(60)).await;
