@@ -632,6 +632,91 @@ async fn guardrail_rolls_a_faulting_candidate_back() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quota_holds_across_both_arms_and_ending_a_split_evicts_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = server(dir.path(), 4, Duration::from_secs(600)).await;
+    let (mut admin, mut a, _b) = two_tenants_with_quotas(&running, 16, 0).await;
+    load(
+        &mut admin,
+        "copy",
+        arbiter_policies::get("best-fit").unwrap(),
+        "",
+    )
+    .await;
+    admin
+        .experiments
+        .start(v1::StartExperimentRequest {
+            name: "split".into(),
+            mode: v1::ExperimentMode::Split as i32,
+            candidate_slot: "copy".into(),
+            candidate_share: 0.5,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    // 24 GPUs asked for against a quota of 16, on 32 GPUs in two arms of 16.
+    let ids = a
+        .jobs
+        .submit_batch(v1::SubmitJobsRequest {
+            specs: (0..6).map(|i| spec(&format!("q{i}"), 4, 600_000)).collect(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .ids;
+    let running_jobs = |jobs: &[v1::Job]| -> Vec<v1::Job> {
+        jobs.iter()
+            .filter(|j| j.state == v1::JobState::Running as i32)
+            .cloned()
+            .collect()
+    };
+    let list = |c: &Client| {
+        let mut c = client_clone(c);
+        async move {
+            c.jobs
+                .list(v1::ListJobsRequest::default())
+                .await
+                .unwrap()
+                .into_inner()
+                .jobs
+        }
+    };
+    wait_for("four of the tenant's jobs to run", || {
+        let l = list(&admin);
+        async move { running_jobs(&l.await).len() == 4 }
+    })
+    .await;
+    // A few more rounds: nothing more starts in either arm.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let jobs = list(&admin).await;
+    let on = running_jobs(&jobs);
+    let held: u32 = on
+        .iter()
+        .map(|j| j.spec.as_ref().map_or(0, |s| s.gpus))
+        .sum();
+    assert_eq!(held, 16, "the quota holds across both arms: {on:?}");
+    // Ending the experiment keeps every running job where it is.
+    admin
+        .experiments
+        .abort(v1::ExperimentRef {
+            name: "split".into(),
+        })
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after = list(&admin).await;
+    for j in &on {
+        let now = after.iter().find(|k| k.id == j.id).unwrap();
+        assert_eq!(now.state, v1::JobState::Running as i32, "{now:?}");
+        assert_eq!(now.preemptions, 0, "ending the split evicted {now:?}");
+        assert_eq!(now.node, j.node, "{now:?}");
+    }
+    assert_eq!(running_jobs(&after).len(), 4);
+    assert_eq!(ids.len(), 6);
+    running.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_policy_orders_its_own_queue_within_quota() {
     let dir = tempfile::tempdir().unwrap();
     let running = server(dir.path(), 2, Duration::from_secs(600)).await;
