@@ -258,8 +258,33 @@ pub struct JobsArgs {
     /// Only this tenant's jobs (admin).
     #[arg(long)]
     pub tenant: Option<String>,
+    /// Show the newest N jobs (0: the server's page, 1,000).
     #[arg(long, default_value_t = 0)]
     pub limit: u32,
+    /// Every matching job, page after page (newest first).
+    #[arg(long, conflicts_with = "limit")]
+    pub all: bool,
+}
+
+/// Every job matching `req`, following the server's pages (newest first).
+async fn list_all_jobs(
+    c: &mut Clients,
+    mut req: v1::ListJobsRequest,
+) -> anyhow::Result<Vec<v1::Job>> {
+    let mut all = Vec::new();
+    loop {
+        let page = c
+            .jobs
+            .list(req.clone())
+            .await
+            .map_err(status_error)?
+            .into_inner();
+        all.extend(page.jobs);
+        if page.next_page_token.is_empty() {
+            return Ok(all);
+        }
+        req.page_token = page.next_page_token;
+    }
 }
 
 fn state_name(s: i32) -> &'static str {
@@ -352,6 +377,7 @@ fn job_json(j: &v1::Job) -> serde_json::Value {
         "preemptions": j.preemptions,
         "arm": j.arm,
         "message": j.message,
+        "waiting_reason": j.waiting_reason,
         "progress": j.progress.as_ref().map(progress_json),
         "kind": kind_name(spec.kind),
         "workers": j.workers,
@@ -397,17 +423,22 @@ pub async fn jobs(a: &JobsArgs) -> anyhow::Result<()> {
             }) as i32
         })
         .collect();
-    let jobs = c
-        .jobs
-        .list(v1::ListJobsRequest {
-            states,
-            tenant: a.tenant.clone().unwrap_or_default(),
-            limit: a.limit,
-        })
-        .await
-        .map_err(status_error)?
-        .into_inner()
-        .jobs;
+    let req = v1::ListJobsRequest {
+        states,
+        tenant: a.tenant.clone().unwrap_or_default(),
+        limit: a.limit,
+        page_token: String::new(),
+    };
+    let jobs = if a.all {
+        list_all_jobs(&mut c, req).await?
+    } else {
+        c.jobs
+            .list(req)
+            .await
+            .map_err(status_error)?
+            .into_inner()
+            .jobs
+    };
     if a.conn.json {
         return print_json(&jobs.iter().map(job_json).collect::<Vec<_>>());
     }
@@ -422,16 +453,17 @@ pub async fn jobs(a: &JobsArgs) -> anyhow::Result<()> {
         } else {
             j.workers.to_string()
         };
-        let load = [service_text(j), metrics_text(j)]
-            .into_iter()
-            .filter(|t| !t.is_empty())
-            .collect::<Vec<_>>()
-            .join("; ");
-        let message = match (load.is_empty(), j.message.is_empty()) {
-            (true, _) => j.message.clone(),
-            (false, true) => load,
-            (false, false) => format!("{load}; {}", j.message),
-        };
+        // A waiting job's reason first: it is what the user asks `jobs` for.
+        let message = [
+            j.waiting_reason.clone(),
+            service_text(j),
+            metrics_text(j),
+            j.message.clone(),
+        ]
+        .into_iter()
+        .filter(|t| !t.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
         println!(
             "{:>6} {:<24} {:<12} {:<9} {:>4} {:>7} {:<16} {:<8} {}",
             j.id,
@@ -1104,19 +1136,17 @@ pub async fn top(conn: &Conn) -> anyhow::Result<()> {
         .into_inner()
         .nodes;
     // Running services and their load: what an autoscaling policy acts on.
-    let services: Vec<v1::Job> = c
-        .jobs
-        .list(v1::ListJobsRequest {
+    let services: Vec<v1::Job> = list_all_jobs(
+        &mut c,
+        v1::ListJobsRequest {
             states: vec![v1::JobState::Running as i32],
             ..Default::default()
-        })
-        .await
-        .map_err(status_error)?
-        .into_inner()
-        .jobs
-        .into_iter()
-        .filter(|j| j.spec.as_ref().is_some_and(|s| s.kind == 1))
-        .collect();
+        },
+    )
+    .await?
+    .into_iter()
+    .filter(|j| j.spec.as_ref().is_some_and(|s| s.kind == 1))
+    .collect();
     if conn.json {
         return print_json(&serde_json::json!({
             "epoch": view.epoch, "rounds": view.rounds, "nodes": view.nodes, "gpus": view.gpus,

@@ -128,8 +128,11 @@ impl v1::jobs_server::Jobs for Api {
 
     async fn list(&self, request: Request<v1::ListJobsRequest>) -> Reply<v1::ListJobsResponse> {
         let caller = self.caller(&request)?;
-        let jobs = self.plane.lock().list_jobs(&caller, request.get_ref());
-        Ok(Response::new(v1::ListJobsResponse { jobs }))
+        let (jobs, next_page_token) = self.plane.lock().list_jobs(&caller, request.get_ref())?;
+        Ok(Response::new(v1::ListJobsResponse {
+            jobs,
+            next_page_token,
+        }))
     }
 
     type WatchStream = Pin<Box<dyn Stream<Item = Result<v1::JobEvent, Status>> + Send + 'static>>;

@@ -24,6 +24,7 @@ pub mod server;
 pub mod shadow;
 pub mod stats;
 pub mod store;
+pub mod waiting;
 
 pub use plane::{Caller, Plane, PlaneConfig};
 pub use server::{ServeConfig, serve};

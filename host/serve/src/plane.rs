@@ -27,6 +27,7 @@ use crate::stats::{
     fragmentation_pct, look, pending_demand,
 };
 use crate::store::{Ack, Contents, Store, StoreWriter, Write};
+use crate::waiting::{self, Capacity, Fleet};
 use anyhow::Context;
 use arbiter_host::registry::{Generation, PolicySlot, Registry};
 use arbiter_host::roles::matcher::MatcherDriver;
@@ -845,14 +846,20 @@ impl Plane {
         specs: &[v1::JobSpec],
     ) -> Result<(Vec<u64>, Ack), ApiError> {
         let mut accepted = Vec::with_capacity(specs.len());
+        let fleet = Fleet::of(self.nodes.iter().map(|n| &n.request));
         for (i, spec) in specs.iter().enumerate() {
-            let record = JobSpecRecord::from_proto(spec).map_err(|e| {
-                ApiError::InvalidArgument(if specs.len() == 1 {
-                    format!("job spec: {e}")
-                } else {
-                    format!("job spec #{i}: {e}")
-                })
-            })?;
+            let which = if specs.len() == 1 {
+                "job spec".to_string()
+            } else {
+                format!("job spec #{i}")
+            };
+            let record = JobSpecRecord::from_proto(spec)
+                .map_err(|e| ApiError::InvalidArgument(format!("{which}: {e}")))?;
+            if let Some(why) = fleet.never_fits(&record) {
+                return Err(ApiError::InvalidArgument(format!(
+                    "{which}: can never run on this cluster: {why}"
+                )));
+            }
             let tenant = match caller {
                 Caller::Tenant(t) => {
                     if !spec.tenant.is_empty() && &spec.tenant != t {
@@ -907,9 +914,12 @@ impl Plane {
         Ok((ids, self.writer.send_durable(writes)))
     }
 
-    /// A job as the API shows it: the stored record and where it stands in its cell.
-    fn job_proto(&self, job: &StoredJob) -> v1::Job {
+    /// A job as the API shows it: the stored record, where it stands in its
+    /// cell, and why it waits (`reasons` caches what the reasons need across
+    /// the jobs of one call).
+    fn job_proto(&self, job: &StoredJob, reasons: &mut WaitContext) -> v1::Job {
         let mut proto = job.to_proto();
+        proto.waiting_reason = self.waiting_reason(job, reasons);
         proto.progress = self.cell_progress(job.id).as_ref().map(progress_proto);
         proto.metrics = self.job_metric(job.id).map(|m| v1::JobSample {
             job_id: job.id,
@@ -1020,29 +1030,94 @@ impl Plane {
         }
     }
 
+    /// Why a queued or pending job has not started ("" for any other).
+    fn waiting_reason(&self, job: &StoredJob, cx: &mut WaitContext) -> String {
+        match job.status {
+            JobStatus::Queued => {
+                let claimed = cx.claimed.get_or_insert_with(|| {
+                    let mut claimed: HashMap<String, u32> = HashMap::new();
+                    for j in self.released() {
+                        *claimed.entry(j.tenant.clone()).or_default() += j.spec.gpus;
+                    }
+                    claimed
+                });
+                let quota = self.tenants.get(&job.tenant).map_or(0, |t| t.quota_gpus);
+                waiting::queued_reason(
+                    &job.spec,
+                    &job.tenant,
+                    quota,
+                    claimed.get(&job.tenant).copied().unwrap_or(0),
+                )
+            }
+            JobStatus::Pending => {
+                let Some(index) = self
+                    .cells
+                    .iter()
+                    .position(|c| c.local.contains_key(&job.id))
+                else {
+                    return "waiting to be handed to a scheduler".into();
+                };
+                let capacity = *cx
+                    .capacity
+                    .entry(index)
+                    .or_insert_with(|| Capacity::of(&self.cells[index].state));
+                waiting::pending_reason(&job.spec, &capacity)
+            }
+            _ => String::new(),
+        }
+    }
+
     pub fn get_job(&self, caller: &Caller, id: u64) -> Result<v1::Job, ApiError> {
         match self.jobs.get(&id) {
-            Some(j) if caller.may_see(&j.tenant) => Ok(self.job_proto(j)),
+            Some(j) if caller.may_see(&j.tenant) => {
+                Ok(self.job_proto(j, &mut WaitContext::default()))
+            }
             // A tenant learns nothing about other tenants' job ids.
             _ => Err(ApiError::NotFound(format!("no job {id}"))),
         }
     }
 
-    pub fn list_jobs(&self, caller: &Caller, req: &v1::ListJobsRequest) -> Vec<v1::Job> {
+    /// A page of jobs, newest first, and the token of the next page ("" if
+    /// none): a response stays bounded however many jobs the plane holds.
+    pub fn list_jobs(
+        &self,
+        caller: &Caller,
+        req: &v1::ListJobsRequest,
+    ) -> Result<(Vec<v1::Job>, String), ApiError> {
         let states: HashSet<JobStatus> = req.states().filter_map(JobStatus::from_proto).collect();
-        let limit = if req.limit == 0 {
-            usize::MAX
+        let before = if req.page_token.is_empty() {
+            u64::MAX
         } else {
-            req.limit as usize
+            req.page_token.parse::<u64>().map_err(|_| {
+                ApiError::InvalidArgument(format!(
+                    "page_token `{}` is not one this server gave",
+                    req.page_token
+                ))
+            })?
         };
-        self.jobs
-            .values()
+        let page = match req.limit {
+            0 => DEFAULT_PAGE,
+            n => (n as usize).min(MAX_PAGE),
+        };
+        let mut reasons = WaitContext::default();
+        let mut matching = self
+            .jobs
+            .range(..before)
+            .rev()
+            .map(|(_, j)| j)
             .filter(|j| caller.may_see(&j.tenant))
             .filter(|j| req.tenant.is_empty() || j.tenant == req.tenant)
-            .filter(|j| states.is_empty() || states.contains(&j.status))
-            .take(limit)
-            .map(|j| self.job_proto(j))
-            .collect()
+            .filter(|j| states.is_empty() || states.contains(&j.status));
+        let jobs: Vec<v1::Job> = matching
+            .by_ref()
+            .take(page)
+            .map(|j| self.job_proto(j, &mut reasons))
+            .collect();
+        let next = match (matching.next(), jobs.last()) {
+            (Some(_), Some(last)) => last.id.to_string(),
+            _ => String::new(),
+        };
+        Ok((jobs, next))
     }
 
     /// A job the caller may act on: theirs (a tenant learns nothing about
@@ -3955,6 +4030,18 @@ fn job_request(job: &StoredJob) -> JobRequest {
     req.gpu_models = s.gpu_models.clone();
     req.gpu_memory_mib = s.gpu_memory_mib;
     req
+}
+
+/// Jobs in a `List` page when the request names no size, and the most it may name.
+pub const DEFAULT_PAGE: usize = 1_000;
+pub const MAX_PAGE: usize = 10_000;
+
+/// What the waiting reasons of one API call share: each cell's idle
+/// capacity and each tenant's claimed GPUs, computed once when first needed.
+#[derive(Default)]
+struct WaitContext {
+    capacity: HashMap<usize, Capacity>,
+    claimed: Option<HashMap<String, u32>>,
 }
 
 /// One tenant's jobs as admission sees them in a tick.

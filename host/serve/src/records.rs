@@ -159,6 +159,12 @@ pub struct JobSpecRecord {
 pub const MAX_NAME: usize = 253;
 /// Most GPUs one job may ask for.
 pub const MAX_GPUS: u32 = 4096;
+/// Largest command a job may carry: it is stored, journaled and listed with
+/// the job, so one tenant must not be able to grow them without bound.
+pub const MAX_COMMAND_ARGS: usize = 256;
+pub const MAX_COMMAND_BYTES: usize = 8 * 1024;
+/// Most GPU models one job may accept.
+pub const MAX_GPU_MODELS: usize = 16;
 
 impl JobSpecRecord {
     /// GPU demand in milli-GPU, as the validator charges it against a quota.
@@ -228,6 +234,27 @@ impl JobSpecRecord {
         }
         if spec.kind > u32::from(job_kind::INTERACTIVE) {
             return Err("kind must be 0 (training), 1 (inference) or 2 (interactive)".into());
+        }
+        let command_bytes: usize = spec.command.iter().map(String::len).sum();
+        if spec.command.len() > MAX_COMMAND_ARGS || command_bytes > MAX_COMMAND_BYTES {
+            return Err(format!(
+                "command must be at most {MAX_COMMAND_ARGS} arguments and {MAX_COMMAND_BYTES} \
+                 bytes (got {} and {command_bytes}); pass large inputs as files",
+                spec.command.len()
+            ));
+        }
+        if spec.command.iter().any(|a| a.contains('\0')) {
+            return Err("command arguments may not contain NUL bytes".into());
+        }
+        if spec.gpu_models.len() > MAX_GPU_MODELS
+            || spec
+                .gpu_models
+                .iter()
+                .any(|m| m.is_empty() || m.len() > MAX_NAME)
+        {
+            return Err(format!(
+                "gpu_models must name at most {MAX_GPU_MODELS} models of 1..={MAX_NAME} bytes"
+            ));
         }
         let workers = if gpus == 0 { 1 } else { gpus / per_worker };
         let min_workers = match spec.min_workers {
@@ -338,6 +365,7 @@ impl StoredJob {
             progress: None,
             service: self.service.map(ServiceRecord::to_proto),
             workers: self.placement.len() as u32,
+            waiting_reason: String::new(),
             metrics: None,
         }
     }

@@ -285,6 +285,118 @@ async fn malformed_requests_get_clear_status_codes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn impossible_jobs_are_refused_waiting_ones_say_why_and_lists_page_newest_first() {
+    let dir = tempfile::tempdir().unwrap();
+    // Two 8-GPU A100 nodes.
+    let running = server(dir.path(), 2, Duration::from_secs(600)).await;
+    let (mut admin, mut a, _b) = two_tenants_with_quotas(&running, 8, 0).await;
+    let refused = |mut c: Client, s: v1::JobSpec| async move {
+        c.jobs
+            .submit(v1::SubmitJobRequest { spec: Some(s) })
+            .await
+            .unwrap_err()
+    };
+    // A worker bigger than any node, more GPUs than the cluster, a model no
+    // node has, a CPU request no node can give: refused at submit, saying why.
+    let mut unknown_model = spec("h100", 1, 100);
+    unknown_model.gpu_models = vec!["H100".into()];
+    let mut cpu = spec("cpu", 1, 100);
+    cpu.cpu_milli = 4_000_000_000;
+    let mut wide = spec("wide", 64, 100);
+    wide.gpus_per_worker = 8;
+    for (s, says) in [
+        (spec("big", 16, 100), "one worker"),
+        (wide, "hold 16"),
+        (unknown_model, "A100-80GB"),
+        (cpu, "mCPU"),
+    ] {
+        let e = refused(client_clone(&admin), s).await;
+        assert_eq!(e.code(), Code::InvalidArgument);
+        assert!(
+            e.message().contains("can never run") && e.message().contains(says),
+            "{}",
+            e.message()
+        );
+    }
+    // A command past the limit is refused before it is stored.
+    let mut long = spec("long", 1, 100);
+    long.command = vec!["x".repeat(64 * 1024)];
+    let e = refused(client_clone(&admin), long).await;
+    assert!(
+        e.message().contains("command must be at most"),
+        "{}",
+        e.message()
+    );
+
+    // Waiting jobs say why: a whole-cluster job waits for capacity behind
+    // one that runs; a job past its tenant's quota waits in its queue.
+    let first = submit(&mut admin, spec("first", 8, 600_000)).await;
+    wait_state(&admin, first, v1::JobState::Running).await;
+    let mut two_nodes = spec("whole", 16, 600_000);
+    two_nodes.gpus_per_worker = 8;
+    let whole = submit(&mut admin, two_nodes).await;
+    let mine = submit(&mut a, spec("mine", 8, 600_000)).await;
+    wait_state(&admin, mine, v1::JobState::Running).await;
+    let over = submit(&mut a, spec("over", 1, 600_000)).await;
+    let reason = |id: u64| {
+        let mut c = client_clone(&admin);
+        async move {
+            c.jobs
+                .get(v1::JobRef { id })
+                .await
+                .unwrap()
+                .into_inner()
+                .waiting_reason
+        }
+    };
+    wait_for("the whole-cluster job to wait for capacity", || {
+        let r = reason(whole);
+        async move { r.await.starts_with("capacity") }
+    })
+    .await;
+    let r = reason(over).await;
+    assert!(r.starts_with("quota") && r.contains("team-a"), "{r}");
+    assert_eq!(reason(first).await, "", "a running job waits for nothing");
+
+    // Lists come newest first, a page at a time, and the pages cover every job once.
+    let page = |token: String| {
+        let mut c = client_clone(&admin);
+        async move {
+            c.jobs
+                .list(v1::ListJobsRequest {
+                    limit: 2,
+                    page_token: token,
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner()
+        }
+    };
+    let (mut seen, mut token) = (Vec::new(), String::new());
+    loop {
+        let p = page(token).await;
+        assert!(p.jobs.len() <= 2);
+        seen.extend(p.jobs.iter().map(|j| j.id));
+        if p.next_page_token.is_empty() {
+            break;
+        }
+        token = p.next_page_token;
+    }
+    assert_eq!(seen, vec![over, mine, whole, first]);
+    let e = admin
+        .jobs
+        .list(v1::ListJobsRequest {
+            page_token: "not-a-token".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    running.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenant_split_ab_reports_per_arm_metrics_and_promotes() {
     let dir = tempfile::tempdir().unwrap();
     let running = server(dir.path(), 4, Duration::from_millis(100)).await;
