@@ -96,12 +96,19 @@ pub async fn connect(conn: &Conn) -> anyhow::Result<Clients> {
     })
 }
 
-/// `10m`, `30s`, `1h 30m`, `250ms` (humantime's forms), or plain milliseconds.
+/// `10m`, `30s`, `1h 30m`, `250ms` (humantime's forms). A bare number is
+/// refused (`--duration 30` meant 30 ms to the API and 30 s to most
+/// people); `0` alone needs no unit.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    // A bare number is milliseconds (what the API carries).
-    if let Ok(ms) = s.parse::<u64>() {
-        return Ok(Duration::from_millis(ms));
+    if let Ok(n) = s.parse::<u64>() {
+        return if n == 0 {
+            Ok(Duration::ZERO)
+        } else {
+            Err(format!(
+                "`{s}` has no unit: write {s}s for seconds or {s}ms for milliseconds"
+            ))
+        };
     }
     humantime::parse_duration(s)
         .map_err(|e| format!("`{s}` is not a duration like 250ms, 30s, 10m or 1h 30m: {e}"))
@@ -122,8 +129,10 @@ fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
 pub struct SubmitArgs {
     #[command(flatten)]
     pub conn: Conn,
+    /// The job's name (1..=253 bytes; need not be unique).
     #[arg(long)]
     pub name: String,
+    /// GPUs in all (0 = a CPU-only job).
     #[arg(long, default_value_t = 1)]
     pub gpus: u32,
     /// GPUs per worker (default: all on one worker).
@@ -138,6 +147,7 @@ pub struct SubmitArgs {
     /// Tenant (admin only; a tenant token always submits as its tenant).
     #[arg(long)]
     pub tenant: Option<String>,
+    /// Higher runs first where the policy honours priority.
     #[arg(long, default_value_t = 0)]
     pub priority: i32,
     /// Expected run time (the simulated pool runs the job this long).
@@ -264,6 +274,9 @@ pub struct JobsArgs {
     /// Every matching job, page after page (newest first).
     #[arg(long, conflicts_with = "limit")]
     pub all: bool,
+    /// Refresh this often until interrupted (e.g. `2s`).
+    #[arg(long, value_parser = parse_duration)]
+    pub watch: Option<Duration>,
 }
 
 /// Every job matching `req`, following the server's pages (newest first).
@@ -408,6 +421,10 @@ fn progress_json(p: &v1::JobProgress) -> serde_json::Value {
 }
 
 pub async fn jobs(a: &JobsArgs) -> anyhow::Result<()> {
+    every(a.watch, || jobs_once(a)).await
+}
+
+async fn jobs_once(a: &JobsArgs) -> anyhow::Result<()> {
     let mut c = connect(&a.conn).await?;
     let states = a
         .state
@@ -526,31 +543,82 @@ pub async fn service(a: &ServiceArgs) -> anyhow::Result<()> {
 pub struct CancelArgs {
     #[command(flatten)]
     pub conn: Conn,
+    /// The jobs to cancel.
+    #[arg(required = true)]
+    pub ids: Vec<u64>,
+}
+
+/// Cancels every job named; one that cannot be cancelled is reported and
+/// the rest still are (the exit status says whether all were).
+pub async fn cancel(a: &CancelArgs) -> anyhow::Result<()> {
+    let mut c = connect(&a.conn).await?;
+    let mut cancelled = Vec::new();
+    let mut failed = Vec::new();
+    for &id in &a.ids {
+        match c.jobs.cancel(v1::JobRef { id }).await {
+            Ok(r) => cancelled.push(r.into_inner().job.unwrap_or_default()),
+            Err(e) => failed.push((id, status_error(e))),
+        }
+    }
+    if a.conn.json {
+        print_json(&serde_json::json!({
+            "cancelled": cancelled.iter().map(job_json).collect::<Vec<_>>(),
+            "failed": failed.iter().map(|(id, e)| serde_json::json!({"id": id, "error": e.to_string()})).collect::<Vec<_>>(),
+        }))?;
+    } else {
+        for job in &cancelled {
+            println!("job {} {}", job.id, state_name(job.state));
+        }
+        for (id, e) in &failed {
+            eprintln!("job {id}: {e}");
+        }
+    }
+    match failed.len() {
+        0 => Ok(()),
+        n => anyhow::bail!("{n} of {} jobs not cancelled", a.ids.len()),
+    }
+}
+
+#[derive(Args)]
+pub struct DescribeJobArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+    /// The job.
     pub id: u64,
 }
 
-pub async fn cancel(a: &CancelArgs) -> anyhow::Result<()> {
+/// One job, every field: where it runs, why it waits, what it reported.
+pub async fn describe_job(a: &DescribeJobArgs) -> anyhow::Result<()> {
     let mut c = connect(&a.conn).await?;
-    let job = c
+    let j = c
         .jobs
-        .cancel(v1::JobRef { id: a.id })
+        .get(v1::JobRef { id: a.id })
         .await
         .map_err(status_error)?
-        .into_inner()
-        .job
-        .unwrap_or_default();
+        .into_inner();
+    let value = job_json(&j);
     if a.conn.json {
-        print_json(&job_json(&job))
-    } else {
-        println!("job {} {}", job.id, state_name(job.state));
-        Ok(())
+        return print_json(&value);
     }
+    if let serde_json::Value::Object(fields) = value {
+        for (k, v) in fields {
+            let shown = match &v {
+                serde_json::Value::Null => continue,
+                serde_json::Value::String(s) if s.is_empty() => continue,
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            println!("{k:<16} {shown}");
+        }
+    }
+    Ok(())
 }
 
 #[derive(Args)]
 pub struct ProgressArgs {
     #[command(flatten)]
     pub conn: Conn,
+    /// The job reporting.
     pub id: u64,
     /// Run time the job has left at its current size (e.g. `45m`).
     #[arg(long, value_parser = parse_duration)]
@@ -602,6 +670,7 @@ pub struct LoadArgs {
     pub conn: Conn,
     /// The `.wasm` component, or `builtin:<name>`.
     pub file: String,
+    /// Slot to load into (default: `default`, the scheduler the plane runs).
     #[arg(long)]
     pub slot: Option<String>,
     /// Load into the calling tenant's own slot (`tenant:<name>`).
@@ -619,7 +688,9 @@ pub struct LoadArgs {
 pub struct SwapArgs {
     #[command(flatten)]
     pub conn: Conn,
+    /// The slot whose active generation changes.
     pub slot: String,
+    /// The generation to activate (`policy describe` lists them).
     pub generation: u64,
 }
 
@@ -627,7 +698,10 @@ pub struct SwapArgs {
 pub struct RollbackArgs {
     #[command(flatten)]
     pub conn: Conn,
+    /// The slot to roll back.
     pub slot: String,
+    /// The generation to return to (default: the one active before; never a
+    /// quarantined one).
     #[arg(long)]
     pub to: Option<u64>,
 }
@@ -636,6 +710,7 @@ pub struct RollbackArgs {
 pub struct DescribeArgs {
     #[command(flatten)]
     pub conn: Conn,
+    /// The slot to describe.
     pub slot: String,
 }
 
@@ -836,6 +911,8 @@ pub enum AbCommand {
     Promote(AbRefArgs),
     /// Stop the experiment; the control policy takes everything back.
     Abort(AbRefArgs),
+    /// Every experiment, running and ended.
+    Ls(ConnOnly),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -848,10 +925,13 @@ pub enum ModeArg {
 pub struct AbStartArgs {
     #[command(flatten)]
     pub conn: Conn,
+    /// A name for the experiment (unique, kept after it ends).
     pub name: String,
     /// Slot whose active generation is the candidate.
     #[arg(long)]
     pub candidate: String,
+    /// `split`: each arm schedules its share of jobs on its share of nodes;
+    /// `shadow`: the candidate only answers a mirror of the control's rounds.
     #[arg(long, value_enum, default_value = "split")]
     pub mode: ModeArg,
     /// Tenants routed to the candidate (default: randomised assignment, a
@@ -884,6 +964,7 @@ pub struct AbStartArgs {
 pub struct AbRefArgs {
     #[command(flatten)]
     pub conn: Conn,
+    /// The experiment.
     pub name: String,
 }
 
@@ -1115,6 +1196,40 @@ pub async fn ab(cmd: &AbCommand) -> anyhow::Result<()> {
             .into_inner();
             print_experiment(&s, a.conn.json)
         }
+        AbCommand::Ls(a) => {
+            let mut c = connect(&a.conn).await?;
+            let all = c
+                .experiments
+                .list(v1::ListExperimentsRequest {})
+                .await
+                .map_err(status_error)?
+                .into_inner()
+                .experiments;
+            if a.conn.json {
+                return print_json(
+                    &all.iter()
+                        .map(|s| {
+                            serde_json::json!({
+                                "name": s.name, "state": exp_state(s.state),
+                                "candidate_slot": s.candidate_slot, "reason": s.reason,
+                                "started_ms": s.started_ms, "ended_ms": s.ended_ms,
+                            })
+                        })
+                        .collect::<Vec<_>>(),
+                );
+            }
+            println!("{:<24} {:<12} {:<16} REASON", "NAME", "STATE", "CANDIDATE");
+            for s in &all {
+                println!(
+                    "{:<24} {:<12} {:<16} {}",
+                    s.name,
+                    exp_state(s.state),
+                    s.candidate_slot,
+                    s.reason
+                );
+            }
+            Ok(())
+        }
     }
 }
 
@@ -1159,11 +1274,7 @@ pub async fn top(conn: &Conn) -> anyhow::Result<()> {
                 "slot": q.slot, "generation": q.generation, "name": q.name,
                 "faults": q.faults, "last_fault": q.last_fault, "active": q.active,
             })).collect::<Vec<_>>(),
-            "node_list": nodes.iter().map(|n| serde_json::json!({
-                "name": n.name, "state": n.state, "gpus": n.gpus, "gpus_free": n.gpus_free,
-                "arm": n.arm, "kind": n.kind, "gpu_model": n.gpu_model,
-                "gpu_health": n.gpu_health,
-            })).collect::<Vec<_>>(),
+            "node_list": nodes.iter().map(node_json).collect::<Vec<_>>(),
             "services": services.iter().map(|j| serde_json::json!({
                 "id": j.id, "name": j.spec.as_ref().map(|s| s.name.clone()),
                 "replicas": j.workers, "slo_ms": j.spec.as_ref().map_or(0, |s| s.slo_ms),
@@ -1207,22 +1318,7 @@ pub async fn top(conn: &Conn) -> anyhow::Result<()> {
             }
         );
     }
-    println!(
-        "{:<16} {:<10} {:<12} {:>5} {:>5} {:<12} HEALTH",
-        "NODE", "STATE", "MODEL", "GPUS", "FREE", "ARM"
-    );
-    for n in &nodes {
-        println!(
-            "{:<16} {:<10} {:<12} {:>5} {:>5} {:<12} {}",
-            n.name,
-            n.state,
-            n.gpu_model,
-            n.gpus,
-            n.gpus_free,
-            n.arm,
-            gpu_health_text(&n.gpu_health)
-        );
-    }
+    print_node_table(&nodes);
     if !services.is_empty() {
         println!("{:>6} {:<24} {:>8} LOAD", "SERVICE", "NAME", "REPLICAS");
         for j in &services {
@@ -1245,6 +1341,8 @@ pub enum NodesCommand {
     Ls(ConnOnly),
     /// Stop placing new work on a node.
     Drain(DrainArgs),
+    /// Undo a drain: the node takes new work again.
+    Undrain(DrainArgs),
     /// Lend a node to training (its pool owns it; a reclaim takes it back).
     Lend(DrainArgs),
     /// Take on-loan nodes of a pool back through the policy's reclaim role.
@@ -1270,10 +1368,67 @@ pub struct ConnOnly {
 }
 
 #[derive(Args)]
+pub struct TopArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+    /// Refresh this often until interrupted (e.g. `2s`).
+    #[arg(long, value_parser = parse_duration)]
+    pub watch: Option<Duration>,
+}
+
+/// Runs `show` once, or every `period` (clearing a terminal first) until interrupted.
+pub async fn every<F, Fut>(period: Option<Duration>, mut show: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let Some(period) = period.filter(|p| !p.is_zero()) else {
+        return show().await;
+    };
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    loop {
+        if terminal {
+            print!("\x1b[2J\x1b[H");
+        }
+        show().await?;
+        tokio::time::sleep(period).await;
+    }
+}
+
+#[derive(Args)]
 pub struct DrainArgs {
     #[command(flatten)]
     pub conn: Conn,
+    /// The node.
     pub name: String,
+}
+
+/// The node table `top` and `nodes ls` print.
+fn print_node_table(nodes: &[v1::NodeInfo]) {
+    println!(
+        "{:<16} {:<10} {:<12} {:>5} {:>5} {:<12} HEALTH",
+        "NODE", "STATE", "MODEL", "GPUS", "FREE", "ARM"
+    );
+    for n in nodes {
+        println!(
+            "{:<16} {:<10} {:<12} {:>5} {:>5} {:<12} {}",
+            n.name,
+            n.state,
+            n.gpu_model,
+            n.gpus,
+            n.gpus_free,
+            n.arm,
+            gpu_health_text(&n.gpu_health)
+        );
+    }
+}
+
+fn node_json(n: &v1::NodeInfo) -> serde_json::Value {
+    serde_json::json!({
+        "name": n.name, "state": n.state, "gpus": n.gpus, "gpus_free": n.gpus_free,
+        "arm": n.arm, "kind": n.kind, "gpu_model": n.gpu_model,
+        "gpu_health": n.gpu_health, "on_loan": n.on_loan,
+    })
 }
 
 /// Each GPU's health by its SysMonitor state's initial (`H` healthy, `U` unhealthy, `O`
@@ -1297,12 +1452,27 @@ fn gpu_health_text(health: &[u32]) -> String {
 
 pub async fn nodes(cmd: &NodesCommand) -> anyhow::Result<()> {
     match cmd {
-        NodesCommand::Ls(a) => top(&a.conn).await,
-        NodesCommand::Drain(a) | NodesCommand::Lend(a) => {
+        NodesCommand::Ls(a) => {
+            let mut c = connect(&a.conn).await?;
+            let nodes = c
+                .nodes
+                .list(v1::ListNodesRequest {})
+                .await
+                .map_err(status_error)?
+                .into_inner()
+                .nodes;
+            if a.conn.json {
+                return print_json(&nodes.iter().map(node_json).collect::<Vec<_>>());
+            }
+            print_node_table(&nodes);
+            Ok(())
+        }
+        NodesCommand::Drain(a) | NodesCommand::Undrain(a) | NodesCommand::Lend(a) => {
             let mut c = connect(&a.conn).await?;
             let name = a.name.clone();
             let n = match cmd {
                 NodesCommand::Lend(_) => c.nodes.lend(v1::LendNodeRequest { name }).await,
+                NodesCommand::Undrain(_) => c.nodes.undrain(v1::DrainNodeRequest { name }).await,
                 _ => c.nodes.drain(v1::DrainNodeRequest { name }).await,
             }
             .map_err(status_error)?
@@ -1361,6 +1531,7 @@ pub enum TenantCommand {
 pub struct TenantAddArgs {
     #[command(flatten)]
     pub conn: Conn,
+    /// The tenant's name (`default` is reserved for jobs without a tenant).
     pub name: String,
     /// GPUs the tenant may hold at once (0 = unlimited).
     #[arg(long, default_value_t = 0)]
@@ -1436,7 +1607,8 @@ mod tests {
         assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
         assert_eq!(parse_duration("1h 30m"), Ok(Duration::from_secs(5400)));
         assert_eq!(parse_duration("2d"), Ok(Duration::from_secs(172_800)));
-        assert_eq!(parse_duration("42"), Ok(Duration::from_millis(42)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert!(parse_duration("42").is_err_and(|e| e.contains("42s") && e.contains("42ms")));
         assert!(parse_duration("10 parsecs").is_err());
         assert!(parse_duration("m").is_err());
     }

@@ -43,8 +43,10 @@ enum Command {
     Submit(client::SubmitArgs),
     /// List jobs.
     Jobs(client::JobsArgs),
-    /// Cancel a job.
+    /// Cancel jobs.
     Cancel(client::CancelArgs),
+    /// One job in full: where it runs, why it waits, what it reported.
+    Describe(client::DescribeJobArgs),
     /// Tell the policies what a job has left to run.
     Progress(client::ProgressArgs),
     /// Tell the policies an inference job's request rate and latency.
@@ -53,7 +55,7 @@ enum Command {
     #[command(subcommand)]
     Ab(client::AbCommand),
     /// Cluster overview: policy, jobs, nodes.
-    Top(client::ConnOnly),
+    Top(client::TopArgs),
     /// Nodes of the control plane.
     #[command(subcommand)]
     Nodes(client::NodesCommand),
@@ -80,8 +82,10 @@ fn init_logging(filter: &str, json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(filter))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    // Colours only for a terminal: redirected logs stay plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     if json {
         builder.json().init();
@@ -106,7 +110,42 @@ fn sim(args: &arbiter_repro::SimArgs) -> anyhow::Result<()> {
     arbiter_repro::run(args)?.print(args.json)
 }
 
+/// `arbiter top | head -3`: the reader went away. Rust ignores SIGPIPE, so
+/// the next print fails and `println!` panics; end quietly instead, with
+/// the status a Unix tool killed by SIGPIPE has (128 + 13).
+fn quiet_on_broken_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default(info);
+    }));
+}
+
+/// An error's causes on one line, each said once: a library error that
+/// repeats its source in its own message ("tcp connect error: tcp connect
+/// error") is not repeated.
+fn cause_line(e: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || parts.iter().any(|p| p.contains(&text)) {
+            continue;
+        }
+        parts.push(text);
+    }
+    parts.join(": ")
+}
+
 fn main() -> ExitCode {
+    quiet_on_broken_pipe();
     let cli = Cli::parse();
     init_logging(&cli.log, cli.log_json);
     let result = match &cli.command {
@@ -116,10 +155,11 @@ fn main() -> ExitCode {
         Command::Submit(a) => block_on(client::submit(a)),
         Command::Jobs(a) => block_on(client::jobs(a)),
         Command::Cancel(a) => block_on(client::cancel(a)),
+        Command::Describe(a) => block_on(client::describe_job(a)),
         Command::Progress(a) => block_on(client::progress(a)),
         Command::Service(a) => block_on(client::service(a)),
         Command::Ab(cmd) => block_on(client::ab(cmd)),
-        Command::Top(a) => block_on(client::top(&a.conn)),
+        Command::Top(a) => block_on(client::every(a.watch, || client::top(&a.conn))),
         Command::Nodes(cmd) => block_on(client::nodes(cmd)),
         Command::Tenant(cmd) => block_on(client::tenant(cmd)),
         Command::Replay(a) => serve::replay(a),
@@ -128,8 +168,67 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("arbiter: {e:#}");
+            eprintln!("arbiter: {}", cause_line(&e));
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_flag_says_what_it_is_for() {
+        fn missing(cmd: &clap::Command, path: &str, out: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if id == "help" || id == "version" || arg.is_hide_set() {
+                    continue;
+                }
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    out.push(format!("{path} --{id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                missing(sub, &format!("{path} {}", sub.get_name()), out);
+            }
+        }
+        let mut out = Vec::new();
+        missing(
+            &<Cli as clap::CommandFactory>::command(),
+            "arbiter",
+            &mut out,
+        );
+        assert!(out.is_empty(), "flags without help:\n{}", out.join("\n"));
+    }
+
+    #[test]
+    fn a_cause_repeated_by_its_wrapper_is_said_once() {
+        #[derive(Debug)]
+        struct Inner;
+        impl std::fmt::Display for Inner {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("tcp connect error")
+            }
+        }
+        impl std::error::Error for Inner {}
+        #[derive(Debug)]
+        struct Outer(Inner);
+        impl std::fmt::Display for Outer {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("tcp connect error")
+            }
+        }
+        impl std::error::Error for Outer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let e = anyhow::Error::new(Outer(Inner)).context("connecting to http://127.0.0.1:1");
+        assert_eq!(
+            cause_line(&e),
+            "connecting to http://127.0.0.1:1: tcp connect error"
+        );
     }
 }

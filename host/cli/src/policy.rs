@@ -33,6 +33,7 @@ pub struct CheckArgs {
     /// default is the runtime's).
     #[arg(long)]
     pub deadline_ms: Option<u64>,
+    /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
 }
@@ -48,6 +49,7 @@ pub struct LsArgs {
     /// Bearer token for `--server`.
     #[arg(long, env = "ARBITER_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
 }

@@ -9,16 +9,26 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// A listen address: `host:port` with the host an IP or a name, resolved
+/// now (the first address it resolves to).
+pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    s.to_socket_addrs()
+        .map_err(|e| format!("`{s}` is not host:port: {e}"))?
+        .next()
+        .ok_or_else(|| format!("`{s}` resolves to no address"))
+}
+
 #[derive(Args)]
 pub struct ServeArgs {
-    /// gRPC address.
-    #[arg(long, default_value = "127.0.0.1:7070")]
+    /// gRPC address: `host:port`, the host a name (`localhost:7070`) or an IP.
+    #[arg(long, default_value = "127.0.0.1:7070", value_parser = parse_listen)]
     pub listen: SocketAddr,
     /// Data directory (embedded store, journal, compiled-policy cache, admin token).
     #[arg(long, default_value = "arbiter-data")]
     pub data: PathBuf,
-    /// Prometheus endpoint address (`/metrics`).
-    #[arg(long, default_value = "127.0.0.1:9464")]
+    /// Prometheus endpoint address (`/metrics`), like `--listen`.
+    #[arg(long, default_value = "127.0.0.1:9464", value_parser = parse_listen)]
     pub metrics: SocketAddr,
     /// Do not serve `/metrics` over HTTP.
     #[arg(long)]
@@ -29,6 +39,7 @@ pub struct ServeArgs {
     /// Simulated nodes in the embedded pool (0: only `arbiter node` agents).
     #[arg(long, default_value_t = 4)]
     pub nodes: u32,
+    /// GPUs on each simulated node.
     #[arg(long, default_value_t = 8)]
     pub gpus_per_node: u32,
     /// Built-in policy the `default` slot starts with (first start only).
@@ -148,6 +159,7 @@ pub struct ReplayArgs {
     /// Skip the counterfactual simulation.
     #[arg(long)]
     pub no_counterfactual: bool,
+    /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
 }

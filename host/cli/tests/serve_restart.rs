@@ -3,64 +3,12 @@
 //! Nothing submitted, loaded or started may be lost, and scheduling resumes.
 
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod common;
 
-use common::BIN;
-
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(data: &Path) -> Server {
-    let mut child = Command::new(BIN)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--no-metrics",
-            "--round",
-            "50ms",
-        ])
-        .arg("--data")
-        .arg(data)
-        .args(["--default-duration", "1s"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn arbiter serve");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut lines = BufReader::new(stdout).lines();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let url = loop {
-        assert!(
-            Instant::now() < deadline,
-            "server did not report its address"
-        );
-        let line = lines
-            .next()
-            .expect("server exited before serving")
-            .expect("read stdout");
-        if let Some(addr) = line.strip_prefix("arbiter serving gRPC on ") {
-            break format!("http://{}", addr.trim());
-        }
-    };
-    // Keep draining stdout so the server never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    Server { child, url }
-}
+use common::{BIN, Server};
 
 fn cli(server: &Server, token: &str, args: &[&str]) -> Value {
     common::cli_json(&server.url, token, args)
@@ -85,7 +33,7 @@ fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
 fn kill_9_and_restart_loses_nothing_and_resumes() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let server = serve(&data);
+    let server = common::serve(&data, "127.0.0.1:0");
     let admin = std::fs::read_to_string(data.join("admin.token"))
         .unwrap()
         .trim()
@@ -177,7 +125,7 @@ fn kill_9_and_restart_loses_nothing_and_resumes() {
     // kill -9 (SIGKILL): no shutdown path runs.
     drop(server);
 
-    let server = serve(&data);
+    let server = common::serve(&data, "127.0.0.1:0");
     let all = jobs(&server, &admin);
     assert_eq!(all.len(), 4, "{all:?}");
     let l = all.iter().find(|j| j["id"] == long).unwrap();
@@ -248,7 +196,7 @@ fn kill_9_and_restart_loses_nothing_and_resumes() {
     // Promote, restart again: the promotion sticks.
     cli(&server, &admin, &["ab", "promote", "exp"]);
     drop(server);
-    let server = serve(&data);
+    let server = common::serve(&data, "127.0.0.1:0");
     let top = cli(&server, &admin, &["top"]);
     assert_eq!(top["policy"], "fifo", "{top}");
     assert_eq!(top["experiment"], "", "{top}");

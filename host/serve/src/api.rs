@@ -344,6 +344,16 @@ impl v1::nodes_server::Nodes for Api {
         Ok(Response::new(info))
     }
 
+    async fn undrain(&self, request: Request<v1::DrainNodeRequest>) -> Reply<v1::NodeInfo> {
+        let caller = self.caller(&request)?;
+        let (info, ack) = self
+            .plane
+            .lock()
+            .undrain(&caller, &request.get_ref().name)?;
+        durable(ack).await?;
+        Ok(Response::new(info))
+    }
+
     async fn lend(&self, request: Request<v1::LendNodeRequest>) -> Reply<v1::NodeInfo> {
         let caller = self.caller(&request)?;
         let (info, ack) = self.plane.lock().lend(&caller, &request.get_ref().name)?;

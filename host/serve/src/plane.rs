@@ -758,6 +758,12 @@ impl Plane {
                 "tenant name must be 1..=63 of [A-Za-z0-9_-]".into(),
             ));
         }
+        if name == DEFAULT_TENANT {
+            // It would inherit every job submitted without a tenant.
+            return Err(ApiError::InvalidArgument(format!(
+                "`{DEFAULT_TENANT}` is reserved for jobs submitted without a tenant"
+            )));
+        }
         if self.tenants.contains_key(name) {
             return Err(ApiError::AlreadyExists(format!("tenant `{name}` exists")));
         }
@@ -870,7 +876,15 @@ impl Plane {
                     }
                     t.clone()
                 }
-                Caller::Admin if spec.tenant.is_empty() => "default".to_string(),
+                Caller::Admin if spec.tenant.is_empty() || spec.tenant == DEFAULT_TENANT => {
+                    DEFAULT_TENANT.to_string()
+                }
+                Caller::Admin if !self.tenants.contains_key(&spec.tenant) => {
+                    return Err(ApiError::NotFound(format!(
+                        "{which}: no tenant `{}` (add it first: `arbiter tenant add`)",
+                        spec.tenant
+                    )));
+                }
                 Caller::Admin => spec.tenant.clone(),
                 Caller::Node => return Err(node_token_refused()),
             };
@@ -1694,7 +1708,7 @@ impl Plane {
             ));
         }
         for t in &req.candidate_tenants {
-            if !self.tenants.contains_key(t) && t != "default" {
+            if !self.tenants.contains_key(t) && t != DEFAULT_TENANT {
                 return Err(ApiError::NotFound(format!("no tenant `{t}`")));
             }
         }
@@ -2180,16 +2194,51 @@ impl Plane {
 
     pub fn drain(&mut self, caller: &Caller, name: &str) -> Result<(v1::NodeInfo, Ack), ApiError> {
         Self::require_admin(caller)?;
+        self.node_mut(name)?;
+        self.set_drained(name, NodeStatus::Draining, model::node_state::CORDONED)
+    }
+
+    /// Undoes a drain: a draining node takes new work again (a lost or
+    /// reclaimed node is not the operator's to bring back this way).
+    pub fn undrain(
+        &mut self,
+        caller: &Caller,
+        name: &str,
+    ) -> Result<(v1::NodeInfo, Ack), ApiError> {
+        Self::require_admin(caller)?;
         let node = self.node_mut(name)?;
-        node.status = NodeStatus::Draining;
+        match node.status {
+            NodeStatus::Draining => {}
+            NodeStatus::Ready => {
+                return Err(ApiError::FailedPrecondition(format!(
+                    "node `{name}` is not draining"
+                )));
+            }
+            other => {
+                return Err(ApiError::FailedPrecondition(format!(
+                    "node `{name}` is {other:?}, not draining"
+                )));
+            }
+        }
+        self.set_drained(name, NodeStatus::Ready, model::node_state::READY)
+    }
+
+    /// Records a node's drain state: in the pool, in its cell, in the store.
+    fn set_drained(
+        &mut self,
+        name: &str,
+        status: NodeStatus,
+        cell_state: u8,
+    ) -> Result<(v1::NodeInfo, Ack), ApiError> {
+        self.node_mut(name)?.status = status;
         for cell in &mut self.cells {
             if cell.state.node_index(name).is_some() {
                 cell.state
-                    .set_node_state(name, model::node_state::CORDONED)
+                    .set_node_state(name, cell_state)
                     .map_err(internal)?;
             }
         }
-        let bytes = serde_json::to_vec(&NodeStatus::Draining).map_err(internal)?;
+        let bytes = serde_json::to_vec(&status).map_err(internal)?;
         let ack = self
             .writer
             .send_durable(vec![Write::Put(format!("node/{name}"), bytes)]);
@@ -2197,7 +2246,7 @@ impl Plane {
             .list_nodes()
             .into_iter()
             .find(|n| n.name == name)
-            .ok_or_else(|| internal("drained node vanished"))?;
+            .ok_or_else(|| internal("the node vanished"))?;
         Ok((info, ack))
     }
 
@@ -4031,6 +4080,9 @@ fn job_request(job: &StoredJob) -> JobRequest {
     req.gpu_memory_mib = s.gpu_memory_mib;
     req
 }
+
+/// The tenant of jobs submitted without one.
+pub const DEFAULT_TENANT: &str = "default";
 
 /// Jobs in a `List` page when the request names no size, and the most it may name.
 pub const DEFAULT_PAGE: usize = 1_000;

@@ -4,7 +4,10 @@
 #![allow(dead_code)]
 
 use serde_json::Value;
-use std::process::Command;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_arbiter");
 
@@ -41,4 +44,56 @@ fn cli_output(url: &str, token: &str, args: &[&str], json: bool) -> Vec<u8> {
         String::from_utf8_lossy(&out.stderr)
     );
     out.stdout
+}
+
+/// An `arbiter serve` process, killed (SIGKILL) when dropped.
+pub struct Server {
+    child: Child,
+    pub url: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `arbiter serve` on `listen` with its data in `data`; returns once it serves.
+pub fn serve(data: &Path, listen: &str) -> Server {
+    let mut child = Command::new(BIN)
+        .args([
+            "serve",
+            "--listen",
+            listen,
+            "--no-metrics",
+            "--round",
+            "50ms",
+        ])
+        .arg("--data")
+        .arg(data)
+        .args(["--default-duration", "1s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn arbiter serve");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let url = loop {
+        assert!(
+            Instant::now() < deadline,
+            "server did not report its address"
+        );
+        let line = lines
+            .next()
+            .expect("server exited before serving")
+            .expect("read stdout");
+        if let Some(addr) = line.strip_prefix("arbiter serving gRPC on ") {
+            break format!("http://{}", addr.trim());
+        }
+    };
+    // Keep draining stdout so the server never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Server { child, url }
 }

@@ -1,0 +1,139 @@
+//! How the `arbiter` command line behaves toward the person using it: output
+//! into a closed pipe ends quietly, a duration without a unit is refused,
+//! host names are accepted where addresses are, errors say each cause once,
+//! and the everyday commands (`nodes ls`/`drain`/`undrain`, `describe`, bulk
+//! `cancel`, `ab ls`) work against a real `arbiter serve`.
+
+use std::process::{Command, Stdio};
+
+mod common;
+
+use common::{BIN, cli_json, cli_text, serve};
+
+#[test]
+fn output_into_a_closed_pipe_ends_quietly() {
+    // The reading end is closed before the program writes anything: its
+    // first write fails with EPIPE.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(BIN)
+        .args(["policy", "ls"])
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(141), "{stderr}");
+}
+
+#[test]
+fn a_duration_without_a_unit_is_refused_and_errors_say_each_cause_once() {
+    let out = Command::new(BIN)
+        .args(["submit", "--name", "x", "--duration", "30"])
+        .args(["--server", "http://127.0.0.1:1", "--token", "t"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("30s") && stderr.contains("30ms"),
+        "{stderr}"
+    );
+
+    // Nothing listens on port 1: the connection error, each cause once.
+    let out = Command::new(BIN)
+        .args(["jobs", "--server", "http://127.0.0.1:1", "--token", "t"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = stderr.lines().last().unwrap_or_default();
+    let causes: Vec<&str> = line.split(": ").collect();
+    let mut seen = std::collections::HashSet::new();
+    for c in &causes {
+        assert!(seen.insert(*c), "`{c}` said twice: {line}");
+    }
+}
+
+#[test]
+fn everyday_commands_against_a_live_plane() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // A host name where an address goes.
+    let server = serve(&data, "localhost:0");
+    let admin = std::fs::read_to_string(data.join("admin.token"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let url = server.url.clone();
+
+    // `nodes ls` is the node table, not `top`'s overview.
+    let table = cli_text(&url, &admin, &["nodes", "ls"]);
+    assert!(table.starts_with("NODE"), "{table}");
+    let drained = cli_json(&url, &admin, &["nodes", "drain", "sim-00"]);
+    assert_eq!(drained["state"], "draining", "{drained}");
+    let back = cli_json(&url, &admin, &["nodes", "undrain", "sim-00"]);
+    assert_eq!(back["state"], "ready", "{back}");
+
+    // `default` is not a tenant one can add; jobs for an unknown tenant are refused.
+    let refused = Command::new(BIN)
+        .args([
+            "tenant", "add", "default", "--server", &url, "--token", &admin,
+        ])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("reserved"));
+    let ghost = Command::new(BIN)
+        .args(["submit", "--name", "g", "--tenant", "ghost"])
+        .args(["--server", &url, "--token", &admin])
+        .output()
+        .unwrap();
+    assert!(!ghost.status.success());
+    assert!(String::from_utf8_lossy(&ghost.stderr).contains("no tenant `ghost`"));
+
+    // Describe one job; cancel several at once.
+    let ids: Vec<String> = (0..3)
+        .map(|i| {
+            let j = cli_json(
+                &url,
+                &admin,
+                &[
+                    "submit",
+                    "--name",
+                    &format!("j{i}"),
+                    "--gpus",
+                    "8",
+                    "--duration",
+                    "10m",
+                ],
+            );
+            j["id"].to_string()
+        })
+        .collect();
+    let one = cli_json(&url, &admin, &["describe", &ids[0]]);
+    assert_eq!(one["name"], "j0", "{one}");
+    let text = cli_text(&url, &admin, &["describe", &ids[0]]);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("name") && l.ends_with("j0")),
+        "{text}"
+    );
+    let mut args = vec!["cancel"];
+    args.extend(ids.iter().map(String::as_str));
+    let cancelled = cli_json(&url, &admin, &args);
+    assert_eq!(
+        cancelled["cancelled"].as_array().map(Vec::len),
+        Some(3),
+        "{cancelled}"
+    );
+
+    // `ab ls` lists experiments (none yet).
+    let experiments = cli_json(&url, &admin, &["ab", "ls"]);
+    assert_eq!(
+        experiments.as_array().map(Vec::len),
+        Some(0),
+        "{experiments}"
+    );
+}
