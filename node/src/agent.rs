@@ -89,6 +89,8 @@ pub struct AgentConfig {
     pub backoff_max: Duration,
     /// Connect (and registration) timeout.
     pub connect_timeout: Duration,
+    /// CA certificate (PEM) to trust for an `https://` server; `None`: the system's roots.
+    pub ca_pem: Option<Vec<u8>>,
     /// Extra environment for every workload (on top of the agent's own, which is inherited).
     pub workload_env: Vec<(String, String)>,
     /// Called after every successful registration.
@@ -127,6 +129,7 @@ impl AgentConfig {
             backoff_initial: Duration::from_millis(100),
             backoff_max: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(5),
+            ca_pem: None,
             workload_env: Vec::new(),
             on_registered: None,
             instance: fresh_instance(),
@@ -923,17 +926,12 @@ async fn session(
     events: &mut mpsc::UnboundedReceiver<v1::NodeMessage>,
     registrations: &AtomicU64,
 ) -> anyhow::Result<SessionEnd> {
-    let url = if cfg.server.contains("://") {
-        cfg.server.clone()
-    } else {
-        format!("http://{}", cfg.server)
-    };
-    let channel = tonic::transport::Endpoint::from_shared(url.clone())
-        .with_context(|| format!("bad server URL {url}"))?
-        .connect_timeout(cfg.connect_timeout)
-        .connect()
-        .await
-        .with_context(|| format!("connect to {url}"))?;
+    let url = arbiter_proto::endpoint::url(&cfg.server);
+    let channel =
+        arbiter_proto::endpoint::endpoint(&cfg.server, cfg.ca_pem.as_deref(), cfg.connect_timeout)?
+            .connect()
+            .await
+            .with_context(|| format!("connect to {url}"))?;
     let mut client = v1::node_link_client::NodeLinkClient::new(channel);
     // Whatever finished while we were away is in the hello.
     while events.try_recv().is_ok() {}

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 use tonic::metadata::MetadataValue;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 #[derive(Args, Clone)]
 pub struct Conn {
@@ -27,6 +27,10 @@ pub struct Conn {
     /// Bearer token (admin or tenant).
     #[arg(long, env = "ARBITER_TOKEN", global = true, hide_env_values = true)]
     pub token: Option<String>,
+    /// CA certificate to trust for an `https://` server (the plane's own:
+    /// `<data>/tls/ca.pem`); default: the system's roots.
+    #[arg(long, env = "ARBITER_CA_CERT", global = true)]
+    pub ca_cert: Option<PathBuf>,
     /// Machine-readable output.
     #[arg(long, global = true)]
     pub json: bool,
@@ -72,12 +76,15 @@ pub async fn connect(conn: &Conn) -> anyhow::Result<Clients> {
     let header: MetadataValue<_> = format!("Bearer {token}")
         .parse()
         .context("the token is not valid header text")?;
-    let channel = Endpoint::from_shared(conn.server.clone())
-        .with_context(|| format!("bad server URL `{}`", conn.server))?
-        .connect_timeout(Duration::from_secs(5))
-        .connect()
-        .await
-        .with_context(|| format!("connecting to {}", conn.server))?;
+    let ca = match &conn.ca_cert {
+        Some(p) => Some(std::fs::read(p).with_context(|| format!("reading {}", p.display()))?),
+        None => None,
+    };
+    let channel =
+        arbiter_proto::endpoint::endpoint(&conn.server, ca.as_deref(), Duration::from_secs(5))?
+            .connect()
+            .await
+            .with_context(|| format!("connecting to {}", conn.server))?;
     let auth = Bearer(header);
     const MAX: usize = 32 << 20;
     Ok(Clients {

@@ -22,6 +22,10 @@ pub struct NodeArgs {
     /// opens node sessions and nothing else); the admin token works too.
     #[arg(long, env = "ARBITER_TOKEN", hide_env_values = true)]
     pub token: String,
+    /// CA certificate to trust for an `https://` server (the plane's
+    /// `<data>/tls/ca.pem`); default: the system's roots.
+    #[arg(long, env = "ARBITER_CA_CERT")]
+    pub ca_cert: Option<std::path::PathBuf>,
     /// Node name (unique in the cluster).
     #[arg(long)]
     pub name: String,
@@ -154,6 +158,10 @@ pub fn node(a: &NodeArgs) -> anyhow::Result<()> {
     };
     let name = a.name.clone();
     let mut cfg = AgentConfig::new(&a.server, &a.token, &a.name);
+    if let Some(path) = &a.ca_cert {
+        cfg.ca_pem =
+            Some(std::fs::read(path).with_context(|| format!("reading {}", path.display()))?);
+    }
     cfg.instance = arbiter_node::agent::instance_id(&a.state_dir)?;
     cfg.pool = a.pool.clone();
     cfg.cpu_milli = a.cpu_milli;

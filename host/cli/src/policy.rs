@@ -49,6 +49,9 @@ pub struct LsArgs {
     /// Bearer token for `--server`.
     #[arg(long, env = "ARBITER_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// CA certificate to trust for an `https://` `--server`.
+    #[arg(long, env = "ARBITER_CA_CERT")]
+    pub ca_cert: Option<PathBuf>,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
@@ -61,6 +64,7 @@ pub fn run(cmd: &PolicyCommand) -> anyhow::Result<()> {
             Some(server) => crate::block_on(crate::client::remote_ls(&crate::client::Conn {
                 server: server.clone(),
                 token: args.token.clone(),
+                ca_cert: args.ca_cert.clone(),
                 json: args.json,
             })),
             None => ls(args),

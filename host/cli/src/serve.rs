@@ -19,6 +19,13 @@ pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
         .ok_or_else(|| format!("`{s}` resolves to no address"))
 }
 
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum TlsArg {
+    Auto,
+    On,
+    Off,
+}
+
 #[derive(Args)]
 pub struct ServeArgs {
     /// gRPC address: `host:port`, the host a name (`localhost:7070`) or an IP.
@@ -30,9 +37,24 @@ pub struct ServeArgs {
     /// Prometheus endpoint address (`/metrics`), like `--listen`.
     #[arg(long, default_value = "127.0.0.1:9464", value_parser = parse_listen)]
     pub metrics: SocketAddr,
-    /// Do not serve `/metrics` over HTTP.
+    /// Do not serve `/metrics` and `/healthz` over HTTP.
     #[arg(long)]
     pub no_metrics: bool,
+    /// TLS for gRPC: `auto` serves it beyond loopback (a certificate of the
+    /// plane's own CA, `<data>/tls/ca.pem`, unless `--tls-cert` is given);
+    /// `on` always; `off` never (plaintext, also beyond loopback).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub tls: TlsArg,
+    /// PEM certificate chain to serve gRPC with (with `--tls-key`).
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of `--tls-cert`.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// More names (DNS or IP) the self-issued certificate covers, e.g. the
+    /// name agents reach this machine by; repeatable.
+    #[arg(long = "tls-san")]
+    pub tls_sans: Vec<String>,
     /// Scheduling period.
     #[arg(long, value_parser = parse_duration, default_value = "100ms")]
     pub round: Duration,
@@ -110,6 +132,16 @@ pub fn serve(a: &ServeArgs) -> anyhow::Result<()> {
         listen: a.listen,
         data: a.data.clone(),
         metrics_listen: (!a.no_metrics).then_some(a.metrics),
+        tls: arbiter_serve::tls::TlsSettings {
+            mode: match a.tls {
+                TlsArg::Auto => arbiter_serve::tls::TlsMode::Auto,
+                TlsArg::On => arbiter_serve::tls::TlsMode::On,
+                TlsArg::Off => arbiter_serve::tls::TlsMode::Off,
+            },
+            cert: a.tls_cert.clone(),
+            key: a.tls_key.clone(),
+            sans: a.tls_sans.clone(),
+        },
         plane: PlaneConfig {
             round_interval: a.round,
             nodes: default_pool(a.nodes, a.gpus_per_node),

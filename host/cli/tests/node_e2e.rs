@@ -127,6 +127,8 @@ impl Drop for Proc {
 struct Cluster {
     url: String,
     token: String,
+    /// The plane's CA when it serves TLS (passed to the CLI and the agents).
+    ca: Option<String>,
     interposer: PathBuf,
     libdir: PathBuf,
     workload: PathBuf,
@@ -135,7 +137,17 @@ struct Cluster {
 
 impl Cluster {
     fn cli(&self, args: &[&str]) -> Value {
-        common::cli_json(&self.url, &self.token, args)
+        match &self.ca {
+            Some(ca) => {
+                // A global flag goes after the subcommand, before a trailing `-- command`.
+                let split = args.iter().position(|a| *a == "--").unwrap_or(args.len());
+                let mut with_ca = args[..split].to_vec();
+                with_ca.extend(["--ca-cert", ca.as_str()]);
+                with_ca.extend_from_slice(&args[split..]);
+                common::cli_json(&self.url, &self.token, &with_ca)
+            }
+            None => common::cli_json(&self.url, &self.token, args),
+        }
     }
 
     fn job(&self, id: u64) -> Value {
@@ -193,6 +205,7 @@ impl Cluster {
                     self.dir.join(name).join("fake-cuda-state").display()
                 ))
                 .args(["--log", "arbiter_node=info"])
+                .args(self.ca.iter().flat_map(|ca| ["--ca-cert", ca.as_str()]))
                 .args(extra)
                 .env("ARBITER_TOKEN", &self.token),
         );
@@ -357,9 +370,21 @@ fn control_plane_with(
         .unwrap()
         .trim()
         .to_string();
+    // With TLS the name must be one the certificate covers.
+    let tls = extra.windows(2).any(|w| w == ["--tls", "on"]);
+    let (url, ca) = if tls {
+        let port = addr.rsplit(':').next().unwrap_or_default();
+        (
+            format!("https://localhost:{port}"),
+            Some(data.join("tls").join("ca.pem").display().to_string()),
+        )
+    } else {
+        (format!("http://{addr}"), None)
+    };
     let c = Cluster {
-        url: format!("http://{addr}"),
+        url,
         token,
+        ca,
         interposer: fixtures.interposer.clone(),
         libdir: fixtures.libdir.clone(),
         workload: fixtures.workload.clone(),
@@ -406,6 +431,39 @@ fn two_nodes_with(test: &str, serve_args: &[&str]) -> TwoNodes {
         nvml_a,
         nvml_b,
     }
+}
+
+#[test]
+fn agents_join_and_run_jobs_over_tls() {
+    // The plane issues its own certificate; the CLI and the agents trust its CA.
+    let TwoNodes {
+        server,
+        c,
+        node_a,
+        node_b,
+        ..
+    } = two_nodes_with("cli-node-tls", &["--tls", "on"]);
+    assert!(c.url.starts_with("https://"));
+    let id = c.submit("over-tls", &["sh", "-c", "exit 0"]);
+    wait_until_or(
+        "the job to succeed over TLS",
+        Duration::from_secs(30),
+        || c.job(id)["state"] == "done",
+        || format!("{} {}", c.job(id), c.cli(&["top"])),
+    );
+    // Plaintext and an untrusted server are refused.
+    let plain = format!("http://{}", c.url.trim_start_matches("https://"));
+    let out = Command::new(BIN)
+        .args(["jobs", "--server", &plain, "--token", &c.token])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "plaintext to a TLS listener");
+    let out = Command::new(BIN)
+        .args(["jobs", "--server", &c.url, "--token", &c.token])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "a CA the client does not trust");
+    drop((node_a, node_b, server));
 }
 
 #[test]

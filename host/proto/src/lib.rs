@@ -7,6 +7,7 @@
 #![allow(clippy::large_enum_variant, clippy::doc_lazy_continuation)]
 
 pub mod codec;
+pub mod endpoint;
 
 pub mod v1 {
     tonic::include_proto!("arbiter.v1");

@@ -30,6 +30,7 @@ fn spec(i: u64, duration_ms: u64) -> v1::JobSpec {
 async fn submission(quick: bool) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let running = start(ServeConfig {
+        tls: Default::default(),
         listen: "127.0.0.1:0".parse()?,
         data: dir.path().to_path_buf(),
         metrics_listen: None,

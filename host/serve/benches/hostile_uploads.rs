@@ -40,6 +40,7 @@ fn rss() -> (u64, u64) {
 async fn growth(uploads: &[(Vec<u8>, String)]) -> anyhow::Result<(i64, usize)> {
     let dir = tempfile::tempdir()?;
     let running = start(ServeConfig {
+        tls: Default::default(),
         listen: "127.0.0.1:0".parse()?,
         data: dir.path().to_path_buf(),
         metrics_listen: None,

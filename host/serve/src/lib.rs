@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod files;
 pub mod journal;
 pub mod launch;
 pub mod metrics;
@@ -24,6 +25,7 @@ pub mod server;
 pub mod shadow;
 pub mod stats;
 pub mod store;
+pub mod tls;
 pub mod waiting;
 
 pub use plane::{Caller, Plane, PlaneConfig};

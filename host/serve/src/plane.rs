@@ -459,7 +459,9 @@ impl Plane {
     pub fn open(cfg: PlaneConfig, data: &Path) -> anyhow::Result<Opened> {
         let data =
             &std::path::absolute(data).with_context(|| format!("resolving {}", data.display()))?;
+        crate::files::private_dir(data)?;
         let store = Store::open(data)?;
+        crate::files::restrict(&data.join("arbiter.redb"))?;
         let contents = store.read_all()?;
         refuse_a_lost_store(data, &contents)?;
         let writer = store.writer()?;
@@ -471,7 +473,9 @@ impl Plane {
         let registry = Arc::new(Registry::new(engine));
         let journal_path = data.join("journal.jsonl");
         let journal = if cfg.journal {
-            Some(JournalWriter::open(&journal_path)?)
+            let journal = JournalWriter::open(&journal_path)?;
+            crate::files::restrict(&journal_path)?;
+            Some(journal)
         } else {
             None
         };
@@ -551,9 +555,7 @@ impl Plane {
             .send_durable(vec![Write::Put(key, sha.clone().into_bytes())])
             .wait()?;
         let path = self.data.join(format!("{kind}.token"));
-        std::fs::write(&path, format!("{token}\n"))
-            .with_context(|| format!("writing {}", path.display()))?;
-        restrict_permissions(&path);
+        crate::files::write(&path, format!("{token}\n").as_bytes(), true)?;
         Ok((sha, Some(token)))
     }
 
@@ -4016,14 +4018,6 @@ fn job_write(job: &StoredJob) -> Write {
 fn constant_time_eq(a: &str, b: &str) -> bool {
     use subtle::ConstantTimeEq;
     bool::from(a.as_bytes().ct_eq(b.as_bytes()))
-}
-
-fn restrict_permissions(path: &Path) {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
-    }
 }
 
 /// The contract-0.3 traits of a stored job.

@@ -3,6 +3,7 @@
 
 use crate::api::Api;
 use crate::plane::{Plane, PlaneConfig};
+use crate::tls::{TlsSettings, server_tls};
 use anyhow::Context;
 use arbiter_proto::v1;
 use parking_lot::Mutex;
@@ -29,11 +30,17 @@ pub struct ServeConfig {
     /// Where `/metrics` is served; `None` = not served over HTTP (still via gRPC).
     pub metrics_listen: Option<SocketAddr>,
     pub plane: PlaneConfig,
+    /// TLS for the gRPC listener (see [`crate::tls`]).
+    pub tls: TlsSettings,
 }
 
 /// A started server.
 pub struct Running {
     pub grpc_addr: SocketAddr,
+    /// Whether gRPC is served over TLS, and the CA clients must trust when
+    /// the plane issued its own certificate.
+    pub tls: bool,
+    pub ca_path: Option<PathBuf>,
     pub metrics_addr: Option<SocketAddr>,
     /// Set on the first start (a new data directory).
     pub new_admin_token: Option<String>,
@@ -79,6 +86,26 @@ impl Running {
 
 /// Opens the data directory and starts serving.
 pub async fn start(cfg: ServeConfig) -> anyhow::Result<Running> {
+    // Bind first: a port in use must fail the start before a data
+    // directory is created or a token minted.
+    let listener = TcpListener::bind(cfg.listen)
+        .await
+        .with_context(|| format!("binding {}", cfg.listen))?;
+    let grpc_addr = listener.local_addr().context("local address")?;
+    let metrics_listener = match cfg.metrics_listen {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding the metrics endpoint {addr}"))?,
+        ),
+        None => None,
+    };
+    let server_tls = {
+        let (settings, data) = (cfg.tls.clone(), cfg.data.clone());
+        tokio::task::spawn_blocking(move || server_tls(&settings, grpc_addr, &data))
+            .await
+            .context("preparing TLS")??
+    };
     let plane_cfg = cfg.plane.clone();
     let data = cfg.data.clone();
     let opened = tokio::task::spawn_blocking(move || Plane::open(plane_cfg, &data))
@@ -86,9 +113,12 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<Running> {
         .context("opening the plane")??;
     let plane = Arc::new(Mutex::new(opened.plane));
     let stop = Arc::new(AtomicBool::new(false));
+    let liveness = Liveness::new(cfg.plane.round_interval);
+    liveness.ticked();
     let rounds = {
         let plane = Arc::clone(&plane);
         let stop = Arc::clone(&stop);
+        let liveness = liveness.clone();
         let period = cfg.plane.round_interval;
         std::thread::Builder::new()
             .name("arbiter-rounds".into())
@@ -101,6 +131,7 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<Running> {
                     let admission = plane.lock().begin_tick();
                     let decided = admission.decide();
                     plane.lock().end_tick(decided);
+                    liveness.ticked();
                     next += period;
                     let now = Instant::now();
                     if next > now {
@@ -116,17 +147,36 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<Running> {
     let api = Api {
         plane: Arc::clone(&plane),
     };
+    // Both reflection versions: clients on `v1alpha` (grpcurl's older
+    // builds, Python grpcio-reflection) get answers too.
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(arbiter_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .context("building the reflection service")?;
-    let listener = TcpListener::bind(cfg.listen)
-        .await
-        .with_context(|| format!("binding {}", cfg.listen))?;
-    let grpc_addr = listener.local_addr().context("local address")?;
+    let reflection_alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(arbiter_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()
+        .context("building the v1alpha reflection service")?;
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let router = tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder();
+    let ca_path = server_tls.as_ref().and_then(|t| t.ca_path.clone());
+    let tls = server_tls.is_some();
+    if let Some(t) = server_tls {
+        builder = builder
+            .tls_config(
+                tonic::transport::ServerTlsConfig::new()
+                    .identity(tonic::transport::Identity::from_pem(t.cert_pem, t.key_pem)),
+            )
+            .context("the TLS certificate or key")?;
+    }
+    let (health, health_service) = tonic_health::server::health_reporter();
+    watch_health(health, liveness.clone());
+    let router = builder
+        .add_service(health_service)
         .add_service(reflection)
+        .add_service(reflection_alpha)
         .add_service(
             v1::jobs_server::JobsServer::new(api.clone()).max_decoding_message_size(MAX_MESSAGE),
         )
@@ -144,13 +194,15 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<Running> {
             let _ = rx.await;
         },
     ));
-    let metrics_addr = match cfg.metrics_listen {
-        Some(addr) => Some(serve_metrics(addr, Arc::clone(&plane)).await?),
+    let metrics_addr = match metrics_listener {
+        Some(listener) => Some(serve_metrics(listener, Arc::clone(&plane), liveness)?),
         None => None,
     };
     tracing::info!(%grpc_addr, ?metrics_addr, data = %cfg.data.display(), "arbiter control plane serving");
     Ok(Running {
         grpc_addr,
+        tls,
+        ca_path,
         metrics_addr,
         new_admin_token: opened.new_admin_token,
         new_node_token: opened.new_node_token,
@@ -175,6 +227,15 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
         );
     }
     println!("arbiter serving gRPC on {}", running.grpc_addr);
+    if running.tls {
+        match &running.ca_path {
+            Some(ca) => println!(
+                "TLS on: clients use https:// and trust {} (`--ca-cert`)",
+                ca.display()
+            ),
+            None => println!("TLS on: clients use https://"),
+        }
+    }
     if let Some(m) = running.metrics_addr {
         println!("metrics on http://{m}/metrics");
     }
@@ -184,26 +245,97 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
     running.shutdown().await
 }
 
-async fn serve_metrics(addr: SocketAddr, plane: Arc<Mutex<Plane>>) -> anyhow::Result<SocketAddr> {
-    let listener = TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("binding metrics on {addr}"))?;
-    let bound = listener.local_addr().context("metrics address")?;
-    let app = axum::Router::new().route(
-        "/metrics",
-        axum::routing::get(move || {
-            let plane = Arc::clone(&plane);
-            async move {
-                (
-                    [(
-                        axum::http::header::CONTENT_TYPE,
-                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    )],
-                    plane.lock().metrics_text(),
-                )
+/// Whether the round loop is alive: it ticked within the allowed silence.
+#[derive(Clone)]
+struct Liveness {
+    started: Instant,
+    /// Milliseconds since `started` of the round loop's last tick.
+    last_tick_ms: Arc<std::sync::atomic::AtomicU64>,
+    allowed_silence: std::time::Duration,
+}
+
+impl Liveness {
+    fn new(round: std::time::Duration) -> Liveness {
+        Liveness {
+            started: Instant::now(),
+            last_tick_ms: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            allowed_silence: (round * 20).max(std::time::Duration::from_secs(5)),
+        }
+    }
+
+    fn ticked(&self) {
+        let ms = self.started.elapsed().as_millis() as u64;
+        self.last_tick_ms.store(ms, Ordering::Release);
+    }
+
+    /// `None` while alive; else how long the round loop has been silent.
+    fn stalled(&self) -> Option<std::time::Duration> {
+        let last = std::time::Duration::from_millis(self.last_tick_ms.load(Ordering::Acquire));
+        let silent = self.started.elapsed().saturating_sub(last);
+        (silent > self.allowed_silence).then_some(silent)
+    }
+}
+
+/// Keeps the gRPC health service's overall status in step with the round
+/// loop: NOT_SERVING while it is stalled.
+fn watch_health(reporter: tonic_health::server::HealthReporter, liveness: Liveness) {
+    tokio::spawn(async move {
+        let mut serving = None;
+        loop {
+            let now = liveness.stalled().is_none();
+            if serving != Some(now) {
+                let status = if now {
+                    tonic_health::ServingStatus::Serving
+                } else {
+                    tonic_health::ServingStatus::NotServing
+                };
+                reporter.set_service_status("", status).await;
+                serving = Some(now);
             }
-        }),
-    );
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+    });
+}
+
+/// `/metrics` (OpenMetrics) and `/healthz` (200 while the round loop is
+/// alive, 503 once it has been silent too long) over plain HTTP.
+fn serve_metrics(
+    listener: TcpListener,
+    plane: Arc<Mutex<Plane>>,
+    liveness: Liveness,
+) -> anyhow::Result<SocketAddr> {
+    let bound = listener.local_addr().context("metrics address")?;
+    let app = axum::Router::new()
+        .route(
+            "/metrics",
+            axum::routing::get(move || {
+                let plane = Arc::clone(&plane);
+                async move {
+                    (
+                        [(
+                            axum::http::header::CONTENT_TYPE,
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        )],
+                        plane.lock().metrics_text(),
+                    )
+                }
+            }),
+        )
+        .route(
+            "/healthz",
+            axum::routing::get(move || {
+                let liveness = liveness.clone();
+                async move {
+                    match liveness.stalled() {
+                        None => (axum::http::StatusCode::OK, "ok\n".to_string()),
+                        Some(silent) => (
+                            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                            format!("round loop silent for {:.1} s\n", silent.as_secs_f64()),
+                        ),
+                    }
+                }
+            }),
+        );
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "metrics endpoint stopped");

@@ -397,6 +397,26 @@ async fn impossible_jobs_are_refused_waiting_ones_say_why_and_lists_page_newest_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_port_in_use_fails_the_start_before_anything_is_written() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let refused = start(ServeConfig {
+        tls: Default::default(),
+        listen: taken.local_addr().unwrap(),
+        data: data.clone(),
+        metrics_listen: None,
+        plane: PlaneConfig::default(),
+    })
+    .await;
+    let Err(e) = refused else {
+        panic!("started on a port in use");
+    };
+    assert!(format!("{e:#}").contains("binding"), "{e:#}");
+    assert!(!data.exists(), "no data directory, no tokens minted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenant_split_ab_reports_per_arm_metrics_and_promotes() {
     let dir = tempfile::tempdir().unwrap();
     let running = server(dir.path(), 4, Duration::from_millis(100)).await;
@@ -951,6 +971,7 @@ async fn a_tenant_past_its_quota_or_with_a_trapping_policy_never_stalls_the_clus
 async fn watch_swap_rollback_stats_drain_abort_hash_split_metrics_and_reflection() {
     let dir = tempfile::tempdir().unwrap();
     let running = start(ServeConfig {
+        tls: Default::default(),
         listen: "127.0.0.1:0".parse().unwrap(),
         data: dir.path().to_path_buf(),
         metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
@@ -1163,13 +1184,45 @@ async fn watch_swap_rollback_stats_drain_abort_hash_split_metrics_and_reflection
     );
     assert!(body.contains("application/openmetrics-text"), "{body}");
     assert!(body.trim_end().ends_with("# EOF"), "{body}");
+    // Liveness over HTTP, and the standard gRPC health service.
+    let health = tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    })
+    .await
+    .unwrap();
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+    let mut grpc_health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
+    let mut status = 0;
+    for _ in 0..50 {
+        status = grpc_health
+            .check(tonic_health::pb::HealthCheckRequest {
+                service: String::new(),
+            })
+            .await
+            .map_or(0, |r| r.into_inner().status);
+        if status == tonic_health::pb::health_check_response::ServingStatus::Serving as i32 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
 
-    // Reflection lists the services for generic clients.
+    // Reflection lists the services for generic clients, in both versions
+    // clients speak (v1, and v1alpha for older grpcurl and Python grpcio).
     use tonic_reflection::pb::v1::{
         ServerReflectionRequest, server_reflection_client::ServerReflectionClient,
         server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
     };
-    let mut reflection = ServerReflectionClient::new(channel);
+    let mut reflection = ServerReflectionClient::new(channel.clone());
     let request = ServerReflectionRequest {
         host: String::new(),
         message_request: Some(MessageRequest::ListServices(String::new())),
@@ -1189,8 +1242,33 @@ async fn watch_swap_rollback_stats_drain_abort_hash_split_metrics_and_reflection
         "arbiter.v1.Policies",
         "arbiter.v1.Experiments",
         "arbiter.v1.NodeLink",
+        "grpc.health.v1.Health",
     ] {
         assert!(names.iter().any(|n| n == service), "{names:?}");
+    }
+    {
+        use tonic_reflection::pb::v1alpha::{
+            ServerReflectionRequest, server_reflection_client::ServerReflectionClient,
+            server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
+        };
+        let mut alpha = ServerReflectionClient::new(channel);
+        let request = ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::ListServices(String::new())),
+        };
+        let answer = alpha
+            .server_reflection_info(tokio_stream::iter(vec![request]))
+            .await
+            .unwrap()
+            .into_inner()
+            .message()
+            .await
+            .unwrap()
+            .unwrap();
+        let Some(MessageResponse::ListServicesResponse(list)) = answer.message_response else {
+            panic!("unexpected v1alpha reflection answer");
+        };
+        assert!(list.service.iter().any(|s| s.name == "arbiter.v1.Jobs"));
     }
     running.shutdown().await.unwrap();
 }
@@ -1677,6 +1755,7 @@ async fn a_lost_store_is_refused_not_reinitialised() {
 
     std::fs::remove_file(dir.path().join("arbiter.redb")).unwrap();
     let refused = arbiter_serve::server::start(ServeConfig {
+        tls: Default::default(),
         listen: "127.0.0.1:0".parse().unwrap(),
         data: dir.path().to_path_buf(),
         metrics_listen: None,

@@ -150,6 +150,7 @@ impl Agent {
 /// 600 ms of silence.
 async fn agents_only(data: &std::path::Path) -> Running {
     start(ServeConfig {
+        tls: Default::default(),
         listen: "127.0.0.1:0".parse().unwrap(),
         data: data.to_path_buf(),
         metrics_listen: None,
@@ -490,6 +491,7 @@ async fn session_refusal(running: &Running, token: &str) -> tonic::Status {
 async fn the_node_token_opens_node_sessions_and_nothing_else() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = || ServeConfig {
+        tls: Default::default(),
         listen: "127.0.0.1:0".parse().unwrap(),
         data: dir.path().to_path_buf(),
         metrics_listen: None,
