@@ -204,8 +204,44 @@ fn load(spec: &str) -> anyhow::Result<(String, Vec<u8>)> {
     Ok((spec.to_string(), bytes))
 }
 
+/// Progress on standard error for a long replay: at most every two seconds.
+struct Progress {
+    started: std::time::Instant,
+    last: std::time::Instant,
+}
+
+impl Progress {
+    fn new() -> Progress {
+        let now = std::time::Instant::now();
+        Progress {
+            started: now,
+            last: now,
+        }
+    }
+
+    fn say(&mut self, what: &str) {
+        eprintln!(
+            "arbiter replay: {what} ({:.1} s)",
+            self.started.elapsed().as_secs_f64()
+        );
+        self.last = std::time::Instant::now();
+    }
+
+    fn tick(&mut self, what: &str, done: usize, total: usize) {
+        if self.last.elapsed() >= Duration::from_secs(2) {
+            self.say(&format!("{what}: record {done} of {total}"));
+        }
+    }
+}
+
 pub fn replay(a: &ReplayArgs) -> anyhow::Result<()> {
+    let mut progress = Progress::new();
     let journal = replay::read(&a.journal)?;
+    progress.say(&format!(
+        "read {} records ({} lines set aside)",
+        journal.records.len(),
+        journal.skipped.len()
+    ));
     let (label, wasm) = load(&a.policy)?;
     let policy = replay::compile(&wasm)?;
     let read = |path: &Option<PathBuf>| -> anyhow::Result<Option<String>> {
@@ -215,22 +251,51 @@ pub fn replay(a: &ReplayArgs) -> anyhow::Result<()> {
     };
     let config = read(&a.config)?;
     let baseline_config = read(&a.baseline_config)?;
-    let exact = replay::exact(&journal, &a.cell, &policy, config.as_deref())?;
+    let exact = replay::exact_with_progress(
+        &journal,
+        &a.cell,
+        &policy,
+        config.as_deref(),
+        &mut |done, total| progress.tick("bit-for-bit", done, total),
+    )?;
+    progress.say("bit-for-bit check done");
     let counterfactual = if a.no_counterfactual {
         None
     } else {
         let baseline = match &a.baseline {
             Some(b) => Some(load(b)?),
-            None => replay::main_digest(&journal, &a.cell).and_then(|d| {
-                arbiter_policies::names()
-                    .filter_map(|n| arbiter_policies::get(n).map(|b| (n, b)))
-                    .find(|(_, b)| arbiter_serve::plane::sha256_hex(b) == d)
-                    .map(|(n, b)| (n.to_string(), b.to_vec()))
-            }),
+            None => match replay::main_digest(&journal, &a.cell) {
+                None => {
+                    eprintln!(
+                        "arbiter: no round of cell `{}` was served by a component (the native \
+                         fallback or nobody served them all); pass --baseline <built-in or wasm> \
+                         for a counterfactual",
+                        a.cell
+                    );
+                    None
+                }
+                Some(d) => {
+                    let builtin = arbiter_policies::names()
+                        .filter_map(|n| arbiter_policies::get(n).map(|b| (n, b)))
+                        .find(|(_, b)| arbiter_serve::plane::sha256_hex(b) == d)
+                        .map(|(n, b)| (n.to_string(), b.to_vec()));
+                    if builtin.is_none() {
+                        eprintln!(
+                            "arbiter: the recorded policy (digest {}…) is not a built-in of this \
+                             build; pass --baseline <its wasm> for a counterfactual",
+                            &d[..12.min(d.len())]
+                        );
+                    }
+                    builtin
+                }
+            },
         };
         match baseline {
             Some((blabel, bwasm)) => {
                 let recorded = replay::compile(&bwasm)?;
+                progress.say(&format!(
+                    "counterfactual: simulating `{blabel}` and `{label}`"
+                ));
                 Some(replay::counterfactual(
                     &journal,
                     &a.cell,
@@ -246,12 +311,7 @@ pub fn replay(a: &ReplayArgs) -> anyhow::Result<()> {
                     },
                 )?)
             }
-            None => {
-                eprintln!(
-                    "arbiter: the recorded policy is not a built-in; pass --baseline <wasm> for a counterfactual"
-                );
-                None
-            }
+            None => None,
         }
     };
     if a.json {
@@ -264,23 +324,30 @@ pub fn replay(a: &ReplayArgs) -> anyhow::Result<()> {
         );
     } else {
         println!(
-            "journal {}: cell {}, {} rounds ({} torn lines skipped)",
+            "journal {}: cell {}, {} rounds ({} lines set aside)",
             a.journal.display(),
             exact.cell,
             exact.rounds_in_journal,
-            exact.torn_lines
+            exact.skipped_lines.len()
         );
+        for (line, why) in exact.skipped_lines.iter().take(5) {
+            println!("  line {line}: {why}");
+        }
         println!(
             "bit-for-bit: {} of {} rounds served by {} reproduced exactly",
             exact.rounds_identical,
             exact.rounds_compared,
             &exact.policy_digest[..12.min(exact.policy_digest.len())]
         );
+        println!(
+            "  native fallback: {} of {} rounds reproduced; served by nobody: {} of {} applied nothing",
+            exact.native_rounds_identical,
+            exact.native_rounds_compared,
+            exact.unserved_rounds_empty,
+            exact.unserved_rounds
+        );
         for m in &exact.mismatches {
-            println!(
-                "  epoch {}: journal {:?} vs replay {:?}",
-                m.epoch, m.journaled, m.replayed
-            );
+            println!("  {}", m.describe());
         }
         if let Some(c) = &counterfactual {
             println!(
@@ -311,11 +378,40 @@ pub fn replay(a: &ReplayArgs) -> anyhow::Result<()> {
             }
         }
     }
-    if exact.rounds_compared > 0 && exact.rounds_identical != exact.rounds_compared {
+    if !exact.all_identical() {
         anyhow::bail!(
-            "{} of {} rounds did not reproduce",
+            "rounds did not reproduce: {} of {} by the policy, {} of {} by the native fallback, {} \
+             of {} served by nobody applied something",
             exact.rounds_compared - exact.rounds_identical,
-            exact.rounds_compared
+            exact.rounds_compared,
+            exact.native_rounds_compared - exact.native_rounds_identical,
+            exact.native_rounds_compared,
+            exact.unserved_rounds - exact.unserved_rounds_empty,
+            exact.unserved_rounds
+        );
+    }
+    if exact.rounds_compared == 0 {
+        let served: Vec<String> = exact
+            .served_by
+            .iter()
+            .map(|(d, n)| {
+                let d = if d.is_empty() {
+                    "native/nobody"
+                } else {
+                    &d[..12.min(d.len())]
+                };
+                format!("{d} × {n}")
+            })
+            .collect();
+        anyhow::bail!(
+            "no round of cell `{}` was served by {} (served by: {}); nothing of this policy to check",
+            exact.cell,
+            &exact.policy_digest[..12.min(exact.policy_digest.len())],
+            if served.is_empty() {
+                "none".to_string()
+            } else {
+                served.join(", ")
+            }
         );
     }
     Ok(())

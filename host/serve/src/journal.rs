@@ -108,15 +108,37 @@ impl Journal {
     }
 
     /// Reads journal lines from `source`: records in order, and the lines
-    /// that are not records (a torn last line) set aside with the reason.
-    pub fn from_reader(source: impl BufRead) -> anyhow::Result<Journal> {
+    /// that are not records (a torn last line, a line that is not UTF-8)
+    /// set aside with their line number and the reason. Only an I/O error
+    /// stops the reading.
+    pub fn from_reader(mut source: impl BufRead) -> anyhow::Result<Journal> {
         let mut journal = Journal::default();
-        for (i, line) in source.lines().enumerate() {
-            let line = line.with_context(|| format!("line {}", i + 1))?;
+        let mut bytes = Vec::new();
+        let mut number = 0usize;
+        loop {
+            bytes.clear();
+            let read = source
+                .read_until(b'\n', &mut bytes)
+                .with_context(|| format!("reading line {}", number + 1))?;
+            if read == 0 {
+                break;
+            }
+            number += 1;
+            let line = match std::str::from_utf8(&bytes) {
+                Ok(line) => line,
+                Err(e) => {
+                    journal.skipped.push((
+                        number,
+                        format!("not UTF-8 (invalid byte at column {})", e.valid_up_to() + 1),
+                    ));
+                    continue;
+                }
+            };
+            let i = number - 1;
             if line.trim().is_empty() {
                 continue;
             }
-            match serde_json::from_str::<Record>(&line) {
+            match serde_json::from_str::<Record>(line) {
                 Ok(Record::Snapshot {
                     cell,
                     wall_ms,
@@ -173,6 +195,18 @@ mod tests {
         let refused = crate::replay::scenario(&journal, "control").map(drop);
         let e = refused.expect_err("a ragged snapshot builds no mirror");
         assert!(format!("{e:#}").contains("different lengths"), "{e:#}");
+        Ok(())
+    }
+
+    #[test]
+    fn a_line_that_is_not_utf8_is_skipped_with_its_number() -> anyhow::Result<()> {
+        let mut text = Vec::new();
+        text.extend_from_slice(b"{\"not\": \"a record\"}\n");
+        text.extend_from_slice(b"\xff\xfe broken\n");
+        let j = Journal::from_reader(std::io::Cursor::new(text))?;
+        assert_eq!(j.skipped.len(), 2, "{:?}", j.skipped);
+        assert_eq!(j.skipped[1].0, 2);
+        assert!(j.skipped[1].1.contains("UTF-8"), "{:?}", j.skipped);
         Ok(())
     }
 

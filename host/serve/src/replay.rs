@@ -4,17 +4,21 @@
 //! the live instance was fed (the cell's snapshot at every rebuild, then each
 //! round's delta) and asked the same rounds; in every round the live host
 //! served with a component of the same digest, its answer must equal the
-//! journaled decisions. *Counterfactual*: the workload the journal recorded
+//! journaled decisions. Every other round is checked too: one the native
+//! fallback served against a native instance fed the same way, one nobody
+//! served (every policy faulted) for applying nothing — so a stalled
+//! cluster's journal does not pass as "0 of 0 rounds reproduced". *Counterfactual*: the workload the journal recorded
 //! (the cell's nodes, each job's arrival, shape and run time) is run through
 //! the simulator under the given policy and under the recorded one, and the
 //! outcome metrics are compared.
 
 use crate::journal::{Journal, Record};
 use anyhow::{Context, bail};
+use arbiter_host::roles::scheduler::native_fallback;
 use arbiter_host::runtime::{CompiledPolicy, PolicyEngine, PolicyInstance, RuntimeConfig};
 use arbiter_host::state::{JobRequest, NodeRequest};
 use arbiter_policy_sdk::cluster::Cluster;
-use arbiter_policy_sdk::model::{Decision, Event};
+use arbiter_policy_sdk::model::{Decision, Event, Snapshot};
 use arbiter_sim::RunOptions;
 use arbiter_sim::core::RunPolicy;
 use arbiter_sim::metrics::ReplayMetrics;
@@ -29,8 +33,55 @@ use std::time::Duration;
 #[derive(Clone, Debug, Serialize)]
 pub struct Mismatch {
     pub epoch: u64,
+    /// Who served the round live: `active`/`fallback` (a component), `native`, `nobody`.
+    pub served: String,
     pub journaled: Vec<Decision>,
     pub replayed: Result<Vec<Decision>, String>,
+}
+
+impl Mismatch {
+    /// The difference in words: what the journal applied, what the replay answered.
+    pub fn describe(&self) -> String {
+        let replayed = match &self.replayed {
+            Ok(d) => describe_decisions(d),
+            Err(e) => format!("a fault ({e})"),
+        };
+        format!(
+            "epoch {} (served by {}): the journal applied {}; the replay answered {}",
+            self.epoch,
+            self.served,
+            describe_decisions(&self.journaled),
+            replayed
+        )
+    }
+}
+
+/// Decisions as a person reads them: `place job 3 on node 1 GPUs [0, 1]; preempt job 4`.
+pub fn describe_decisions(decisions: &[Decision]) -> String {
+    if decisions.is_empty() {
+        return "nothing".into();
+    }
+    let workers = |w: &[arbiter_policy_sdk::model::WorkerPlacement]| {
+        w.iter()
+            .map(|w| format!("node {} GPUs {:?}", w.node, w.gpus))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    decisions
+        .iter()
+        .map(|d| match d {
+            Decision::Place(j, w) => format!("place job {j} on {}", workers(w)),
+            Decision::Reserve(j, nodes) => format!("reserve nodes {nodes:?} for job {j}"),
+            Decision::Unreserve(j) => format!("unreserve job {j}"),
+            Decision::Preempt(j) => format!("preempt job {j}"),
+            Decision::ScaleOut(j, w) => format!("scale job {j} out onto {}", workers(w)),
+            Decision::ScaleIn(j, k) => format!("scale job {j} in by workers {k:?}"),
+            Decision::SetQos(j, q) => format!("set job {j}'s QoS to {q}"),
+            Decision::Migrate(j, w) => format!("migrate job {j} to {}", workers(w)),
+            Decision::ReserveGpus(j, g) => format!("reserve GPUs {g:?} for job {j}"),
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Outcome of the bit-for-bit check.
@@ -46,7 +97,23 @@ pub struct ExactReplay {
     pub mismatches: Vec<Mismatch>,
     /// Digests that served rounds of this cell, with their round counts.
     pub served_by: Vec<(String, u64)>,
-    pub torn_lines: usize,
+    /// Rounds the native fallback served, and how many it answers the same way again.
+    pub native_rounds_compared: u64,
+    pub native_rounds_identical: u64,
+    /// Rounds nobody served (every policy faulted), and how many applied nothing, as they must.
+    pub unserved_rounds: u64,
+    pub unserved_rounds_empty: u64,
+    /// Lines set aside, with their line numbers and why (a torn last line, invalid UTF-8).
+    pub skipped_lines: Vec<(usize, String)>,
+}
+
+impl ExactReplay {
+    /// Every round checked held.
+    pub fn all_identical(&self) -> bool {
+        self.rounds_identical == self.rounds_compared
+            && self.native_rounds_identical == self.native_rounds_compared
+            && self.unserved_rounds_empty == self.unserved_rounds
+    }
 }
 
 /// Outcome of the counterfactual run.
@@ -96,6 +163,18 @@ pub fn exact(
     policy: &CompiledPolicy,
     config: Option<&str>,
 ) -> anyhow::Result<ExactReplay> {
+    exact_with_progress(journal, cell, policy, config, &mut |_, _| {})
+}
+
+/// [`exact`], telling `progress(records done, records in all)` as it goes
+/// (every 1,000 records): a long journal takes minutes.
+pub fn exact_with_progress(
+    journal: &Journal,
+    cell: &str,
+    policy: &CompiledPolicy,
+    config: Option<&str>,
+    progress: &mut dyn FnMut(usize, usize),
+) -> anyhow::Result<ExactReplay> {
     let mut out = ExactReplay {
         cell: cell.to_string(),
         policy_digest: policy.digest.clone(),
@@ -104,7 +183,11 @@ pub fn exact(
         rounds_identical: 0,
         mismatches: Vec::new(),
         served_by: Vec::new(),
-        torn_lines: journal.skipped.len(),
+        native_rounds_compared: 0,
+        native_rounds_identical: 0,
+        unserved_rounds: 0,
+        unserved_rounds_empty: 0,
+        skipped_lines: journal.skipped.clone(),
     };
     let config = match config {
         Some(config) => config.to_string(),
@@ -112,7 +195,25 @@ pub fn exact(
             .unwrap_or_else(|| policy.manifest.default_config.clone()),
     };
     let mut instance = None;
-    for record in &journal.records {
+    let mut native: Option<PolicyInstance> = None;
+    let fresh_native = |snapshot: Option<&Snapshot>| -> anyhow::Result<PolicyInstance> {
+        let mut n = PolicyInstance::native(native_fallback());
+        if let Some(s) = snapshot {
+            n.resync(s.clone())
+                .map_err(|e| anyhow::anyhow!("native resync at epoch {}: {e}", s.epoch))?;
+        }
+        Ok(n)
+    };
+    let mismatch = |out: &mut ExactReplay, m: Mismatch| {
+        if out.mismatches.len() < MAX_MISMATCHES {
+            out.mismatches.push(m);
+        }
+    };
+    let total = journal.records.len();
+    for (done, record) in journal.records.iter().enumerate() {
+        if done % 1000 == 0 {
+            progress(done, total);
+        }
         match record {
             Record::Snapshot {
                 cell: c, snapshot, ..
@@ -123,6 +224,7 @@ pub fn exact(
                     .resync((**snapshot).clone())
                     .map_err(|e| anyhow::anyhow!("resync at epoch {}: {e}", snapshot.epoch))?;
                 instance = Some(fresh);
+                native = Some(fresh_native(Some(snapshot))?);
             }
             Record::Round(r) if r.cell == cell => {
                 out.rounds_in_journal += 1;
@@ -142,6 +244,57 @@ pub fn exact(
                 }
                 inst.apply(&r.delta)
                     .map_err(|e| anyhow::anyhow!("delta to epoch {}: {e}", r.delta.epoch))?;
+                // The native mirror follows the same deltas; one that cannot
+                // (it faulted earlier) is rebuilt at the next snapshot.
+                if let Some(n) = native.as_mut()
+                    && n.apply(&r.delta).is_err()
+                {
+                    native = None;
+                }
+                match r.served.as_str() {
+                    "native" => {
+                        out.native_rounds_compared += 1;
+                        let replayed = match native.as_mut() {
+                            Some(n) => n.schedule(r.round).map_err(|e| e.to_string()),
+                            None => Err("the native mirror fell out of step".into()),
+                        };
+                        if replayed.as_ref() == Ok(&r.decisions) {
+                            out.native_rounds_identical += 1;
+                        } else {
+                            if replayed.is_err() {
+                                native = None;
+                            }
+                            mismatch(
+                                &mut out,
+                                Mismatch {
+                                    epoch: r.round.epoch,
+                                    served: r.served.clone(),
+                                    journaled: r.decisions.clone(),
+                                    replayed,
+                                },
+                            );
+                        }
+                        continue;
+                    }
+                    "nobody" => {
+                        out.unserved_rounds += 1;
+                        if r.decisions.is_empty() {
+                            out.unserved_rounds_empty += 1;
+                        } else {
+                            mismatch(
+                                &mut out,
+                                Mismatch {
+                                    epoch: r.round.epoch,
+                                    served: r.served.clone(),
+                                    journaled: r.decisions.clone(),
+                                    replayed: Ok(Vec::new()),
+                                },
+                            );
+                        }
+                        continue;
+                    }
+                    _ => {}
+                }
                 if r.digest != policy.digest {
                     continue;
                 }
@@ -154,13 +307,15 @@ pub fn exact(
                         // A trapped instance is never re-entered; the live host restarts it.
                         *inst = fresh_instance(policy, &config)?;
                     }
-                    if out.mismatches.len() < MAX_MISMATCHES {
-                        out.mismatches.push(Mismatch {
+                    mismatch(
+                        &mut out,
+                        Mismatch {
                             epoch: r.round.epoch,
+                            served: r.served.clone(),
                             journaled: r.decisions.clone(),
                             replayed,
-                        });
-                    }
+                        },
+                    );
                 }
             }
             _ => {}
@@ -407,4 +562,100 @@ pub fn main_digest(journal: &Journal, cell: &str) -> Option<String> {
         }
     }
     counts.into_iter().max_by_key(|(_, n)| *n).map(|(d, _)| d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::RoundRecord;
+    use arbiter_host::state::{ClusterState, JobRequest, NodeRequest};
+    use std::sync::Arc;
+
+    fn round(
+        delta: Arc<arbiter_policy_sdk::model::Delta>,
+        info: arbiter_policy_sdk::model::RoundInfo,
+        served: &str,
+        decisions: Vec<Decision>,
+    ) -> Record {
+        Record::Round(Box::new(RoundRecord {
+            cell: "control".into(),
+            delta: (*delta).clone(),
+            round: info,
+            served: served.into(),
+            slot: "default".into(),
+            generation: None,
+            digest: String::new(),
+            decisions,
+            faults: Vec::new(),
+            fuel: None,
+            latency_us: 0,
+            policy_us: 0,
+            config: None,
+        }))
+    }
+
+    /// A journal of a cluster the native fallback served (its policy
+    /// faulting), then nobody: those rounds are checked, and a tampered one
+    /// is caught and said in words.
+    #[test]
+    fn rounds_the_fallback_or_nobody_served_are_checked_too() -> anyhow::Result<()> {
+        let mut state = ClusterState::new();
+        state.add_node(NodeRequest::gpus("n0", "p", "A100", 81_920, 4))?;
+        let mut records = vec![Record::Snapshot {
+            cell: "control".into(),
+            wall_ms: 0,
+            snapshot: Box::new(state.snapshot()),
+        }];
+        let mut native = PolicyInstance::native(native_fallback());
+        native
+            .resync(state.snapshot())
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        state.submit(JobRequest::gpus("a", "t", 1, 2))?;
+        state.submit(JobRequest::gpus("b", "t", 1, 2))?;
+        // Round 1: the native fallback served it.
+        let (delta, info) = state.begin_round(16);
+        native.apply(&delta).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let answer = native.schedule(info).map_err(|e| anyhow::anyhow!("{e}"))?;
+        assert!(!answer.is_empty());
+        records.push(round(delta, info, "native", answer.clone()));
+        state.apply(answer)?;
+        // Round 2: nobody served it; nothing was applied.
+        state.submit(JobRequest::gpus("c", "t", 1, 4))?;
+        let (delta, info) = state.begin_round(16);
+        records.push(round(delta, info, "nobody", Vec::new()));
+        let journal = Journal {
+            records: records.clone(),
+            skipped: Vec::new(),
+        };
+        let policy = compile(
+            arbiter_policies::get("best-fit").ok_or_else(|| anyhow::anyhow!("no best-fit"))?,
+        )?;
+        let out = exact(&journal, "control", &policy, None)?;
+        assert_eq!(
+            (out.native_rounds_compared, out.native_rounds_identical),
+            (1, 1)
+        );
+        assert_eq!((out.unserved_rounds, out.unserved_rounds_empty), (1, 1));
+        assert_eq!(out.rounds_compared, 0, "best-fit served nothing here");
+        assert!(out.all_identical());
+
+        // Tampered: the journal says the fallback placed nothing.
+        if let Some(Record::Round(r)) = records.get_mut(1) {
+            r.decisions.clear();
+        }
+        let tampered = Journal {
+            records,
+            skipped: Vec::new(),
+        };
+        let out = exact(&tampered, "control", &policy, None)?;
+        assert!(!out.all_identical());
+        let said = out.mismatches[0].describe();
+        assert!(
+            said.contains("served by native")
+                && said.contains("applied nothing")
+                && said.contains("place job 0"),
+            "{said}"
+        );
+        Ok(())
+    }
 }

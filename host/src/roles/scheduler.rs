@@ -42,10 +42,16 @@ pub struct RoundDriver {
     max_decisions: u32,
 }
 
+/// The scheduler's last resort: the native `fifo` policy (what a round
+/// journaled as served by `native` ran, so a replay can check it).
+pub fn native_fallback() -> Box<dyn NativePolicy> {
+    Box::new(Runtime::<policy_fifo::Fifo>::new())
+}
+
 impl RoundDriver {
-    /// A driver whose last resort is the native `fifo` policy.
+    /// A driver whose last resort is [`native_fallback`].
     pub fn new(slot: Arc<PolicySlot>) -> Self {
-        Self::with_native(slot, Box::new(Runtime::<policy_fifo::Fifo>::new()))
+        Self::with_native(slot, native_fallback())
     }
 
     pub fn with_native(slot: Arc<PolicySlot>, native: Box<dyn NativePolicy>) -> Self {
