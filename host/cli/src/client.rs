@@ -312,7 +312,7 @@ fn state_name(s: i32) -> &'static str {
         Ok(v1::JobState::Queued) => "queued",
         Ok(v1::JobState::Pending) => "pending",
         Ok(v1::JobState::Running) => "running",
-        Ok(v1::JobState::Succeeded) => "done",
+        Ok(v1::JobState::Succeeded) => "succeeded",
         Ok(v1::JobState::Failed) => "failed",
         Ok(v1::JobState::Cancelled) => "cancelled",
         _ => "?",

@@ -58,6 +58,12 @@ pub struct ServeArgs {
     /// Scheduling period.
     #[arg(long, value_parser = parse_duration, default_value = "100ms")]
     pub round: Duration,
+    /// Ended jobs kept in the job table and the store (the newest-ended).
+    #[arg(long, default_value_t = 10_000)]
+    pub keep_finished: usize,
+    /// Ended jobs are dropped this long after they ended.
+    #[arg(long, value_parser = parse_duration, default_value = "7d")]
+    pub keep_finished_for: Duration,
     /// Simulated nodes in the embedded pool (0: only `arbiter node` agents).
     #[arg(long, default_value_t = 4)]
     pub nodes: u32,
@@ -158,6 +164,8 @@ pub fn serve(a: &ServeArgs) -> anyhow::Result<()> {
             },
             tenant_memory_bytes: a.tenant_memory_mib.saturating_mul(1 << 20),
             tenant_code_bytes: a.tenant_code_mib.saturating_mul(1 << 20),
+            keep_finished: a.keep_finished,
+            keep_finished_for: a.keep_finished_for,
             ..PlaneConfig::default()
         },
     };

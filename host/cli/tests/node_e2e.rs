@@ -448,7 +448,7 @@ fn agents_join_and_run_jobs_over_tls() {
     wait_until_or(
         "the job to succeed over TLS",
         Duration::from_secs(30),
-        || c.job(id)["state"] == "done",
+        || c.job(id)["state"] == "succeeded",
         || format!("{} {}", c.job(id), c.cli(&["top"])),
     );
     // Plaintext and an untrusted server are refused.
@@ -745,7 +745,7 @@ fn one_resolved_launch_per_job_per_node() {
         wait_until_or(
             &format!("job {id} to finish"),
             Duration::from_secs(30),
-            || c.job(id)["state"] == "done",
+            || c.job(id)["state"] == "succeeded",
             || format!("{} {}", c.job(id), c.cli(&["top"])),
         );
     };

@@ -168,9 +168,10 @@ fn kill_9_and_restart_loses_nothing_and_resumes() {
     // Scheduling resumes: the short jobs finish and a new one runs.
     wait_until("the short jobs to finish", || {
         let js = jobs(&server, &admin);
-        short
-            .iter()
-            .all(|id| js.iter().any(|j| j["id"] == *id && j["state"] == "done"))
+        short.iter().all(|id| {
+            js.iter()
+                .any(|j| j["id"] == *id && j["state"] == "succeeded")
+        })
     });
     let new = cli(
         &server,
@@ -191,7 +192,7 @@ fn kill_9_and_restart_loses_nothing_and_resumes() {
     wait_until("the new job to finish", || {
         jobs(&server, &admin)
             .iter()
-            .any(|j| j["id"] == new && j["state"] == "done")
+            .any(|j| j["id"] == new && j["state"] == "succeeded")
     });
     // Promote, restart again: the promotion sticks.
     cli(&server, &admin, &["ab", "promote", "exp"]);

@@ -250,6 +250,10 @@ pub struct PolicyMetrics {
     pub journal: Histogram,
     /// Node-link updates acknowledged, by outcome ("applied", "refused").
     pub node_updates: BTreeMap<&'static str, u64>,
+    /// Ended jobs dropped by retention.
+    pub jobs_dropped: u64,
+    /// Jobs that ended, by final state name.
+    pub jobs_ended: BTreeMap<&'static str, u64>,
 }
 
 /// How a serving generation is labelled in the metrics: its id, or `native`.

@@ -101,6 +101,12 @@ pub struct PlaneConfig {
     /// Compiled code all the generations of one tenant's slot may hold
     /// together (each distinct component counted once).
     pub tenant_code_bytes: usize,
+    /// Ended jobs kept (the newest-ended); older ones are dropped from the
+    /// job table and the store. Jobs of a running experiment are kept
+    /// until it ends (its statistics are rebuilt from them).
+    pub keep_finished: usize,
+    /// Ended jobs are dropped this long after they ended.
+    pub keep_finished_for: Duration,
 }
 
 impl Default for PlaneConfig {
@@ -120,6 +126,8 @@ impl Default for PlaneConfig {
             sharing: model::SharingRules::default(),
             tenant_memory_bytes: DEFAULT_TENANT_MEMORY_BYTES,
             tenant_code_bytes: DEFAULT_TENANT_CODE_BYTES,
+            keep_finished: 10_000,
+            keep_finished_for: Duration::from_secs(7 * 24 * 3600),
         }
     }
 }
@@ -381,6 +389,8 @@ pub struct Plane {
     metrics: PolicyMetrics,
     /// Stats of the single control cell outside experiments.
     tenant_faults: u64,
+    /// When retention last looked at the ended jobs' ages.
+    last_retention_ms: u64,
     /// What each tenant's policy instances hold, against
     /// `cfg.tenant_memory_bytes`.
     tenant_memory: BTreeMap<String, Arc<MemoryAccount>>,
@@ -510,6 +520,7 @@ impl Plane {
             events,
             metrics: PolicyMetrics::default(),
             tenant_faults: 0,
+            last_retention_ms: 0,
             tenant_memory: BTreeMap::new(),
             job_samples: HashMap::new(),
             sm_shares: HashMap::new(),
@@ -1281,6 +1292,7 @@ impl Plane {
         move_status(&mut self.by_status, id, job.status, status);
         job.status = status;
         job.end_ms = now;
+        *self.metrics.jobs_ended.entry(status.name()).or_default() += 1;
         job.message = message.to_string();
         let job = job.clone();
         if was_running
@@ -2595,57 +2607,172 @@ impl Plane {
                 )
             }),
         );
+        // One name per job state, as the API names them.
+        let states = [
+            JobStatus::Queued,
+            JobStatus::Pending,
+            JobStatus::Running,
+            JobStatus::Succeeded,
+            JobStatus::Failed,
+            JobStatus::Cancelled,
+        ];
         e.gauge(
             "arbiter_jobs",
-            "Jobs by state.",
-            [
-                ("queued", view.jobs_queued),
-                ("pending", view.jobs_pending),
-                ("running", view.jobs_running),
-                ("finished", view.jobs_finished),
-            ]
-            .map(|(state, n)| (vec![("state", state)], GaugeValue::Int(n as i64))),
+            "Jobs in the job table by state (ended ones until retention drops them).",
+            states.map(|s| {
+                (
+                    vec![("state", s.name())],
+                    GaugeValue::Int(self.count(s) as i64),
+                )
+            }),
+        );
+        e.counter(
+            "arbiter_jobs_ended",
+            "Jobs that ended since the plane started, by final state.",
+            self.metrics
+                .jobs_ended
+                .iter()
+                .map(|(state, n)| (vec![("state", *state)], *n)),
+        );
+        e.counter(
+            "arbiter_jobs_dropped",
+            "Ended jobs dropped from the job table and the store by retention.",
+            [(vec![], self.metrics.jobs_dropped)],
         );
         e.gauge(
-            "arbiter_gpu_allocation_percent",
-            "Allocated share of GPU capacity.",
-            [(vec![], GaugeValue::Float(view.gpu_allocation_pct))],
+            "arbiter_gpu_allocation_ratio",
+            "Allocated share of GPU capacity (0 to 1).",
+            [(vec![], GaugeValue::Float(view.gpu_allocation_pct / 100.0))],
+        );
+        // Per tenant: GPUs its released jobs hold or claim, and its quota.
+        let mut claimed: BTreeMap<&str, u64> = BTreeMap::new();
+        for j in self.released() {
+            *claimed.entry(j.tenant.as_str()).or_default() += u64::from(j.spec.gpus);
+        }
+        e.gauge(
+            "arbiter_tenant_gpus",
+            "GPUs a tenant's pending and running jobs ask for.",
+            claimed
+                .iter()
+                .map(|(t, n)| (vec![("tenant", *t)], GaugeValue::Int(*n as i64))),
+        );
+        e.gauge(
+            "arbiter_tenant_quota_gpus",
+            "A tenant's GPU quota (0: none).",
+            self.tenants.values().map(|t| {
+                (
+                    vec![("tenant", t.name.as_str())],
+                    GaugeValue::Int(i64::from(t.quota_gpus)),
+                )
+            }),
+        );
+        let nodes = self.list_nodes();
+        e.gauge(
+            "arbiter_node_gpus_free",
+            "Idle GPUs on a node, by node and state.",
+            nodes.iter().map(|n| {
+                (
+                    vec![("node", n.name.as_str()), ("state", n.state.as_str())],
+                    GaugeValue::Int(i64::from(n.gpus_free)),
+                )
+            }),
+        );
+        e.gauge(
+            "arbiter_node_gpus",
+            "GPUs on a node, by node and state.",
+            nodes.iter().map(|n| {
+                (
+                    vec![("node", n.name.as_str()), ("state", n.state.as_str())],
+                    GaugeValue::Int(i64::from(n.gpus)),
+                )
+            }),
+        );
+        let journal_bytes =
+            std::fs::metadata(self.data.join("journal.jsonl")).map_or(0, |m| m.len());
+        e.gauge(
+            "arbiter_journal_bytes",
+            "Size of the decision journal.",
+            [(vec![], GaugeValue::Int(journal_bytes as i64))],
         );
         if let Some(exp) = &self.experiment {
+            // One metric per unit: seconds, ratios and counts never share a gauge.
             let status = self.status_of(exp);
-            let mut samples = Vec::new();
-            for arm in &status.arms {
-                let est = |x: &Option<v1::Estimate>| {
-                    GaugeValue::Float(x.as_ref().map_or(0.0, |e| e.mean))
-                };
-                let count = |n: u64| GaugeValue::Int(i64::try_from(n).unwrap_or(i64::MAX));
-                for (metric, value) in [
-                    ("queue_delay_ms", est(&arm.queue_delay_ms)),
-                    ("jct_ms", est(&arm.jct_ms)),
-                    ("gpu_allocation_pct", est(&arm.gpu_allocation_pct)),
-                    ("fragmentation_pct", est(&arm.fragmentation_pct)),
-                    ("policy_latency_ms", est(&arm.policy_latency_ms)),
-                    ("preemptions", count(arm.preemptions)),
-                    ("slo_violations", count(arm.slo_violations)),
-                    ("policy_faults", count(arm.policy_faults)),
-                    ("jobs_finished", count(arm.jobs_finished)),
+            let mean = |x: &Option<v1::Estimate>, scale: f64| {
+                GaugeValue::Float(x.as_ref().map_or(0.0, |e| e.mean * scale))
+            };
+            let labels = |arm: &str| {
+                vec![
+                    ("experiment", exp.record.name.clone()),
+                    ("arm", arm.to_string()),
+                ]
+            };
+            // (metric, help, which estimate, scale to the metric's unit)
+            let gauges: [(&str, &str, ArmEstimate, f64); 5] = [
+                (
+                    "arbiter_experiment_queue_delay_seconds",
+                    "Mean queue delay of an arm's enrolled jobs.",
+                    |a| &a.queue_delay_ms,
+                    1e-3,
+                ),
+                (
+                    "arbiter_experiment_jct_seconds",
+                    "Mean completion time of an arm's enrolled jobs.",
+                    |a| &a.jct_ms,
+                    1e-3,
+                ),
+                (
+                    "arbiter_experiment_gpu_allocation_ratio",
+                    "Mean allocated share of an arm's GPUs per round (0 to 1).",
+                    |a| &a.gpu_allocation_pct,
+                    1e-2,
+                ),
+                (
+                    "arbiter_experiment_fragmentation_ratio",
+                    "Mean stranded share of an arm's free GPU capacity per round (0 to 1).",
+                    |a| &a.fragmentation_pct,
+                    1e-2,
+                ),
+                (
+                    "arbiter_experiment_policy_latency_seconds",
+                    "Mean time in the arm's policy per round.",
+                    |a| &a.policy_latency_ms,
+                    1e-3,
+                ),
+            ];
+            for (name, help, estimate, scale) in &gauges {
+                let rows: Vec<(Vec<(&str, String)>, GaugeValue)> = status
+                    .arms
+                    .iter()
+                    .map(|a| (labels(&a.arm), mean(estimate(a), *scale)))
+                    .collect();
+                e.gauge(
+                    name,
+                    help,
+                    rows.iter()
+                        .map(|(l, v)| (l.iter().map(|(k, v)| (*k, v.as_str())).collect(), *v)),
+                );
+            }
+            let mut counts: Vec<(Vec<(&str, String)>, u64)> = Vec::new();
+            for a in &status.arms {
+                for (event, n) in [
+                    ("enrolled", a.jobs_submitted),
+                    ("started", a.jobs_started),
+                    ("finished", a.jobs_finished),
+                    ("preempted", a.preemptions),
+                    ("slo_violation", a.slo_violations),
+                    ("policy_fault", a.policy_faults),
                 ] {
-                    samples.push((arm.arm.clone(), metric, value));
+                    let mut l = labels(&a.arm);
+                    l.push(("event", event.to_string()));
+                    counts.push((l, n));
                 }
             }
-            e.gauge(
-                "arbiter_experiment_arm",
-                "Per-arm outcome metrics of the running experiment (means).",
-                samples.iter().map(|(arm, metric, value)| {
-                    (
-                        vec![
-                            ("experiment", exp.record.name.as_str()),
-                            ("arm", arm.as_str()),
-                            ("metric", *metric),
-                        ],
-                        *value,
-                    )
-                }),
+            e.counter(
+                "arbiter_experiment_events",
+                "Counts in an arm of the running experiment, by event.",
+                counts
+                    .iter()
+                    .map(|(l, n)| (l.iter().map(|(k, v)| (*k, v.as_str())).collect(), *n)),
             );
         }
         e.finish()
@@ -3382,6 +3509,7 @@ impl Plane {
         let now = now_ms();
         self.check_agents();
         self.complete_finished(now);
+        self.drop_old_finished(now);
         PendingAdmission {
             now,
             epoch: self.rounds + 1,
@@ -3403,6 +3531,61 @@ impl Plane {
         self.rounds += 1;
         self.check_guardrail();
         self.persist_experiment_rounds();
+    }
+
+    /// Retention: ended jobs past `keep_finished` (oldest-ended first) or
+    /// ended longer ago than `keep_finished_for` leave the job table and
+    /// the store, in one write. Checked when the count is over or, for the
+    /// age, at most once a minute, so a tick stays O(1) otherwise.
+    fn drop_old_finished(&mut self, now: u64) {
+        let ended = self.count(JobStatus::Succeeded)
+            + self.count(JobStatus::Failed)
+            + self.count(JobStatus::Cancelled);
+        let keep = self.cfg.keep_finished as u64;
+        let over = ended > keep;
+        let age_due = now.saturating_sub(self.last_retention_ms) >= 60_000;
+        if !over && !age_due {
+            return;
+        }
+        self.last_retention_ms = now;
+        let horizon = now.saturating_sub(self.cfg.keep_finished_for.as_millis() as u64);
+        let running = self.experiment.as_ref().map(|e| e.record.name.as_str());
+        let mut candidates: Vec<(u64, u64)> = [
+            JobStatus::Succeeded,
+            JobStatus::Failed,
+            JobStatus::Cancelled,
+        ]
+        .into_iter()
+        .flat_map(|s| self.ids(s))
+        .filter_map(|id| self.jobs.get(&id))
+        .filter(|j| running != Some(j.experiment.as_str()))
+        .map(|j| (j.end_ms, j.id))
+        .collect();
+        // Newest-ended first: the first `keep` stay (if young enough).
+        candidates.sort_unstable_by(|a, b| b.cmp(a));
+        let drop: Vec<u64> = candidates
+            .iter()
+            .enumerate()
+            .filter(|(rank, (end, _))| *rank as u64 >= keep || *end < horizon)
+            .map(|(_, (_, id))| *id)
+            .collect();
+        if drop.is_empty() {
+            return;
+        }
+        let mut writes = Vec::with_capacity(drop.len());
+        for id in &drop {
+            if let Some(job) = self.jobs.remove(id)
+                && let Some(set) = self.by_status.get_mut(&job.status)
+            {
+                set.remove(id);
+            }
+            writes.push(Write::DeleteJob(*id));
+        }
+        self.metrics.jobs_dropped += drop.len() as u64;
+        tracing::info!(dropped = drop.len(), "ended jobs past retention dropped");
+        for w in writes {
+            self.writer.send(w);
+        }
     }
 
     /// Simulated pool: jobs whose run time is up succeed.
@@ -4081,6 +4264,9 @@ pub const DEFAULT_TENANT: &str = "default";
 /// Jobs in a `List` page when the request names no size, and the most it may name.
 pub const DEFAULT_PAGE: usize = 1_000;
 pub const MAX_PAGE: usize = 10_000;
+
+/// Picks one estimate of an arm's metrics.
+type ArmEstimate = fn(&v1::ArmMetrics) -> &Option<v1::Estimate>;
 
 /// What the waiting reasons of one API call share: each cell's idle
 /// capacity and each tenant's claimed GPUs, computed once when first needed.

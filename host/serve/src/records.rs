@@ -27,6 +27,18 @@ impl JobStatus {
         )
     }
 
+    /// The state's one name, wherever it is shown (the API's, lower case).
+    pub fn name(self) -> &'static str {
+        match self {
+            JobStatus::Queued => "queued",
+            JobStatus::Pending => "pending",
+            JobStatus::Running => "running",
+            JobStatus::Succeeded => "succeeded",
+            JobStatus::Failed => "failed",
+            JobStatus::Cancelled => "cancelled",
+        }
+    }
+
     pub fn to_proto(self) -> v1::JobState {
         match self {
             JobStatus::Queued => v1::JobState::Queued,

@@ -27,6 +27,8 @@ const MAX_BATCH: usize = 8192;
 #[derive(Debug)]
 pub enum Write {
     Job(u64, Vec<u8>),
+    /// A job record retention dropped.
+    DeleteJob(u64),
     Put(String, Vec<u8>),
     Delete(String),
 }
@@ -148,6 +150,9 @@ fn commit(db: &Database, batch: &[(Write, Option<Reply>)]) -> anyhow::Result<()>
                 Write::Job(id, bytes) => {
                     jobs.insert(*id, bytes.as_slice()).context("insert job")?;
                 }
+                Write::DeleteJob(id) => {
+                    jobs.remove(*id).context("remove job")?;
+                }
                 Write::Put(key, bytes) => {
                     kv.insert(key.as_str(), bytes.as_slice())
                         .context("insert key")?;
@@ -236,8 +241,10 @@ mod tests {
                 Write::Job(7, b"{}".to_vec()),
                 Write::Put("tenant/b".into(), b"2".to_vec()),
                 Write::Put("exp/x".into(), b"3".to_vec()),
+                Write::Job(8, b"{}".to_vec()),
             ])
             .wait()?;
+            w.send_durable(vec![Write::DeleteJob(8)]).wait()?;
         }
         let store = Store::open(dir.path())?;
         let c = store.read_all()?;

@@ -417,6 +417,61 @@ async fn a_port_in_use_fails_the_start_before_anything_is_written() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ended_jobs_past_retention_leave_the_table_and_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let plane = || PlaneConfig {
+        round_interval: Duration::from_millis(20),
+        nodes: default_pool(2, 8),
+        default_duration: Duration::from_millis(50),
+        keep_finished: 3,
+        ..PlaneConfig::default()
+    };
+    let running = server_with(dir.path(), plane()).await;
+    let token = running.new_admin_token.clone().unwrap();
+    let mut admin = client(&running, Some(&token)).await;
+    let mut ids = Vec::new();
+    for i in 0..8 {
+        ids.push(submit(&mut admin, spec(&format!("r{i}"), 1, 50)).await);
+    }
+    let listed = |c: &Client| {
+        let mut c = client_clone(c);
+        async move {
+            c.jobs
+                .list(v1::ListJobsRequest::default())
+                .await
+                .unwrap()
+                .into_inner()
+                .jobs
+        }
+    };
+    wait_for("retention to keep only the 3 newest-ended jobs", || {
+        let l = listed(&admin);
+        async move {
+            let jobs = l.await;
+            jobs.len() == 3
+                && jobs
+                    .iter()
+                    .all(|j| j.state == v1::JobState::Succeeded as i32)
+        }
+    })
+    .await;
+    let text = metrics_text(&mut admin).await;
+    assert!(text.contains("arbiter_jobs_dropped_total 5"), "{text}");
+    assert!(
+        text.contains("arbiter_jobs_ended_total{state=\"succeeded\"} 8"),
+        "{text}"
+    );
+    // A dropped job is gone, not failed; the kept ones survive a restart, the dropped do not return.
+    let gone = admin.jobs.get(v1::JobRef { id: ids[0] }).await.unwrap_err();
+    assert_eq!(gone.code(), Code::NotFound);
+    running.shutdown().await.unwrap();
+    let running = server_with(dir.path(), plane()).await;
+    let admin = client(&running, Some(&token)).await;
+    assert_eq!(listed(&admin).await.len(), 3);
+    running.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenant_split_ab_reports_per_arm_metrics_and_promotes() {
     let dir = tempfile::tempdir().unwrap();
     let running = server(dir.path(), 4, Duration::from_millis(100)).await;
@@ -503,7 +558,35 @@ async fn tenant_split_ab_reports_per_arm_metrics_and_promotes() {
     }
     // Experiment-arm metrics are exported.
     let text = metrics_text(&mut admin).await;
-    assert!(text.contains("arbiter_experiment_arm{experiment=\"bf-vs-fifo\",arm=\"candidate\",metric=\"jobs_finished\"} 12"), "{text}");
+    assert!(
+        text.contains(
+            "arbiter_experiment_events_total{experiment=\"bf-vs-fifo\",arm=\"candidate\",event=\"finished\"} 12"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "arbiter_experiment_jct_seconds{experiment=\"bf-vs-fifo\",arm=\"candidate\"}"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("arbiter_jobs{state=\"succeeded\"} 24"),
+        "{text}"
+    );
+    assert!(
+        text.contains("arbiter_jobs_ended_total{state=\"succeeded\"} 24"),
+        "{text}"
+    );
+    assert!(
+        text.contains("arbiter_tenant_quota_gpus{tenant=\"team-a\"} 0"),
+        "{text}"
+    );
+    assert!(
+        text.contains("arbiter_node_gpus{node=\"sim-00\",state=\"ready\"} 8"),
+        "{text}"
+    );
+    assert!(text.contains("arbiter_gpu_allocation_ratio"), "{text}");
 
     let promoted = admin
         .experiments
