@@ -1032,6 +1032,7 @@ fn print_experiment(s: &v1::ExperimentStatus, json: bool) -> anyhow::Result<()> 
             serde_json::json!({
                 "rounds": sh.rounds, "rounds_identical": sh.rounds_identical,
                 "placements_differing": sh.placements_differing,
+                "jobs_differing": sh.jobs_differing,
                 "candidate_only": sh.candidate_only, "incumbent_only": sh.incumbent_only,
                 "incumbent_fragmentation_pct": sh.incumbent_fragmentation_pct,
                 "candidate_fragmentation_pct": sh.candidate_fragmentation_pct,
@@ -1127,9 +1128,10 @@ fn print_experiment(s: &v1::ExperimentStatus, json: bool) -> anyhow::Result<()> 
     }
     if let Some(sh) = &s.shadow {
         println!(
-            "  shadow: {} rounds, {} identical, {} placements differ (candidate-only {}, incumbent-only {}), candidate faults {}, invalid {}",
+            "  shadow: {} rounds, {} identical; {} jobs placed differently ({} round-by-round differences: candidate-only {}, incumbent-only {}); candidate faults {}, invalid {}",
             sh.rounds,
             sh.rounds_identical,
+            sh.jobs_differing,
             sh.placements_differing,
             sh.candidate_only,
             sh.incumbent_only,

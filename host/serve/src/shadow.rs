@@ -47,6 +47,8 @@ pub struct ShadowState {
     pub candidate_latency_ms: BatchMeans,
     pub recent: VecDeque<v1::PlacementDiff>,
     pub last_fault: String,
+    /// Jobs (by their unique name in the cell) whose placement differed at least once.
+    pub jobs_differing: std::collections::HashSet<String>,
 }
 
 impl ShadowState {
@@ -62,6 +64,7 @@ impl ShadowState {
             candidate_faults: self.candidate_faults,
             recent: self.recent.iter().cloned().collect(),
             candidate_invalid: self.candidate_invalid,
+            jobs_differing: self.jobs_differing.len() as u64,
         }
     }
 }
@@ -184,6 +187,9 @@ impl Step {
         s.incumbent_only += self.incumbent_only;
         s.placements_differing += self.diffs.len() as u64;
         for d in self.diffs {
+            if !s.jobs_differing.contains(&d.job_name) {
+                s.jobs_differing.insert(d.job_name.clone());
+            }
             if s.recent.len() == RECENT_DIFFS {
                 s.recent.pop_front();
             }

@@ -790,6 +790,14 @@ async fn shadow_diffs_placements_without_enforcing_them() {
         .unwrap_or_else(|| panic!("no diff for c: {:?}", sh.recent));
     assert!(diff.incumbent.starts_with("sim-01["), "{diff:?}");
     assert!(diff.candidate.starts_with("sim-00["), "{diff:?}");
+    // Three jobs at most can differ, however many rounds go by.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let sh = status(&mut admin, "shadow").await.shadow.unwrap();
+    assert!(
+        (1..=3).contains(&sh.jobs_differing),
+        "{} jobs differing of 3 submitted",
+        sh.jobs_differing
+    );
     running.shutdown().await.unwrap();
 }
 
