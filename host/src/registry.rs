@@ -713,6 +713,12 @@ impl Registry {
         self.slots.read().values().cloned().collect()
     }
 
+    /// Drops a slot and its generations (a removed tenant's); instances
+    /// already handed out finish their call.
+    pub fn remove(&self, name: &str) -> Option<Arc<PolicySlot>> {
+        self.slots.write().remove(name)
+    }
+
     /// Compiles `wasm` and hot-swaps it into the slot named by its manifest.
     pub fn load_bytes(
         &self,

@@ -767,6 +767,18 @@ fn print_slot(s: &v1::SlotInfo, json: bool) -> anyhow::Result<()> {
             g.faults,
             state
         );
+        println!("       roles: {}", g.roles.join(", "));
+        if g.config.trim().is_empty() {
+            println!("       config: (the manifest's default)");
+        } else {
+            for (i, line) in g.config.lines().enumerate() {
+                let label = if i == 0 { "config:" } else { "       " };
+                println!("       {label} {line}");
+            }
+        }
+        if g.quarantined {
+            println!("       quarantined: never served and never rolled back to");
+        }
         if !g.last_fault.is_empty() {
             println!("       last fault: {}", g.last_fault);
         }
@@ -1534,6 +1546,58 @@ pub enum TenantCommand {
     Add(TenantAddArgs),
     /// List tenants, quotas and use.
     Ls(ConnOnly),
+    /// Remove a tenant without live jobs (admin): its token and policy go.
+    Rm(TenantRefArgs),
+    /// A new token for a tenant (admin); the old one stops working.
+    Rotate(TenantRefArgs),
+}
+
+#[derive(Args)]
+pub struct TenantRefArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+    /// The tenant.
+    pub name: String,
+}
+
+#[derive(Subcommand)]
+pub enum TokenCommand {
+    /// A new admin or node token (admin); the old one stops working and the
+    /// data directory's `admin.token`/`node.token` is rewritten.
+    Rotate(TokenRotateArgs),
+}
+
+#[derive(Args)]
+pub struct TokenRotateArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+    /// Whose: `admin` or `node` (tenants: `tenant rotate NAME`).
+    #[arg(value_parser = ["admin", "node"])]
+    pub subject: String,
+}
+
+async fn rotate(conn: &Conn, subject: String) -> anyhow::Result<()> {
+    let mut c = connect(conn).await?;
+    let t = c
+        .cluster
+        .rotate_token(v1::RotateTokenRequest {
+            subject: subject.clone(),
+        })
+        .await
+        .map_err(status_error)?
+        .into_inner();
+    if conn.json {
+        print_json(&serde_json::json!({"subject": subject, "token": t.token}))
+    } else {
+        println!("{subject} token: {}", t.token);
+        Ok(())
+    }
+}
+
+pub async fn token_command(cmd: &TokenCommand) -> anyhow::Result<()> {
+    match cmd {
+        TokenCommand::Rotate(a) => rotate(&a.conn, a.subject.clone()).await,
+    }
 }
 
 #[derive(Args)]
@@ -1549,6 +1613,22 @@ pub struct TenantAddArgs {
 
 pub async fn tenant(cmd: &TenantCommand) -> anyhow::Result<()> {
     match cmd {
+        TenantCommand::Rm(a) => {
+            let mut c = connect(&a.conn).await?;
+            c.cluster
+                .remove_tenant(v1::TenantRef {
+                    name: a.name.clone(),
+                })
+                .await
+                .map_err(status_error)?;
+            if a.conn.json {
+                print_json(&serde_json::json!({"removed": a.name}))
+            } else {
+                println!("tenant {} removed", a.name);
+                Ok(())
+            }
+        }
+        TenantCommand::Rotate(a) => rotate(&a.conn, format!("tenant:{}", a.name)).await,
         TenantCommand::Add(a) => {
             let mut c = connect(&a.conn).await?;
             let t = c

@@ -62,6 +62,9 @@ enum Command {
     /// Tenants and their tokens.
     #[command(subcommand)]
     Tenant(client::TenantCommand),
+    /// The admin's and the nodes' tokens.
+    #[command(subcommand)]
+    Token(client::TokenCommand),
     /// Replay a decision journal bit for bit, and run a counterfactual.
     Replay(serve::ReplayArgs),
     /// Run a node agent: supervise workloads on this machine's GPUs for a control plane.
@@ -162,6 +165,7 @@ fn main() -> ExitCode {
         Command::Top(a) => block_on(client::every(a.watch, || client::top(&a.conn))),
         Command::Nodes(cmd) => block_on(client::nodes(cmd)),
         Command::Tenant(cmd) => block_on(client::tenant(cmd)),
+        Command::Token(cmd) => block_on(client::token_command(cmd)),
         Command::Replay(a) => serve::replay(a),
         Command::Node(a) => node::node(a),
     };

@@ -136,4 +136,64 @@ fn everyday_commands_against_a_live_plane() {
         Some(0),
         "{experiments}"
     );
+
+    // Tokens rotate: the old one stops working at once, the new one works,
+    // and the admin token file follows.
+    let team = cli_json(&url, &admin, &["tenant", "add", "team"]);
+    let old_team = team["token"].as_str().unwrap().to_string();
+    let rotated = cli_json(&url, &admin, &["tenant", "rotate", "team"]);
+    let new_team = rotated["token"].as_str().unwrap().to_string();
+    assert_ne!(old_team, new_team);
+    let refused = Command::new(BIN)
+        .args(["jobs", "--server", &url, "--token", &old_team])
+        .output()
+        .unwrap();
+    assert!(
+        !refused.status.success(),
+        "the old tenant token still works"
+    );
+    cli_json(&url, &new_team, &["jobs"]);
+    let new_admin = cli_json(&url, &admin, &["token", "rotate", "admin"])["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let on_disk = std::fs::read_to_string(data.join("admin.token")).unwrap();
+    assert_eq!(on_disk.trim(), new_admin);
+    let refused = Command::new(BIN)
+        .args(["jobs", "--server", &url, "--token", &admin])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success(), "the old admin token still works");
+    // A tenant with live jobs stays; without, it goes, and its token with it.
+    cli_json(
+        &url,
+        &new_team,
+        &["submit", "--name", "live", "--duration", "10m"],
+    );
+    let busy = Command::new(BIN)
+        .args([
+            "tenant", "rm", "team", "--server", &url, "--token", &new_admin,
+        ])
+        .output()
+        .unwrap();
+    assert!(!busy.status.success());
+    assert!(String::from_utf8_lossy(&busy.stderr).contains("live jobs"));
+    let live: Vec<String> = cli_json(&url, &new_team, &["jobs"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].to_string())
+        .collect();
+    let mut args = vec!["cancel"];
+    args.extend(live.iter().map(String::as_str));
+    cli_json(&url, &new_team, &args);
+    cli_json(&url, &new_admin, &["tenant", "rm", "team"]);
+    let gone = Command::new(BIN)
+        .args(["jobs", "--server", &url, "--token", &new_team])
+        .output()
+        .unwrap();
+    assert!(
+        !gone.status.success(),
+        "a removed tenant's token still works"
+    );
 }

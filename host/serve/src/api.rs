@@ -398,6 +398,32 @@ impl v1::cluster_server::Cluster for Api {
         Ok(Response::new(info))
     }
 
+    async fn remove_tenant(
+        &self,
+        request: Request<v1::TenantRef>,
+    ) -> Reply<v1::RemoveTenantResponse> {
+        let caller = self.caller(&request)?;
+        let ack = self
+            .plane
+            .lock()
+            .remove_tenant(&caller, &request.get_ref().name)?;
+        durable(ack).await?;
+        Ok(Response::new(v1::RemoveTenantResponse {}))
+    }
+
+    async fn rotate_token(
+        &self,
+        request: Request<v1::RotateTokenRequest>,
+    ) -> Reply<v1::RotateTokenResponse> {
+        let caller = self.caller(&request)?;
+        let (token, ack) = self
+            .plane
+            .lock()
+            .rotate_token(&caller, &request.get_ref().subject)?;
+        durable(ack).await?;
+        Ok(Response::new(v1::RotateTokenResponse { token }))
+    }
+
     async fn list_tenants(
         &self,
         request: Request<v1::ListTenantsRequest>,
