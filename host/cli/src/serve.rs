@@ -58,6 +58,13 @@ pub struct ServeArgs {
     /// Scheduling period.
     #[arg(long, value_parser = parse_duration, default_value = "100ms")]
     pub round: Duration,
+    /// The decision journal's segment size, MiB (a full one is sealed and a
+    /// new one begins with a checkpoint of every cell).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub journal_segment_mib: u64,
+    /// The most the decision journal may take, MiB: the oldest segments go first.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..))]
+    pub journal_max_mib: u64,
     /// Ended jobs kept in the job table and the store (the newest-ended).
     #[arg(long, default_value_t = 10_000)]
     pub keep_finished: usize,
@@ -166,6 +173,10 @@ pub fn serve(a: &ServeArgs) -> anyhow::Result<()> {
             tenant_code_bytes: a.tenant_code_mib.saturating_mul(1 << 20),
             keep_finished: a.keep_finished,
             keep_finished_for: a.keep_finished_for,
+            journal_limits: arbiter_serve::journal::JournalLimits {
+                segment_bytes: a.journal_segment_mib << 20,
+                max_bytes: a.journal_max_mib << 20,
+            },
             ..PlaneConfig::default()
         },
     };

@@ -10,6 +10,17 @@
 //!
 //! Each record is written with one `write` call, so a `kill -9` leaves at
 //! most a torn last line, which the reader reports and skips.
+//!
+//! **Bounded.** The journal is a series of segments: `journal.jsonl` is the
+//! one being written; past `segment_bytes` it is sealed as
+//! `journal.<n>.jsonl` and a fresh one begins with a *checkpoint* of every
+//! cell (so a reading can start at any segment), and sealed segments are
+//! deleted oldest first while the journal is over `max_bytes`. Snapshots
+//! and checkpoints are stored **by reference**: the state once, in
+//! `journal-snapshots/<sha256>.json`, the line naming it — a restart that
+//! rebuilds identical cells adds a line, not another copy. A snapshot file
+//! goes when no remaining segment names it. [`Journal::read`] reads every
+//! segment in order and resolves the references.
 
 use anyhow::Context;
 use arbiter_policy_sdk::model::{Decision, Delta, RoundInfo, Snapshot};
@@ -30,6 +41,84 @@ pub enum Record {
     },
     /// One round.
     Round(Box<RoundRecord>),
+    /// A cell's state where a segment begins, written at rotation so the
+    /// segment can be read on its own. A reader that already follows the
+    /// cell ignores it (the live policy did not restart there).
+    Checkpoint {
+        cell: String,
+        wall_ms: u64,
+        snapshot: Box<Snapshot>,
+    },
+    /// On disk only: a snapshot or checkpoint stored by reference
+    /// (`journal-snapshots/<snapshot>.json`); [`Journal::read`] resolves it.
+    SnapshotRef {
+        cell: String,
+        wall_ms: u64,
+        snapshot: String,
+        #[serde(default)]
+        checkpoint: bool,
+    },
+}
+
+impl Record {
+    /// The cell a record is about.
+    pub fn cell(&self) -> &str {
+        match self {
+            Record::Snapshot { cell, .. }
+            | Record::Checkpoint { cell, .. }
+            | Record::SnapshotRef { cell, .. } => cell,
+            Record::Round(r) => &r.cell,
+        }
+    }
+}
+
+/// Where the segments of the journal whose active file is `path` live.
+fn sealed_segments(path: &Path) -> Vec<(u64, PathBuf)> {
+    let (Some(dir), Some(stem)) = (path.parent(), path.file_stem().and_then(|s| s.to_str())) else {
+        return Vec::new();
+    };
+    let prefix = format!("{stem}.");
+    let mut out: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let n = name
+                .strip_prefix(&prefix)?
+                .strip_suffix(".jsonl")?
+                .parse()
+                .ok()?;
+            Some((n, e.path()))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The directory of snapshots stored by reference, beside the journal.
+fn snapshot_dir(path: &Path) -> PathBuf {
+    let stem = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("journal");
+    path.with_file_name(format!("{stem}-snapshots"))
+}
+
+/// How big segments grow and how big the journal may get.
+#[derive(Clone, Copy, Debug)]
+pub struct JournalLimits {
+    pub segment_bytes: u64,
+    pub max_bytes: u64,
+}
+
+impl Default for JournalLimits {
+    fn default() -> Self {
+        JournalLimits {
+            segment_bytes: 64 << 20,
+            max_bytes: 1 << 30,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -61,19 +150,25 @@ pub struct JournalWriter {
     path: PathBuf,
     file: File,
     line: Vec<u8>,
+    /// Bytes in the active segment.
+    bytes: u64,
+    limits: JournalLimits,
 }
 
 impl JournalWriter {
     pub fn open(path: &Path) -> anyhow::Result<JournalWriter> {
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .with_context(|| format!("opening journal {}", path.display()))?;
+        JournalWriter::open_with(path, JournalLimits::default())
+    }
+
+    pub fn open_with(path: &Path, limits: JournalLimits) -> anyhow::Result<JournalWriter> {
+        let file = open_private_append(path)?;
+        let bytes = file.metadata().map_or(0, |m| m.len());
         Ok(JournalWriter {
             path: path.to_path_buf(),
             file,
             line: Vec::with_capacity(4096),
+            bytes,
+            limits,
         })
     }
 
@@ -81,14 +176,157 @@ impl JournalWriter {
         &self.path
     }
 
+    /// Appends a record; a snapshot or checkpoint goes by reference.
     pub fn append(&mut self, record: &Record) -> anyhow::Result<()> {
+        let by_reference = match record {
+            Record::Snapshot {
+                cell,
+                wall_ms,
+                snapshot,
+            } => Some((cell, *wall_ms, snapshot, false)),
+            Record::Checkpoint {
+                cell,
+                wall_ms,
+                snapshot,
+            } => Some((cell, *wall_ms, snapshot, true)),
+            _ => None,
+        };
         self.line.clear();
-        serde_json::to_writer(&mut self.line, record).context("encoding a journal record")?;
+        match by_reference {
+            Some((cell, wall_ms, snapshot, checkpoint)) => {
+                let digest = self.store_snapshot(snapshot)?;
+                serde_json::to_writer(
+                    &mut self.line,
+                    &Record::SnapshotRef {
+                        cell: cell.clone(),
+                        wall_ms,
+                        snapshot: digest,
+                        checkpoint,
+                    },
+                )
+            }
+            None => serde_json::to_writer(&mut self.line, record),
+        }
+        .context("encoding a journal record")?;
         self.line.push(b'\n');
         self.file
             .write_all(&self.line)
-            .with_context(|| format!("appending to {}", self.path.display()))
+            .with_context(|| format!("appending to {}", self.path.display()))?;
+        self.bytes += self.line.len() as u64;
+        Ok(())
     }
+
+    /// Writes a snapshot's file once (content-addressed); returns its name.
+    fn store_snapshot(&self, snapshot: &Snapshot) -> anyhow::Result<String> {
+        let bytes = serde_json::to_vec(snapshot).context("encoding a snapshot")?;
+        let digest = crate::plane::sha256_hex(&bytes);
+        let dir = snapshot_dir(&self.path);
+        crate::files::private_dir(&dir)?;
+        let file = dir.join(format!("{digest}.json"));
+        if !file.exists() {
+            // Written whole, then renamed: a crash never leaves half a snapshot under its name.
+            let partial = dir.join(format!("{digest}.partial"));
+            crate::files::write(&partial, &bytes, true)?;
+            std::fs::rename(&partial, &file)
+                .with_context(|| format!("storing {}", file.display()))?;
+        }
+        Ok(digest)
+    }
+
+    /// Whether the active segment is full: the plane then calls [`JournalWriter::rotate`]
+    /// and writes a checkpoint of every cell into the new segment.
+    pub fn is_full(&self) -> bool {
+        self.bytes >= self.limits.segment_bytes
+    }
+
+    /// Seals the active segment, starts a new one, and deletes the oldest
+    /// sealed segments (and the snapshots only they named) while the journal
+    /// is over its limit.
+    pub fn rotate(&mut self) -> anyhow::Result<()> {
+        self.file.sync_data().ok();
+        let next = sealed_segments(&self.path).last().map_or(1, |(n, _)| n + 1);
+        let stem = self
+            .path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("journal");
+        let sealed = self.path.with_file_name(format!("{stem}.{next:06}.jsonl"));
+        std::fs::rename(&self.path, &sealed)
+            .with_context(|| format!("sealing {}", self.path.display()))?;
+        self.file = open_private_append(&self.path)?;
+        self.bytes = 0;
+        self.enforce_limit()
+    }
+
+    fn enforce_limit(&self) -> anyhow::Result<()> {
+        let mut segments = sealed_segments(&self.path);
+        let size = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
+        let snapshots_size = || -> u64 {
+            std::fs::read_dir(snapshot_dir(&self.path))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| size(&e.path()))
+                .sum()
+        };
+        let total = |segments: &[(u64, PathBuf)]| -> u64 {
+            segments.iter().map(|(_, p)| size(p)).sum::<u64>() + self.bytes + snapshots_size()
+        };
+        let mut removed = false;
+        while !segments.is_empty() && total(&segments) > self.limits.max_bytes {
+            let (_, oldest) = segments.remove(0);
+            std::fs::remove_file(&oldest)
+                .with_context(|| format!("removing {}", oldest.display()))?;
+            tracing::info!(segment = %oldest.display(), "journal over its limit: oldest segment removed");
+            removed = true;
+        }
+        if removed {
+            self.collect_snapshots(&segments)?;
+        }
+        Ok(())
+    }
+
+    /// Deletes snapshot files no remaining segment names.
+    fn collect_snapshots(&self, segments: &[(u64, PathBuf)]) -> anyhow::Result<()> {
+        let mut named = std::collections::HashSet::new();
+        for path in segments
+            .iter()
+            .map(|(_, p)| p.clone())
+            .chain([self.path.clone()])
+        {
+            let Ok(file) = File::open(&path) else {
+                continue;
+            };
+            for line in BufReader::new(file).split(b'\n').map_while(Result::ok) {
+                if let Ok(Record::SnapshotRef { snapshot, .. }) = serde_json::from_slice(&line) {
+                    named.insert(snapshot);
+                }
+            }
+        }
+        for entry in std::fs::read_dir(snapshot_dir(&self.path))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let digest = name.trim_end_matches(".json");
+            if name.ends_with(".json") && !named.contains(digest) {
+                std::fs::remove_file(entry.path()).ok();
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Opens a journal file for appending, owner-only.
+fn open_private_append(path: &Path) -> anyhow::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("opening journal {}", path.display()))
 }
 
 /// What reading a journal found.
@@ -97,14 +335,77 @@ pub struct Journal {
     pub records: Vec<Record>,
     /// Lines that did not parse (a torn last line after a crash), by line number.
     pub skipped: Vec<(usize, String)>,
+    /// Lines read.
+    pub lines: usize,
 }
 
 impl Journal {
+    /// Reads the journal whose active segment is `path`: its sealed
+    /// segments in order, then `path`, with snapshots resolved from
+    /// `journal-snapshots/` (line numbers count across segments).
     pub fn read(path: &Path) -> anyhow::Result<Journal> {
-        let file =
-            File::open(path).with_context(|| format!("opening journal {}", path.display()))?;
-        Journal::from_reader(BufReader::new(file))
-            .with_context(|| format!("reading {}", path.display()))
+        let mut journal = Journal::default();
+        let mut paths: Vec<PathBuf> = sealed_segments(path).into_iter().map(|(_, p)| p).collect();
+        paths.push(path.to_path_buf());
+        let mut offset = 0;
+        for p in &paths {
+            let Ok(file) = File::open(p) else {
+                if p == path && paths.len() > 1 {
+                    continue;
+                }
+                anyhow::bail!("opening journal {}: not found", p.display());
+            };
+            let mut part = Journal::from_reader(BufReader::new(file))
+                .with_context(|| format!("reading {}", p.display()))?;
+            journal.records.append(&mut part.records);
+            journal
+                .skipped
+                .extend(part.skipped.into_iter().map(|(n, why)| (n + offset, why)));
+            offset += part.lines;
+        }
+        let dir = snapshot_dir(path);
+        let mut resolved = Vec::with_capacity(journal.records.len());
+        for record in journal.records.drain(..) {
+            match record {
+                Record::SnapshotRef {
+                    cell,
+                    wall_ms,
+                    snapshot,
+                    checkpoint,
+                } => {
+                    let file = dir.join(format!("{snapshot}.json"));
+                    let read = std::fs::read(&file)
+                        .with_context(|| format!("reading {}", file.display()))
+                        .and_then(|b| {
+                            serde_json::from_slice::<Snapshot>(&b)
+                                .with_context(|| format!("decoding {}", file.display()))
+                        });
+                    match read {
+                        Ok(mut s) => {
+                            s.fill_absent_columns();
+                            let snapshot = Box::new(s);
+                            resolved.push(if checkpoint {
+                                Record::Checkpoint {
+                                    cell,
+                                    wall_ms,
+                                    snapshot,
+                                }
+                            } else {
+                                Record::Snapshot {
+                                    cell,
+                                    wall_ms,
+                                    snapshot,
+                                }
+                            });
+                        }
+                        Err(e) => journal.skipped.push((0, format!("{e:#}"))),
+                    }
+                }
+                other => resolved.push(other),
+            }
+        }
+        journal.records = resolved;
+        Ok(journal)
     }
 
     /// Reads journal lines from `source`: records in order, and the lines
@@ -124,6 +425,7 @@ impl Journal {
                 break;
             }
             number += 1;
+            journal.lines = number;
             let line = match std::str::from_utf8(&bytes) {
                 Ok(line) => line,
                 Err(e) => {
@@ -163,12 +465,9 @@ impl Journal {
     pub fn cells(&self) -> Vec<String> {
         let mut cells: Vec<String> = Vec::new();
         for r in &self.records {
-            let c = match r {
-                Record::Snapshot { cell, .. } => cell,
-                Record::Round(r) => &r.cell,
-            };
-            if !cells.contains(c) {
-                cells.push(c.clone());
+            let c = r.cell();
+            if !cells.iter().any(|x| x == c) {
+                cells.push(c.to_string());
             }
         }
         cells

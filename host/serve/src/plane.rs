@@ -17,7 +17,7 @@
 //! behind one mutex, and nothing slow (compiling a component, waiting for
 //! the disk) happens while it is held.
 
-use crate::journal::{JournalWriter, Record, RoundRecord};
+use crate::journal::{JournalLimits, JournalWriter, Record, RoundRecord};
 use crate::launch;
 use crate::metrics::{Exposition, GaugeValue, Histogram, PolicyMetrics, generation_label};
 use crate::records::*;
@@ -107,6 +107,8 @@ pub struct PlaneConfig {
     pub keep_finished: usize,
     /// Ended jobs are dropped this long after they ended.
     pub keep_finished_for: Duration,
+    /// Decision-journal segment size and total cap (see [`crate::journal`]).
+    pub journal_limits: JournalLimits,
 }
 
 impl Default for PlaneConfig {
@@ -128,6 +130,7 @@ impl Default for PlaneConfig {
             tenant_code_bytes: DEFAULT_TENANT_CODE_BYTES,
             keep_finished: 10_000,
             keep_finished_for: Duration::from_secs(7 * 24 * 3600),
+            journal_limits: JournalLimits::default(),
         }
     }
 }
@@ -483,7 +486,7 @@ impl Plane {
         let registry = Arc::new(Registry::new(engine));
         let journal_path = data.join("journal.jsonl");
         let journal = if cfg.journal {
-            let journal = JournalWriter::open(&journal_path)?;
+            let journal = JournalWriter::open_with(&journal_path, cfg.journal_limits)?;
             crate::files::restrict(&journal_path)?;
             Some(journal)
         } else {
@@ -3572,6 +3575,42 @@ impl Plane {
         self.cells = cells;
     }
 
+    /// Seals a full journal segment and begins the next with a checkpoint
+    /// of every cell, so each segment can be read on its own. A checkpoint
+    /// seals the cell's pending changes into an epoch of its own and the
+    /// next round's delta starts there (as after a rebuild); a reader that
+    /// was already following the cell resyncs its instance to it, which
+    /// leaves the mirror exactly where the deltas would have.
+    fn rotate_journal_if_full(&mut self, now: u64) {
+        let Some(journal) = self.journal.as_mut().filter(|j| j.is_full()) else {
+            return;
+        };
+        let mut rotated = journal.rotate();
+        let shadow = self.experiment.as_ref().and_then(|e| e.shadow.as_ref());
+        for cell in &mut self.cells {
+            if rotated.is_err() {
+                break;
+            }
+            let snapshot = cell.state.snapshot();
+            cell.last_epoch = cell.state.epoch();
+            cell.round_epoch = cell.last_epoch;
+            rotated = journal.append(&Record::Checkpoint {
+                cell: cell.arm.clone(),
+                wall_ms: now,
+                snapshot: Box::new(snapshot.clone()),
+            });
+            if cell.arm == CONTROL
+                && let Some(shadow) = shadow
+            {
+                shadow.send(ShadowInput::Snapshot(Box::new(snapshot)));
+            }
+        }
+        if let Err(e) = rotated {
+            tracing::error!(error = %e, "journal rotation failed; journaling stops");
+            self.journal = None;
+        }
+    }
+
     // ------------------------------------------------------------ the round
 
     /// One control period: completions, admission, a round per cell,
@@ -3969,6 +4008,7 @@ impl Plane {
             self.metrics
                 .journal
                 .observe(journal_started.elapsed().as_secs_f64());
+            self.rotate_journal_if_full(now);
         }
         self.reconcile(changes, now);
     }

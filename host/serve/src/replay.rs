@@ -226,6 +226,32 @@ pub fn exact_with_progress(
                 instance = Some(fresh);
                 native = Some(fresh_native(Some(snapshot))?);
             }
+            // Where a segment begins. A reading that starts here starts
+            // fresh instances; one already following the cell resyncs the
+            // instances it has (the live policy went on without a restart:
+            // its own state stays, its mirror moves to the checkpoint).
+            Record::Checkpoint {
+                cell: c, snapshot, ..
+            } if c == cell => {
+                let resync = |inst: &mut PolicyInstance| {
+                    inst.resync((**snapshot).clone())
+                        .map_err(|e| anyhow::anyhow!("resync at epoch {}: {e}", snapshot.epoch))
+                };
+                match instance.as_mut() {
+                    Some(inst) => resync(inst)?,
+                    None => {
+                        let mut fresh = fresh_instance(policy, &config)?;
+                        resync(&mut fresh)?;
+                        instance = Some(fresh);
+                    }
+                }
+                let kept = native
+                    .as_mut()
+                    .is_some_and(|n| n.resync((**snapshot).clone()).is_ok());
+                if !kept {
+                    native = Some(fresh_native(Some(snapshot))?);
+                }
+            }
             Record::Round(r) if r.cell == cell => {
                 out.rounds_in_journal += 1;
                 match out.served_by.iter_mut().find(|(d, _)| *d == r.digest) {
@@ -336,7 +362,12 @@ pub fn scenario(journal: &Journal, cell: &str) -> anyhow::Result<Scenario> {
         match record {
             Record::Snapshot {
                 cell: c, snapshot, ..
+            }
+            | Record::Checkpoint {
+                cell: c, snapshot, ..
             } if c == cell => {
+                // A checkpoint is the state the deltas lead to: the mirror
+                // moves to it; jobs already seen are not added twice.
                 let cluster = Cluster::from_snapshot((**snapshot).clone())
                     .context("journal snapshot does not build a mirror")?;
                 for n in cluster.nodes() {
@@ -625,7 +656,7 @@ mod tests {
         records.push(round(delta, info, "nobody", Vec::new()));
         let journal = Journal {
             records: records.clone(),
-            skipped: Vec::new(),
+            ..Journal::default()
         };
         let policy = compile(
             arbiter_policies::get("best-fit").ok_or_else(|| anyhow::anyhow!("no best-fit"))?,
@@ -645,7 +676,7 @@ mod tests {
         }
         let tampered = Journal {
             records,
-            skipped: Vec::new(),
+            ..Journal::default()
         };
         let out = exact(&tampered, "control", &policy, None)?;
         assert!(!out.all_identical());
