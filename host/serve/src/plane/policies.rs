@@ -1,0 +1,353 @@
+//! Policy slots: uploads, generations, swaps and rollbacks, per-slot statistics.
+
+use super::*;
+
+impl Plane {
+    /// Compiles a component: slow, so callers do it without holding the plane.
+    pub fn compile(registry: &Registry, wasm: &[u8]) -> Result<CompiledPolicy, ApiError> {
+        if wasm.len() > MAX_UPLOAD {
+            return Err(ApiError::InvalidArgument(format!(
+                "component is {} bytes, over the {MAX_UPLOAD}-byte upload limit: refused before compiling",
+                wasm.len()
+            )));
+        }
+        registry
+            .engine()
+            .compile(wasm)
+            .map_err(|e| ApiError::InvalidArgument(format!("not a loadable policy component: {e}")))
+    }
+
+    pub fn registry(&self) -> Arc<Registry> {
+        Arc::clone(&self.registry)
+    }
+
+    /// Loads a compiled component into a slot (tenants: only their own).
+    pub fn upload(
+        &mut self,
+        caller: &Caller,
+        slot: &str,
+        compiled: CompiledPolicy,
+        wasm: &[u8],
+        config: &str,
+        activate: bool,
+    ) -> Result<(v1::GenerationInfo, Ack), ApiError> {
+        let slot = match (caller, slot) {
+            (Caller::Tenant(t), "") => tenant_slot(t),
+            // A pure matcher has one place to go.
+            (Caller::Admin, "")
+                if compiled.has_role(Role::Matcher) && !compiled.has_role(Role::Scheduler) =>
+            {
+                MATCHER_SLOT.to_string()
+            }
+            (Caller::Admin, "") => compiled.manifest.name.clone(),
+            (_, s) => s.to_string(),
+        };
+        self.check_slot_access(caller, &slot)?;
+        if let Some(tenant) = slot_tenant(&slot) {
+            if !self.tenants.contains_key(tenant) {
+                return Err(ApiError::NotFound(format!("no tenant `{tenant}`")));
+            }
+            if !compiled.has_role(Role::Tenant) {
+                return Err(ApiError::InvalidArgument(format!(
+                    "slot `{slot}` needs the `tenant` role; `{}` implements {:?}",
+                    compiled.manifest.name, compiled.manifest.roles
+                )));
+            }
+            self.check_tenant_code(tenant, &slot, &compiled)?;
+        } else if slot == MATCHER_SLOT {
+            if !compiled.has_role(Role::Matcher) {
+                return Err(ApiError::InvalidArgument(format!(
+                    "slot `{MATCHER_SLOT}` pairs offline with online work; `{}` does not implement the `matcher` role (it implements {:?})",
+                    compiled.manifest.name, compiled.manifest.roles
+                )));
+            }
+        } else if !compiled.has_role(Role::Scheduler) {
+            return Err(ApiError::InvalidArgument(format!(
+                "slot `{slot}` schedules; `{}` does not implement the `scheduler` role (it implements {:?})",
+                compiled.manifest.name, compiled.manifest.roles
+            )));
+        }
+        if slot == DEFAULT_SLOT && self.experiment.is_some() && activate {
+            return Err(ApiError::FailedPrecondition(
+                "an experiment is running; promote or abort it before swapping the default policy"
+                    .into(),
+            ));
+        }
+        let compiled = self.charge_owner(&slot, compiled);
+        if !config.is_empty() {
+            // Try the configuration on a throwaway instance before accepting it.
+            let mut probe = compiled
+                .instantiate()
+                .map_err(|e| ApiError::InvalidArgument(format!("instantiating: {e}")))?;
+            probe
+                .configure(config)
+                .map_err(|e| ApiError::InvalidArgument(format!("configuration refused: {e}")))?;
+        }
+        let (generation, ack) =
+            self.load_generation(&slot, compiled, wasm, config.to_string(), activate)?;
+        Ok((self.generation_info(&slot, &generation), ack))
+    }
+
+    pub(super) fn load_generation(
+        &mut self,
+        slot_name: &str,
+        compiled: CompiledPolicy,
+        wasm: &[u8],
+        config: String,
+        activate: bool,
+    ) -> Result<(Arc<Generation>, Ack), ApiError> {
+        let digest = compiled.digest.clone();
+        let slot = self.registry.slot(slot_name);
+        let held_before: Vec<String> = slot
+            .generations()
+            .iter()
+            .map(|g| g.digest().to_string())
+            .collect();
+        let generation = slot
+            .load(
+                compiled,
+                (!config.is_empty()).then(|| config.clone()),
+                None,
+                None,
+            )
+            .map_err(|e| ApiError::InvalidArgument(format!("loading into `{slot_name}`: {e}")))?;
+        if activate {
+            slot.activate(generation.id).map_err(internal)?;
+        }
+        let mut writes = vec![
+            Write::Put(format!("blob/{digest}"), wasm.to_vec()),
+            self.slot_write(&slot)?,
+        ];
+        // A generation the slot pruned takes its component with it, unless
+        // another generation (of any slot) still runs the same code.
+        let held_now = self.digests_in_use();
+        for gone in held_before {
+            if !held_now.contains(&gone) {
+                writes.push(Write::Delete(format!("blob/{gone}")));
+            }
+        }
+        let ack = self.writer.send_durable(writes);
+        Ok((generation, ack))
+    }
+
+    pub(super) fn digests_in_use(&self) -> HashSet<String> {
+        self.registry
+            .slots()
+            .iter()
+            .flat_map(|s| s.generations())
+            .map(|g| g.digest().to_string())
+            .collect()
+    }
+
+    /// Refuses a component whose compiled code would take the tenant's slot
+    /// over `tenant_code_bytes`, counting what the slot keeps once this one
+    /// is loaded (the oldest inactive generation leaves a full slot) and
+    /// each distinct component once.
+    pub(super) fn check_tenant_code(
+        &self,
+        tenant: &str,
+        slot_name: &str,
+        compiled: &CompiledPolicy,
+    ) -> Result<(), ApiError> {
+        let mut kept: Vec<(String, usize)> = Vec::new();
+        if let Some(slot) = self.registry.find(slot_name) {
+            let mut generations = slot.generations();
+            if generations.len() >= slot.max_generations() {
+                let active = slot.active_id();
+                if let Some(oldest) = generations.iter().position(|g| Some(g.id) != active) {
+                    generations.remove(oldest);
+                }
+            }
+            for g in generations {
+                if let Some(c) = g.compiled() {
+                    kept.push((c.digest.clone(), c.code_bytes()));
+                }
+            }
+        }
+        kept.push((compiled.digest.clone(), compiled.code_bytes()));
+        kept.sort();
+        kept.dedup_by(|a, b| a.0 == b.0);
+        let held: usize = kept.iter().map(|(_, bytes)| bytes).sum();
+        let limit = self.cfg.tenant_code_bytes;
+        if held > limit {
+            return Err(ApiError::FailedPrecondition(format!(
+                "tenant `{tenant}`'s policies would hold {held} bytes of compiled code with this one ({} bytes), over the tenant's {limit}; older generations leave the slot as new ones arrive",
+                compiled.code_bytes()
+            )));
+        }
+        Ok(())
+    }
+
+    /// A tenant's policies are charged to the tenant's memory account, so
+    /// all its generations together stay within `tenant_memory_bytes`.
+    pub(super) fn charge_owner(&mut self, slot: &str, compiled: CompiledPolicy) -> CompiledPolicy {
+        let Some(tenant) = slot_tenant(slot) else {
+            return compiled;
+        };
+        let limit = self.cfg.tenant_memory_bytes;
+        let account = self
+            .tenant_memory
+            .entry(tenant.to_string())
+            .or_insert_with(|| MemoryAccount::new(format!("tenant:{tenant}"), limit));
+        compiled.charged_to(Arc::clone(account))
+    }
+
+    /// The slot as persisted: generations in load order, by digest.
+    pub(super) fn slot_write(&self, slot: &PolicySlot) -> Result<Write, ApiError> {
+        let generations = slot.generations();
+        let active = slot.active_id();
+        let record = SlotRecord {
+            active: generations.iter().position(|g| Some(g.id) == active),
+            generations: generations
+                .iter()
+                .map(|g| GenerationRecord {
+                    id: g.id,
+                    digest: g.digest().to_string(),
+                    config: g.config.clone(),
+                })
+                .collect(),
+        };
+        Ok(Write::Put(
+            format!("slot/{}", slot.name()),
+            serde_json::to_vec(&record).map_err(internal)?,
+        ))
+    }
+
+    pub(super) fn check_slot_access(&self, caller: &Caller, slot: &str) -> Result<(), ApiError> {
+        match caller {
+            Caller::Admin => Ok(()),
+            Caller::Tenant(t) if slot == tenant_slot(t) => Ok(()),
+            Caller::Tenant(t) => Err(ApiError::PermissionDenied(format!(
+                "tenant `{t}` may only use its own slot `{}`",
+                tenant_slot(t)
+            ))),
+            Caller::Node => Err(node_token_refused()),
+        }
+    }
+
+    pub(super) fn find_slot(
+        &self,
+        caller: &Caller,
+        slot: &str,
+    ) -> Result<Arc<PolicySlot>, ApiError> {
+        self.check_slot_access(caller, slot)?;
+        self.registry
+            .find(slot)
+            .ok_or_else(|| ApiError::NotFound(format!("no policy slot `{slot}`")))
+    }
+
+    pub(super) fn generation_info(&self, slot: &str, g: &Generation) -> v1::GenerationInfo {
+        let active = self
+            .registry
+            .find(slot)
+            .and_then(|s| s.active_id())
+            .is_some_and(|id| id == g.id);
+        v1::GenerationInfo {
+            id: g.id,
+            name: g.manifest().name.clone(),
+            version: g.manifest().version.clone(),
+            digest: g.digest().to_string(),
+            roles: g.manifest().roles.clone(),
+            active,
+            quarantined: g.is_quarantined(),
+            rounds_served: g.rounds_served(),
+            faults: g.total_faults(),
+            last_fault: g
+                .last_fault()
+                .map(|f| format!("epoch {}: {}", f.epoch, f.fault))
+                .unwrap_or_default(),
+            config: if g.config.is_empty() {
+                g.manifest().default_config.clone()
+            } else {
+                g.config.clone()
+            },
+        }
+    }
+
+    pub fn slot_info(&self, caller: &Caller, slot: &str) -> Result<v1::SlotInfo, ApiError> {
+        let s = self.find_slot(caller, slot)?;
+        Ok(v1::SlotInfo {
+            slot: slot.to_string(),
+            generations: s
+                .generations()
+                .iter()
+                .map(|g| self.generation_info(slot, g))
+                .collect(),
+        })
+    }
+
+    pub fn list_policies(&self, caller: &Caller) -> Vec<v1::SlotInfo> {
+        self.registry
+            .slots()
+            .iter()
+            .filter(|s| self.check_slot_access(caller, s.name()).is_ok())
+            .filter_map(|s| self.slot_info(caller, s.name()).ok())
+            .collect()
+    }
+
+    pub fn swap(
+        &mut self,
+        caller: &Caller,
+        slot: &str,
+        generation: u64,
+    ) -> Result<(v1::SlotInfo, Ack), ApiError> {
+        let s = self.find_slot(caller, slot)?;
+        if slot == DEFAULT_SLOT && self.experiment.is_some() {
+            return Err(ApiError::FailedPrecondition(
+                "an experiment is running; promote or abort it first".into(),
+            ));
+        }
+        s.activate(generation)
+            .map_err(|e| ApiError::NotFound(e.to_string()))?;
+        let ack = self.writer.send_durable(vec![self.slot_write(&s)?]);
+        Ok((self.slot_info(caller, slot)?, ack))
+    }
+
+    pub fn rollback(
+        &mut self,
+        caller: &Caller,
+        slot: &str,
+        generation: u64,
+    ) -> Result<(v1::SlotInfo, Ack), ApiError> {
+        let s = self.find_slot(caller, slot)?;
+        s.rollback((generation != 0).then_some(generation))
+            .map_err(|e| ApiError::FailedPrecondition(e.to_string()))?;
+        let ack = self.writer.send_durable(vec![self.slot_write(&s)?]);
+        Ok((self.slot_info(caller, slot)?, ack))
+    }
+
+    pub fn policy_stats(&self, caller: &Caller, slot: &str) -> Result<v1::PolicyStats, ApiError> {
+        let info = self.slot_info(caller, slot)?;
+        let mut merged = Histogram::default();
+        let mut any = false;
+        for ((s, _), h) in &self.metrics.latency {
+            if s == slot {
+                merged = merge(&merged, h);
+                any = true;
+            }
+        }
+        let cells: Vec<&Cell> = self
+            .cells
+            .iter()
+            .filter(|c| c.slot.name() == slot)
+            .collect();
+        Ok(v1::PolicyStats {
+            slot: slot.to_string(),
+            rounds: cells
+                .iter()
+                .map(|c| self.metrics.rounds.get(&c.arm).copied().unwrap_or(0))
+                .sum(),
+            fallbacks: cells
+                .iter()
+                .map(|c| self.metrics.fallbacks.get(&c.arm).copied().unwrap_or(0))
+                .sum(),
+            latency_p50_ms: if any { merged.quantile(0.5) * 1e3 } else { 0.0 },
+            latency_p99_ms: if any {
+                merged.quantile(0.99) * 1e3
+            } else {
+                0.0
+            },
+            generations: info.generations,
+        })
+    }
+}
