@@ -204,9 +204,16 @@ pub fn exact_with_progress(
         }
         Ok(n)
     };
-    let mismatch = |out: &mut ExactReplay, m: Mismatch| {
+    let mismatch = |out: &mut ExactReplay,
+                    r: &crate::journal::RoundRecord,
+                    replayed: Result<Vec<Decision>, String>| {
         if out.mismatches.len() < MAX_MISMATCHES {
-            out.mismatches.push(m);
+            out.mismatches.push(Mismatch {
+                epoch: r.round.epoch,
+                served: r.served.clone(),
+                journaled: r.decisions.clone(),
+                replayed,
+            });
         }
     };
     let total = journal.records.len();
@@ -290,15 +297,7 @@ pub fn exact_with_progress(
                             if replayed.is_err() {
                                 native = None;
                             }
-                            mismatch(
-                                &mut out,
-                                Mismatch {
-                                    epoch: r.round.epoch,
-                                    served: r.served.clone(),
-                                    journaled: r.decisions.clone(),
-                                    replayed,
-                                },
-                            );
+                            mismatch(&mut out, r, replayed);
                         }
                         continue;
                     }
@@ -307,15 +306,7 @@ pub fn exact_with_progress(
                         if r.decisions.is_empty() {
                             out.unserved_rounds_empty += 1;
                         } else {
-                            mismatch(
-                                &mut out,
-                                Mismatch {
-                                    epoch: r.round.epoch,
-                                    served: r.served.clone(),
-                                    journaled: r.decisions.clone(),
-                                    replayed: Ok(Vec::new()),
-                                },
-                            );
+                            mismatch(&mut out, r, Ok(Vec::new()));
                         }
                         continue;
                     }
@@ -333,15 +324,7 @@ pub fn exact_with_progress(
                         // A trapped instance is never re-entered; the live host restarts it.
                         *inst = fresh_instance(policy, &config)?;
                     }
-                    mismatch(
-                        &mut out,
-                        Mismatch {
-                            epoch: r.round.epoch,
-                            served: r.served.clone(),
-                            journaled: r.decisions.clone(),
-                            replayed,
-                        },
-                    );
+                    mismatch(&mut out, r, replayed);
                 }
             }
             _ => {}

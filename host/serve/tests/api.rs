@@ -433,19 +433,8 @@ async fn ended_jobs_past_retention_leave_the_table_and_the_store() {
     for i in 0..8 {
         ids.push(submit(&mut admin, spec(&format!("r{i}"), 1, 50)).await);
     }
-    let listed = |c: &Client| {
-        let mut c = client_clone(c);
-        async move {
-            c.jobs
-                .list(v1::ListJobsRequest::default())
-                .await
-                .unwrap()
-                .into_inner()
-                .jobs
-        }
-    };
     wait_for("retention to keep only the 3 newest-ended jobs", || {
-        let l = listed(&admin);
+        let l = list_jobs(&admin);
         async move {
             let jobs = l.await;
             jobs.len() == 3
@@ -467,7 +456,7 @@ async fn ended_jobs_past_retention_leave_the_table_and_the_store() {
     running.shutdown().await.unwrap();
     let running = server_with(dir.path(), plane()).await;
     let admin = client(&running, Some(&token)).await;
-    assert_eq!(listed(&admin).await.len(), 3);
+    assert_eq!(list_jobs(&admin).await.len(), 3);
     running.shutdown().await.unwrap();
 }
 
@@ -713,19 +702,7 @@ async fn a_random_split_measures_only_its_enrolled_jobs_and_keeps_them_across_a_
     for i in 0..8 {
         backlog.push(submit(&mut admin, spec(&format!("old{i}"), 8, 150)).await);
     }
-    let started = admin
-        .experiments
-        .start(v1::StartExperimentRequest {
-            name: "a-a".into(),
-            mode: v1::ExperimentMode::Split as i32,
-            candidate_slot: "copy".into(),
-            candidate_tenants: Vec::new(),
-            candidate_share: 0.5,
-            guardrail: None,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let started = start_split(&mut admin, "a-a", "copy", 0.5).await;
     assert!(
         started.balance.is_some(),
         "a randomised split reports its balance"
@@ -947,17 +924,7 @@ async fn a_quota_holds_across_both_arms_and_ending_a_split_evicts_nothing() {
         "",
     )
     .await;
-    admin
-        .experiments
-        .start(v1::StartExperimentRequest {
-            name: "split".into(),
-            mode: v1::ExperimentMode::Split as i32,
-            candidate_slot: "copy".into(),
-            candidate_share: 0.5,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    start_split(&mut admin, "split", "copy", 0.5).await;
     // 24 GPUs asked for against a quota of 16, on 32 GPUs in two arms of 16.
     let ids = a
         .jobs
@@ -974,25 +941,14 @@ async fn a_quota_holds_across_both_arms_and_ending_a_split_evicts_nothing() {
             .cloned()
             .collect()
     };
-    let list = |c: &Client| {
-        let mut c = client_clone(c);
-        async move {
-            c.jobs
-                .list(v1::ListJobsRequest::default())
-                .await
-                .unwrap()
-                .into_inner()
-                .jobs
-        }
-    };
     wait_for("four of the tenant's jobs to run", || {
-        let l = list(&admin);
+        let l = list_jobs(&admin);
         async move { running_jobs(&l.await).len() == 4 }
     })
     .await;
     // A few more rounds: nothing more starts in either arm.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let jobs = list(&admin).await;
+    let jobs = list_jobs(&admin).await;
     let on = running_jobs(&jobs);
     let held: u32 = on
         .iter()
@@ -1008,7 +964,7 @@ async fn a_quota_holds_across_both_arms_and_ending_a_split_evicts_nothing() {
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let after = list(&admin).await;
+    let after = list_jobs(&admin).await;
     for j in &on {
         let now = after.iter().find(|k| k.id == j.id).unwrap();
         assert_eq!(now.state, v1::JobState::Running as i32, "{now:?}");
@@ -1274,17 +1230,7 @@ async fn watch_swap_rollback_stats_drain_abort_hash_split_metrics_and_reflection
 
     // A hash split sends about its share of jobs to the candidate; abort ends it.
     load(&mut admin, "sjf", arbiter_policies::get("sjf").unwrap(), "").await;
-    admin
-        .experiments
-        .start(v1::StartExperimentRequest {
-            name: "hash".into(),
-            mode: v1::ExperimentMode::Split as i32,
-            candidate_slot: "sjf".into(),
-            candidate_share: 0.25,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    start_split(&mut admin, "hash", "sjf", 0.25).await;
     let ids = admin
         .jobs
         .submit_batch(v1::SubmitJobsRequest {

@@ -228,3 +228,36 @@ pub async fn status(c: &mut Client, name: &str) -> v1::ExperimentStatus {
         .unwrap()
         .into_inner()
 }
+
+/// The first page of jobs the caller may see (newest first).
+pub async fn list_jobs(c: &Client) -> Vec<v1::Job> {
+    let mut c = client_clone(c);
+    c.jobs
+        .list(v1::ListJobsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .jobs
+}
+
+/// Starts a randomised split experiment of `slot` against `default`, the
+/// candidate's share `share`, with the default guardrail.
+pub async fn start_split(
+    admin: &mut Client,
+    name: &str,
+    slot: &str,
+    share: f64,
+) -> v1::ExperimentStatus {
+    admin
+        .experiments
+        .start(v1::StartExperimentRequest {
+            name: name.into(),
+            mode: v1::ExperimentMode::Split as i32,
+            candidate_slot: slot.into(),
+            candidate_share: share,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
