@@ -477,7 +477,9 @@ impl Plane {
             + self.count(JobStatus::Failed)
             + self.count(JobStatus::Cancelled);
         let keep = self.cfg.keep_finished as u64;
-        let over = ended > keep;
+        // Over the count and grown since the last pass (what a pass could
+        // not drop — a running experiment's jobs — is not rescanned every tick).
+        let over = ended > keep && ended > self.retention_floor;
         let age_due = now.saturating_sub(self.last_retention_ms) >= 60_000;
         if !over && !age_due {
             return;
@@ -504,6 +506,7 @@ impl Plane {
             .filter(|(rank, (end, _))| *rank as u64 >= keep || *end < horizon)
             .map(|(_, (_, id))| *id)
             .collect();
+        self.retention_floor = ended - drop.len() as u64;
         if drop.is_empty() {
             return;
         }

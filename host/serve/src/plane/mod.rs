@@ -415,6 +415,8 @@ pub struct Plane {
     tenant_faults: u64,
     /// When retention last looked at the ended jobs' ages.
     last_retention_ms: u64,
+    /// Ended jobs left after the last retention pass.
+    retention_floor: u64,
     /// What each tenant's policy instances hold, against
     /// `cfg.tenant_memory_bytes`.
     tenant_memory: BTreeMap<String, Arc<MemoryAccount>>,

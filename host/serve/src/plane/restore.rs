@@ -59,6 +59,7 @@ impl Plane {
             metrics: PolicyMetrics::default(),
             tenant_faults: 0,
             last_retention_ms: 0,
+            retention_floor: 0,
             tenant_memory: BTreeMap::new(),
             job_samples: HashMap::new(),
             sm_shares: HashMap::new(),

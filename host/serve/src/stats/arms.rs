@@ -143,10 +143,11 @@ pub fn look(
         };
     };
     let enough = c.n() >= u64::from(g.min_samples) && k.n() >= u64::from(g.min_samples);
-    // The mixture spans regressions from `min_effect` of the control's mean
+    // The mixture spans regressions from `min_effect` of the arms' scale
     // to 64 times that: a guardrail must catch a tenfold regression as
-    // surely as a 10 % one.
-    let base = g.min_effect * k.batched_mean().abs();
+    // surely as a 10 % one. The scale is the larger arm mean: a control
+    // with no delay at all must not make every regression invisible.
+    let base = g.min_effect * k.batched_mean().abs().max(c.batched_mean().abs());
     let taus: Vec<f64> = (0..EFFECT_SCALES)
         .map(|i| base * f64::from(1u32 << i))
         .collect();
@@ -219,6 +220,16 @@ mod tests {
         let better = arm_with_delays((0..200).map(|i| 10.0 + noise(i)));
         let mut p = AlwaysValidP::default();
         assert!(look(&g, &better, &control, &mut p).roll_back.is_none());
+    }
+
+    #[test]
+    fn a_regression_from_zero_is_still_seen() {
+        // Control jobs never wait; the candidate's wait.
+        let g = guardrail();
+        let control = arm_with_delays((0..200).map(|_| 0.0));
+        let worse = arm_with_delays((0..200).map(|i| 5_000.0 + f64::from(i % 7) * 100.0));
+        let mut p = AlwaysValidP::default();
+        assert!(look(&g, &worse, &control, &mut p).roll_back.is_some());
     }
 
     #[test]
