@@ -5,7 +5,10 @@
 //!    against a no-op authenticated RPC (`Cluster.View`);
 //! 2. journal overhead on the round (target ≤ 5%), journal on vs off;
 //! 3. what a shadow experiment adds to the control round (target ≤ the
-//!    candidate's own policy time), shadow on vs off.
+//!    candidate's own policy time), shadow on vs off;
+//! 4. the p99 of read calls (`Jobs.List`, `Cluster.View`) while a tenant's
+//!    policy takes most of its deadline every round, against the same
+//!    calls on an idle plane (target ≤ 2×).
 //!
 //! `cargo bench -p arbiter-serve --bench control_plane [-- --quick]`
 
@@ -114,6 +117,163 @@ async fn submission(quick: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Loop iterations of the `misbehave` fixture's `slow` tenant mode that take
+/// about `target` (measured here, on this machine, through the host runtime).
+fn calibrate_spin(target: Duration) -> anyhow::Result<u64> {
+    use arbiter_host::runtime::{PolicyEngine, RuntimeConfig};
+    let engine = PolicyEngine::new(RuntimeConfig {
+        deadline: Duration::from_secs(30),
+        ..RuntimeConfig::default()
+    })?;
+    let wasm = arbiter_policies::fixture("misbehave")
+        .ok_or_else(|| anyhow::anyhow!("no misbehave fixture"))?;
+    let compiled = engine
+        .compile(wasm)
+        .map_err(|e| anyhow::anyhow!("compiling the fixture: {e}"))?;
+    let mut instance = compiled
+        .instantiate()
+        .map_err(|e| anyhow::anyhow!("instantiating: {e}"))?;
+    let probe: u64 = 50_000_000;
+    instance
+        .configure(&format!("mode = \"slow\"\nspin = {probe}\n"))
+        .map_err(|e| anyhow::anyhow!("configuring: {e}"))?;
+    let started = Instant::now();
+    instance
+        .order(arbiter_policy_sdk::model::TenantView::default())
+        .map_err(|e| anyhow::anyhow!("probe call: {e}"))?;
+    let per_iteration = started.elapsed().as_secs_f64() / probe as f64;
+    Ok((target.as_secs_f64() / per_iteration) as u64)
+}
+
+/// p50 and p99 of `calls` sequential reads (alternately `Jobs.List` of 100
+/// jobs and `Cluster.View`), in ms.
+async fn read_quantiles(
+    channel: &Channel,
+    auth: &Bearer,
+    calls: usize,
+) -> anyhow::Result<(f64, f64)> {
+    let mut jobs = v1::jobs_client::JobsClient::with_interceptor(channel.clone(), auth.clone());
+    let mut cluster =
+        v1::cluster_client::ClusterClient::with_interceptor(channel.clone(), auth.clone());
+    let mut ms = Vec::with_capacity(calls);
+    for i in 0..calls {
+        let started = Instant::now();
+        if i % 2 == 0 {
+            jobs.list(v1::ListJobsRequest {
+                limit: 100,
+                ..Default::default()
+            })
+            .await?;
+        } else {
+            cluster.view(v1::ClusterViewRequest {}).await?;
+        }
+        ms.push(started.elapsed().as_secs_f64() * 1e3);
+        // Spread the calls over many rounds.
+        tokio::time::sleep(Duration::from_millis(7)).await;
+    }
+    ms.sort_by(f64::total_cmp);
+    let q = |p: f64| ms[((ms.len() as f64 * p).ceil() as usize).clamp(1, ms.len()) - 1];
+    Ok((q(0.5), q(0.99)))
+}
+
+async fn read_latency(quick: bool) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let running = start(ServeConfig {
+        tls: Default::default(),
+        listen: "127.0.0.1:0".parse()?,
+        data: dir.path().to_path_buf(),
+        metrics_listen: None,
+        plane: PlaneConfig {
+            nodes: default_pool(8, 8),
+            default_duration: Duration::from_secs(600),
+            ..PlaneConfig::default()
+        },
+    })
+    .await?;
+    let token = running.new_admin_token.clone().unwrap_or_default();
+    let channel = Channel::from_shared(format!("http://{}", running.grpc_addr))?
+        .connect()
+        .await?;
+    let admin = Bearer::new(&token)?;
+    let mut jobs = v1::jobs_client::JobsClient::with_interceptor(channel.clone(), admin.clone());
+    jobs.submit_batch(v1::SubmitJobsRequest {
+        specs: (0..200).map(|i| spec(i, 600_000)).collect(),
+    })
+    .await?;
+    let calls = if quick { 100 } else { 400 };
+    let (idle_p50, idle_p99) = read_quantiles(&channel, &admin, calls).await?;
+
+    // A tenant whose policy takes ~80 % of its deadline on every round: it
+    // has jobs queued past its quota, so it is asked every tick.
+    let deadline = arbiter_host::runtime::RuntimeConfig::default().deadline;
+    let spin = calibrate_spin(deadline.mul_f64(0.8))?;
+    let mut cluster =
+        v1::cluster_client::ClusterClient::with_interceptor(channel.clone(), admin.clone());
+    let tenant = cluster
+        .add_tenant(v1::AddTenantRequest {
+            name: "busy".into(),
+            quota_gpus: 1,
+        })
+        .await?
+        .into_inner();
+    let busy = Bearer::new(&tenant.token)?;
+    let mut policies =
+        v1::policies_client::PoliciesClient::with_interceptor(channel.clone(), busy.clone())
+            .max_encoding_message_size(32 << 20);
+    policies
+        .upload(v1::UploadPolicyRequest {
+            slot: String::new(),
+            wasm: arbiter_policies::fixture("misbehave")
+                .ok_or_else(|| anyhow::anyhow!("no misbehave fixture"))?
+                .to_vec(),
+            config: format!("mode = \"slow\"\nspin = {spin}\n"),
+            activate: true,
+        })
+        .await?;
+    let mut busy_jobs = v1::jobs_client::JobsClient::with_interceptor(channel.clone(), busy);
+    busy_jobs
+        .submit_batch(v1::SubmitJobsRequest {
+            specs: (0..20)
+                .map(|i| spec(10_000 + i, 600_000))
+                .map(|mut s| {
+                    s.gpus = 1;
+                    s
+                })
+                .collect(),
+        })
+        .await?;
+    let rounds_before = cluster
+        .view(v1::ClusterViewRequest {})
+        .await?
+        .into_inner()
+        .rounds;
+    let window = Instant::now();
+    let (busy_p50, busy_p99) = read_quantiles(&channel, &admin, calls).await?;
+    let rounds = cluster
+        .view(v1::ClusterViewRequest {})
+        .await?
+        .into_inner()
+        .rounds
+        - rounds_before;
+    let tick_ms = window.elapsed().as_secs_f64() * 1e3 / rounds.max(1) as f64;
+    let info = policies
+        .describe(v1::SlotRef {
+            slot: "tenant:busy".into(),
+        })
+        .await?
+        .into_inner();
+    let faults: u64 = info.generations.iter().map(|g| g.faults).sum();
+    println!("read calls (Jobs.List of 100 / Cluster.View, {calls} calls, 200 jobs):");
+    println!("  idle plane                    p50 {idle_p50:>7.2} ms  p99 {idle_p99:>7.2} ms");
+    println!(
+        "  tenant policy ~{:.0} ms a round  p50 {busy_p50:>7.2} ms  p99 {busy_p99:>7.2} ms  ({:.2}x idle p99; target <= 2x; tenant policy faults {faults}; a tick took {tick_ms:.0} ms meanwhile)",
+        deadline.as_secs_f64() * 800.0,
+        busy_p99 / idle_p99,
+    );
+    running.shutdown().await?;
+    Ok(())
+}
+
 /// Mean tick time over a workload that keeps the cluster busy.
 fn ticks(cfg: PlaneConfig, rounds: u32, shadow: bool) -> anyhow::Result<(f64, f64, f64)> {
     let dir = tempfile::tempdir()?;
@@ -181,6 +341,13 @@ fn ticks(cfg: PlaneConfig, rounds: u32, shadow: bool) -> anyhow::Result<(f64, f6
     } else {
         0.0
     };
+    if journal_s > 0.0 {
+        println!(
+            "    (per round: journal {:.1} us, round {:.1} us)",
+            journal_s * 1e6 / f64::from(rounds),
+            round_s * 1e6 / f64::from(rounds)
+        );
+    }
     Ok((
         total.as_secs_f64() * 1e3 / f64::from(rounds - 10),
         candidate_ms,
@@ -225,6 +392,9 @@ fn main() -> anyhow::Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?
-        .block_on(submission(quick))?;
+        .block_on(async {
+            submission(quick).await?;
+            read_latency(quick).await
+        })?;
     rounds(quick)
 }

@@ -71,6 +71,10 @@ impl Running {
         // graceful shutdown open forever: close the node streams, then give
         // the rest a moment before cutting them.
         self.plane.lock().disconnect_agents();
+        // The journal's thread writes what is queued before the plane is gone.
+        if let Err(e) = self.plane.lock().flush_journal() {
+            tracing::error!(error = %format!("{e:#}"), "flushing the journal at shutdown");
+        }
         match tokio::time::timeout(SHUTDOWN_GRACE, &mut self.grpc).await {
             Ok(joined) => joined
                 .context("joining the gRPC server")?

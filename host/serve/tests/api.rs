@@ -1679,6 +1679,7 @@ async fn a_reclaim_takes_lent_nodes_back_through_the_reclaim_driver() {
 
     // The decision journal still replays exactly across the reclaim: the
     // events it applied between rounds reached the next round's delta.
+    running.plane.lock().flush_journal().unwrap();
     let journal = arbiter_serve::replay::read(&running.journal_path).unwrap();
     let best_fit =
         arbiter_serve::replay::compile(arbiter_policies::get("best-fit").unwrap()).unwrap();
@@ -1738,6 +1739,7 @@ async fn replay_runs_the_configuration_the_journal_recorded() {
     for id in ids {
         wait_state(&admin, id, v1::JobState::Running).await;
     }
+    running.plane.lock().flush_journal().unwrap();
     let journal = arbiter_serve::replay::read(&running.journal_path).unwrap();
     let compiled = arbiter_serve::replay::compile(random).unwrap();
     assert_eq!(

@@ -5,8 +5,10 @@
 //! `flap` traps in rounds of even epoch and works in the others; `hang-flap`
 //! loops past the deadline in those rounds instead (neither faults twice in
 //! a row: only a fault-rate quarantine catches them). As a tenant policy
-//! (`order`), `trap`, `loop`, `flap`, `fail-huge` and `bad-verdict` misbehave; anything else
-//! releases the queue in submit order. `evacuate` is well-behaved: it
+//! (`order`), `trap`, `loop`, `flap`, `fail-huge` and `bad-verdict` misbehave; `slow`
+//! (with `spin = N`) loops N times before releasing the queue in submit order — a
+//! policy that takes most of its deadline every round without faulting; anything
+//! else releases the queue in submit order. `evacuate` is well-behaved: it
 //! migrates every running job off node 0 (each worker to the first other
 //! node where it fits), then places like `ok` — a policy that moves running
 //! work, for the control plane's reconcile tests. `upgrade` is
@@ -49,6 +51,9 @@ pub struct Misbehave {
     mode: String,
     /// Calls of `order` so far (a tenant policy sees no epoch).
     orders: u64,
+    /// `mode = slow`: loop iterations before each answer (`spin = N`), so a
+    /// call costs most of its deadline without faulting.
+    spin: u64,
 }
 
 // Unbounded on purpose: the host must survive the stack overflow.
@@ -152,6 +157,7 @@ impl Policy for Misbehave {
         Misbehave {
             mode: "ok".into(),
             orders: 0,
+            spin: 0,
         }
     }
 
@@ -180,6 +186,12 @@ impl Policy for Misbehave {
             .find(|(k, _)| k.trim() == "mode")
             .map(|(_, v)| v.trim().trim_matches('"').to_string());
         self.mode = mode.unwrap_or_else(|| "ok".into());
+        self.spin = config
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .find(|(k, _)| k.trim() == "spin")
+            .and_then(|(_, v)| v.trim().parse().ok())
+            .unwrap_or(0);
         Ok(())
     }
 
@@ -286,6 +298,13 @@ impl Policy for Misbehave {
                 panic!("tenant flaps at call {}", self.orders)
             }
             "fail-huge" => Err(PolicyError::Failed(huge(32 << 20))),
+            "slow" => {
+                let mut x = 0u64;
+                for _ in 0..self.spin {
+                    x = std::hint::black_box(x.wrapping_add(1));
+                }
+                Ok(TenantVerdict::default())
+            }
             "bad-verdict" => Ok(TenantVerdict {
                 order: vec![view.jobs.len() as u32 + 3],
                 hold: Vec::new(),

@@ -3,6 +3,15 @@
 use super::*;
 
 impl Plane {
+    /// Waits until every journal record queued so far is on disk (for a
+    /// reader of a running plane's journal).
+    pub fn flush_journal(&self) -> anyhow::Result<()> {
+        match &self.journal {
+            Some(j) => j.flush(),
+            None => Ok(()),
+        }
+    }
+
     /// Rebuilds the cells from the job table (start-up, experiment start/end).
     pub(super) fn rebuild_cells(&mut self) {
         let span = tracing::info_span!("rebuild_cells");
@@ -190,7 +199,7 @@ impl Plane {
             cell.round_epoch = cell.last_epoch;
             cell.journaled_generation = None;
             if let Some(j) = self.journal.as_mut()
-                && let Err(e) = j.append(&Record::Snapshot {
+                && let Err(e) = j.append(Record::Snapshot {
                     cell: cell.arm.clone(),
                     wall_ms: now,
                     snapshot: Box::new(snapshot.clone()),
@@ -227,7 +236,7 @@ impl Plane {
             let snapshot = cell.state.snapshot();
             cell.last_epoch = cell.state.epoch();
             cell.round_epoch = cell.last_epoch;
-            rotated = journal.append(&Record::Checkpoint {
+            rotated = journal.append(Record::Checkpoint {
                 cell: cell.arm.clone(),
                 wall_ms: now,
                 snapshot: Box::new(snapshot.clone()),

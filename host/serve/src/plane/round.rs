@@ -158,7 +158,7 @@ impl Plane {
                 config,
             }));
             self.cells[index].journaled_generation = Some(generation);
-            if let Err(e) = journal.append(&record) {
+            if let Err(e) = journal.append(record) {
                 tracing::error!(error = %e, "journal write failed; journaling stops");
                 self.journal = None;
             }
