@@ -68,7 +68,7 @@ fuzz_target!(
     let caller = match who % 3 {
         0 => Caller::Admin,
         1 => Caller::Tenant("fuzz".into()),
-        _ => Caller::Node,
+        _ => Caller::Node(None),
     };
     let plane = &mut h.plane;
     match op % 18 {

@@ -1563,7 +1563,8 @@ pub struct TenantRefArgs {
 #[derive(Subcommand)]
 pub enum TokenCommand {
     /// A new admin or node token (admin); the old one stops working and the
-    /// data directory's `admin.token`/`node.token` is rewritten.
+    /// data directory's `admin.token`/`node.token` is rewritten. `node:NAME`
+    /// issues (or replaces) a token bound to node NAME.
     Rotate(TokenRotateArgs),
 }
 
@@ -1571,9 +1572,18 @@ pub enum TokenCommand {
 pub struct TokenRotateArgs {
     #[command(flatten)]
     pub conn: Conn,
-    /// Whose: `admin` or `node` (tenants: `tenant rotate NAME`).
-    #[arg(value_parser = ["admin", "node"])]
+    /// Whose: `admin`, `node` (the shared node token), or `node:NAME` (a token
+    /// that registers node NAME only); tenants: `tenant rotate NAME`.
+    #[arg(value_parser = parse_token_subject)]
     pub subject: String,
+}
+
+fn parse_token_subject(s: &str) -> Result<String, String> {
+    match s {
+        "admin" | "node" => Ok(s.to_string()),
+        _ if s.strip_prefix("node:").is_some_and(|n| !n.is_empty()) => Ok(s.to_string()),
+        _ => Err(format!("`{s}`: one of admin, node, node:<name>")),
+    }
 }
 
 async fn rotate(conn: &Conn, subject: String) -> anyhow::Result<()> {

@@ -56,7 +56,7 @@ impl Api {
     /// The node token is refused here, whatever the method.
     fn caller<T>(&self, request: &Request<T>) -> Result<Caller, Status> {
         match self.any_caller(request)? {
-            Caller::Node => Err(ApiError::PermissionDenied(
+            Caller::Node(_) => Err(ApiError::PermissionDenied(
                 "the node token only opens node sessions (NodeLink); this needs the admin or a \
                  tenant token"
                     .into(),
@@ -167,7 +167,7 @@ impl v1::jobs_server::Jobs for Api {
             let visible = match &caller {
                 Caller::Admin => want.is_empty() || want == tenant,
                 Caller::Tenant(t) => *t == tenant,
-                Caller::Node => false,
+                Caller::Node(_) => false,
             };
             visible.then_some(Ok(event))
         });

@@ -586,6 +586,61 @@ async fn the_node_token_opens_node_sessions_and_nothing_else() {
 /// refused; the first reconnecting (same instance) is welcome at once; once the first has
 /// been silent for `lost_after`, the name is free.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_issued_for_one_node_registers_that_node_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = agents_only(dir.path()).await;
+    let admin = running.new_admin_token.clone().unwrap();
+    let issue = |subject: &str| {
+        let (running, admin, subject) = (&running, admin.clone(), subject.to_string());
+        async move {
+            let mut cluster = v1::cluster_client::ClusterClient::new(channel(running).await);
+            cluster
+                .rotate_token(bearer(&admin, v1::RotateTokenRequest { subject }))
+                .await
+                .unwrap()
+                .into_inner()
+                .token
+        }
+    };
+    let gpu01 = issue("node:gpu-01").await;
+    let refused = Agent::connect_as(&running, &gpu01, "gpu-02", "machine-2", Vec::new())
+        .await
+        .err()
+        .expect("another node's name is refused");
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    assert!(refused.message().contains("gpu-01"), "{refused:?}");
+    let agent = Agent::connect(&running, &gpu01, "gpu-01", Vec::new()).await;
+    agent.heartbeat().await;
+    // It opens node sessions and nothing else.
+    assert_eq!(
+        session_refusal_of_jobs(&running, &gpu01).await,
+        tonic::Code::PermissionDenied
+    );
+    // Reissued, the old one stops working; it survives a restart.
+    let again = issue("node:gpu-01").await;
+    let old = Agent::connect_as(&running, &gpu01, "gpu-01", "instance-gpu-01", Vec::new())
+        .await
+        .err()
+        .expect("the replaced token is refused");
+    assert_eq!(old.code(), tonic::Code::Unauthenticated, "{old:?}");
+    drop(agent);
+    running.shutdown().await.unwrap();
+    let running = agents_only(dir.path()).await;
+    let back = Agent::connect(&running, &again, "gpu-01", Vec::new()).await;
+    back.heartbeat().await;
+    drop(back);
+    running.shutdown().await.unwrap();
+}
+
+/// The code a jobs listing with `token` gets.
+async fn session_refusal_of_jobs(running: &Running, token: &str) -> tonic::Code {
+    let mut jobs = v1::jobs_client::JobsClient::new(channel(running).await);
+    jobs.list(bearer(token, v1::ListJobsRequest::default()))
+        .await
+        .map_or_else(|s| s.code(), |_| tonic::Code::Ok)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_agent_cannot_take_a_live_nodes_name() {
     let dir = tempfile::tempdir().unwrap();
     let running = agents_only(dir.path()).await;

@@ -18,6 +18,13 @@ impl Plane {
         }
         let request = hello_request(hello).map_err(ApiError::InvalidArgument)?;
         let name = request.name.clone();
+        if let Caller::Node(Some(bound)) = caller
+            && *bound != name
+        {
+            return Err(ApiError::PermissionDenied(format!(
+                "this node token belongs to node `{bound}`, not `{name}`"
+            )));
+        }
         if self
             .nodes
             .iter()

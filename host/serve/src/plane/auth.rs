@@ -13,7 +13,14 @@ impl Plane {
             return Ok(Caller::Admin);
         }
         if constant_time_eq(&sha, &self.node_token_sha) {
-            return Ok(Caller::Node);
+            return Ok(Caller::Node(None));
+        }
+        if let Some((name, _)) = self
+            .node_tokens
+            .iter()
+            .find(|(_, s)| constant_time_eq(s, &sha))
+        {
+            return Ok(Caller::Node(Some(name.clone())));
         }
         self.tenants
             .values()
@@ -28,7 +35,7 @@ impl Plane {
             Caller::Tenant(t) => Err(ApiError::PermissionDenied(format!(
                 "tenant `{t}` may not do this; it needs the admin token"
             ))),
-            Caller::Node => Err(node_token_refused()),
+            Caller::Node(_) => Err(node_token_refused()),
         }
     }
 }

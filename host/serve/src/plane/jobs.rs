@@ -59,7 +59,7 @@ impl Plane {
                     )));
                 }
                 Caller::Admin => spec.tenant.clone(),
-                Caller::Node => return Err(node_token_refused()),
+                Caller::Node(_) => return Err(node_token_refused()),
             };
             accepted.push((record, tenant));
         }

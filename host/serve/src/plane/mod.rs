@@ -186,10 +186,12 @@ pub fn default_pool(count: u32, gpus: u32) -> Vec<NodeRequest> {
 pub enum Caller {
     Admin,
     Tenant(String),
-    /// A node agent with the node token: it may hold a `NodeLink` session
+    /// A node agent with a node token: it may hold a `NodeLink` session
     /// and nothing else, so a compromised node cannot load policies, submit
-    /// or cancel jobs, or read other tenants' work.
-    Node,
+    /// or cancel jobs, or read other tenants' work. With the shared node
+    /// token (`None`) it may register under any name; with a token issued
+    /// for one node (`token rotate node:<name>`), under that name only.
+    Node(Option<String>),
 }
 
 impl Caller {
@@ -197,7 +199,7 @@ impl Caller {
         match self {
             Caller::Admin => true,
             Caller::Tenant(t) => t == tenant,
-            Caller::Node => false,
+            Caller::Node(_) => false,
         }
     }
 }
@@ -403,6 +405,8 @@ pub struct Plane {
     tenants: BTreeMap<String, TenantRecord>,
     admin_token_sha: String,
     node_token_sha: String,
+    /// Tokens bound to one node each: node name → token hash.
+    node_tokens: BTreeMap<String, String>,
     nodes: Vec<PoolNode>,
     cells: Vec<Cell>,
     experiment: Option<Experiment>,
@@ -645,6 +649,9 @@ fn job_request(job: &StoredJob) -> JobRequest {
     req.gpu_memory_mib = s.gpu_memory_mib;
     req
 }
+
+/// Where the hashes of tokens issued for one node each are stored.
+const NODE_TOKEN_PREFIX: &str = "nodetoken/";
 
 /// The tenant of jobs submitted without one.
 pub const DEFAULT_TENANT: &str = "default";

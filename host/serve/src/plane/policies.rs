@@ -221,7 +221,7 @@ impl Plane {
                 "tenant `{t}` may only use its own slot `{}`",
                 tenant_slot(t)
             ))),
-            Caller::Node => Err(node_token_refused()),
+            Caller::Node(_) => Err(node_token_refused()),
         }
     }
 

@@ -51,6 +51,7 @@ impl Plane {
             tenants: BTreeMap::new(),
             admin_token_sha: String::new(),
             node_token_sha: String::new(),
+            node_tokens: BTreeMap::new(),
             cells: Vec::new(),
             experiment: None,
             experiments: BTreeMap::new(),
@@ -110,6 +111,12 @@ impl Plane {
     }
 
     pub(super) fn restore(&mut self, contents: &Contents) -> anyhow::Result<()> {
+        for (name, bytes) in contents.with_prefix(NODE_TOKEN_PREFIX) {
+            self.node_tokens.insert(
+                name.to_string(),
+                String::from_utf8_lossy(bytes).into_owned(),
+            );
+        }
         for (name, bytes) in contents.with_prefix("tenant/") {
             let t: TenantRecord =
                 serde_json::from_slice(bytes).with_context(|| format!("stored tenant `{name}`"))?;

@@ -118,10 +118,22 @@ impl Plane {
                 }
                 Write::Put(format!("meta/{subject}_token_sha256"), sha.into_bytes())
             }
+            _ if subject.starts_with("node:") => {
+                // A token for one node: it registers under that name only.
+                let name = &subject["node:".len()..];
+                if name.is_empty() || name.len() > MAX_NAME || name.chars().any(char::is_control) {
+                    return Err(ApiError::InvalidArgument(format!(
+                        "`{name}` is not a node name"
+                    )));
+                }
+                self.node_tokens.insert(name.to_string(), sha.clone());
+                Write::Put(format!("{NODE_TOKEN_PREFIX}{name}"), sha.into_bytes())
+            }
             _ => {
                 let name = subject.strip_prefix("tenant:").ok_or_else(|| {
                     ApiError::InvalidArgument(format!(
-                        "rotate whose token? `admin`, `node` or `tenant:<name>`, not `{subject}`"
+                        "rotate whose token? `admin`, `node`, `node:<name>` or `tenant:<name>`, \
+                         not `{subject}`"
                     ))
                 })?;
                 let record = self
