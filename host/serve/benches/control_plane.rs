@@ -16,7 +16,6 @@ mod common;
 
 use arbiter_proto::v1;
 use arbiter_serve::plane::{Caller, Plane, PlaneConfig, default_pool};
-use arbiter_serve::server::{ServeConfig, start};
 use common::Bearer;
 use std::time::{Duration, Instant};
 use tonic::transport::Channel;
@@ -31,24 +30,18 @@ fn spec(i: u64, duration_ms: u64) -> v1::JobSpec {
 }
 
 async fn submission(quick: bool) -> anyhow::Result<()> {
-    let dir = tempfile::tempdir()?;
-    let running = start(ServeConfig {
-        tls: Default::default(),
-        listen: "127.0.0.1:0".parse()?,
-        data: dir.path().to_path_buf(),
-        metrics_listen: None,
-        plane: PlaneConfig {
-            nodes: default_pool(64, 8),
-            default_duration: Duration::from_secs(5),
-            ..PlaneConfig::default()
-        },
+    let common::Served {
+        running,
+        channel,
+        admin: auth,
+        dir: _dir,
+        ..
+    } = common::serve(PlaneConfig {
+        nodes: default_pool(64, 8),
+        default_duration: Duration::from_secs(5),
+        ..PlaneConfig::default()
     })
     .await?;
-    let token = running.new_admin_token.clone().unwrap_or_default();
-    let channel = Channel::from_shared(format!("http://{}", running.grpc_addr))?
-        .connect()
-        .await?;
-    let auth = Bearer::new(&token)?;
     let clients: usize = 64;
     let per_client: u64 = if quick { 100 } else { 500 };
     let total = clients as u64 * per_client;
@@ -177,24 +170,18 @@ async fn read_quantiles(
 }
 
 async fn read_latency(quick: bool) -> anyhow::Result<()> {
-    let dir = tempfile::tempdir()?;
-    let running = start(ServeConfig {
-        tls: Default::default(),
-        listen: "127.0.0.1:0".parse()?,
-        data: dir.path().to_path_buf(),
-        metrics_listen: None,
-        plane: PlaneConfig {
-            nodes: default_pool(8, 8),
-            default_duration: Duration::from_secs(600),
-            ..PlaneConfig::default()
-        },
+    let common::Served {
+        running,
+        channel,
+        admin,
+        dir: _dir,
+        ..
+    } = common::serve(PlaneConfig {
+        nodes: default_pool(8, 8),
+        default_duration: Duration::from_secs(600),
+        ..PlaneConfig::default()
     })
     .await?;
-    let token = running.new_admin_token.clone().unwrap_or_default();
-    let channel = Channel::from_shared(format!("http://{}", running.grpc_addr))?
-        .connect()
-        .await?;
-    let admin = Bearer::new(&token)?;
     let mut jobs = v1::jobs_client::JobsClient::with_interceptor(channel.clone(), admin.clone());
     jobs.submit_batch(v1::SubmitJobsRequest {
         specs: (0..200).map(|i| spec(i, 600_000)).collect(),

@@ -15,10 +15,8 @@ mod common;
 
 use arbiter_proto::v1;
 use arbiter_serve::plane::{PlaneConfig, default_pool};
-use arbiter_serve::server::{ServeConfig, start};
 use common::Bearer;
 use std::time::Duration;
-use tonic::transport::Channel;
 
 const UPLOADS: usize = 100;
 
@@ -38,27 +36,19 @@ fn rss() -> (u64, u64) {
 /// Resident memory growth (bytes) of a fresh plane over `UPLOADS` uploads by
 /// one tenant, and how many were accepted.
 async fn growth(uploads: &[(Vec<u8>, String)]) -> anyhow::Result<(i64, usize)> {
-    let dir = tempfile::tempdir()?;
-    let running = start(ServeConfig {
-        tls: Default::default(),
-        listen: "127.0.0.1:0".parse()?,
-        data: dir.path().to_path_buf(),
-        metrics_listen: None,
-        plane: PlaneConfig {
-            round_interval: Duration::from_millis(20),
-            nodes: default_pool(4, 8),
-            ..PlaneConfig::default()
-        },
+    let common::Served {
+        running,
+        channel,
+        admin,
+        dir: _dir,
+        ..
+    } = common::serve(PlaneConfig {
+        round_interval: Duration::from_millis(20),
+        nodes: default_pool(4, 8),
+        ..PlaneConfig::default()
     })
     .await?;
-    let channel = Channel::from_shared(format!("http://{}", running.grpc_addr))?
-        .connect()
-        .await?;
-    let admin_token = running.new_admin_token.clone().unwrap_or_default();
-    let mut cluster = v1::cluster_client::ClusterClient::with_interceptor(
-        channel.clone(),
-        Bearer::new(&admin_token)?,
-    );
+    let mut cluster = v1::cluster_client::ClusterClient::with_interceptor(channel.clone(), admin);
     let token = cluster
         .add_tenant(v1::AddTenantRequest {
             name: "tenant".into(),

@@ -96,6 +96,26 @@ fn sealed_segments(path: &Path) -> Vec<(u64, PathBuf)> {
     out
 }
 
+fn file_bytes(path: &Path) -> u64 {
+    std::fs::metadata(path).map_or(0, |m| m.len())
+}
+
+/// What the journal whose active segment is `path` takes on disk: every
+/// segment and every stored snapshot.
+pub fn disk_bytes(path: &Path) -> u64 {
+    let segments: u64 = sealed_segments(path)
+        .iter()
+        .map(|(_, p)| file_bytes(p))
+        .sum();
+    let snapshots: u64 = std::fs::read_dir(snapshot_dir(path))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| file_bytes(&e.path()))
+        .sum();
+    segments + file_bytes(path) + snapshots
+}
+
 /// The directory of snapshots stored by reference, beside the journal.
 fn snapshot_dir(path: &Path) -> PathBuf {
     let stem = path
@@ -370,21 +390,11 @@ impl SegmentWriter {
 
     fn enforce_limit(&self) -> anyhow::Result<()> {
         let mut segments = sealed_segments(&self.path);
-        let size = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
-        let snapshots_size = || -> u64 {
-            std::fs::read_dir(snapshot_dir(&self.path))
-                .into_iter()
-                .flatten()
-                .flatten()
-                .map(|e| size(&e.path()))
-                .sum()
-        };
-        let total = |segments: &[(u64, PathBuf)]| -> u64 {
-            segments.iter().map(|(_, p)| size(p)).sum::<u64>() + self.bytes + snapshots_size()
-        };
+        let mut total = disk_bytes(&self.path);
         let mut removed = false;
-        while !segments.is_empty() && total(&segments) > self.limits.max_bytes {
+        while !segments.is_empty() && total > self.limits.max_bytes {
             let (_, oldest) = segments.remove(0);
+            total = total.saturating_sub(file_bytes(&oldest));
             std::fs::remove_file(&oldest)
                 .with_context(|| format!("removing {}", oldest.display()))?;
             tracing::info!(segment = %oldest.display(), "journal over its limit: oldest segment removed");

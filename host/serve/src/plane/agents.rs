@@ -87,6 +87,7 @@ impl Plane {
                 last_seen: now,
             }),
         }
+        self.refresh_fleet();
         let record = AgentRecord {
             name: name.clone(),
             pool: request.pool.clone(),

@@ -177,29 +177,20 @@ impl Plane {
                 coin.count(j.arm == CANDIDATE, j.spec.gpu_hours());
             }
         }
-        let mut starts: Vec<&&StoredJob> =
-            enrolled.iter().filter(|j| j.first_start_ms > 0).collect();
-        starts.sort_unstable_by_key(|j| (j.first_start_ms, j.id));
-        for j in starts {
+        for j in in_order(&enrolled, |j| {
+            (j.first_start_ms > 0).then_some(j.first_start_ms)
+        }) {
             let delay = j.first_start_ms.saturating_sub(j.submit_ms) as f64;
-            stats
-                .entry(arm_or_control(&j.arm))
-                .or_default()
-                .jobs
-                .started(delay);
+            let arm = stats.entry(arm_or_control(&j.arm)).or_default();
+            arm.jobs.started(delay);
         }
-        let mut ends: Vec<&&StoredJob> = enrolled
-            .iter()
-            .filter(|j| j.status == JobStatus::Succeeded && j.first_start_ms > 0)
-            .collect();
-        ends.sort_unstable_by_key(|j| (j.end_ms, j.id));
-        for j in ends {
+        let ended = |j: &StoredJob| {
+            (j.status == JobStatus::Succeeded && j.first_start_ms > 0).then_some(j.end_ms)
+        };
+        for j in in_order(&enrolled, ended) {
             let jct = j.end_ms.saturating_sub(j.submit_ms) as f64;
-            stats
-                .entry(arm_or_control(&j.arm))
-                .or_default()
-                .jobs
-                .finished(jct, j.spec.deadline_ms);
+            let arm = stats.entry(arm_or_control(&j.arm)).or_default();
+            arm.jobs.finished(jct, j.spec.deadline_ms);
         }
         (stats, assigner)
     }
@@ -546,4 +537,18 @@ impl Plane {
             .jobs
             .enrolled();
     }
+}
+
+/// The jobs `at` gives a time for, in that order (ties by id): how the live
+/// plane saw their starts or ends.
+fn in_order<'a>(
+    jobs: &[&'a StoredJob],
+    at: impl Fn(&StoredJob) -> Option<u64>,
+) -> Vec<&'a StoredJob> {
+    let mut timed: Vec<(u64, u64, &'a StoredJob)> = jobs
+        .iter()
+        .filter_map(|j| at(j).map(|t| (t, j.id, *j)))
+        .collect();
+    timed.sort_unstable_by_key(|(t, id, _)| (*t, *id));
+    timed.into_iter().map(|(_, _, j)| j).collect()
 }

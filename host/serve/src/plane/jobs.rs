@@ -25,7 +25,6 @@ impl Plane {
         specs: &[v1::JobSpec],
     ) -> Result<(Vec<u64>, Ack), ApiError> {
         let mut accepted = Vec::with_capacity(specs.len());
-        let fleet = Fleet::of(self.nodes.iter().map(|n| &n.request));
         for (i, spec) in specs.iter().enumerate() {
             let which = if specs.len() == 1 {
                 "job spec".to_string()
@@ -34,7 +33,7 @@ impl Plane {
             };
             let record = JobSpecRecord::from_proto(spec)
                 .map_err(|e| ApiError::InvalidArgument(format!("{which}: {e}")))?;
-            if let Some(why) = fleet.never_fits(&record) {
+            if let Some(why) = self.fleet.never_fits(&record) {
                 return Err(ApiError::InvalidArgument(format!(
                     "{which}: can never run on this cluster: {why}"
                 )));

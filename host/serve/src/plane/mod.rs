@@ -407,6 +407,9 @@ pub struct Plane {
     node_token_sha: String,
     /// Tokens bound to one node each: node name → token hash.
     node_tokens: BTreeMap<String, String>,
+    /// The pool's node shapes, for refusing jobs no node could hold
+    /// (rebuilt when a node joins or changes, not on every submit).
+    fleet: Fleet,
     nodes: Vec<PoolNode>,
     cells: Vec<Cell>,
     experiment: Option<Experiment>,

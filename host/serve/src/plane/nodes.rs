@@ -3,6 +3,11 @@
 use super::*;
 
 impl Plane {
+    /// Recomputes the node shapes submissions are checked against.
+    pub(super) fn refresh_fleet(&mut self) {
+        self.fleet = Fleet::of(self.nodes.iter().map(|n| &n.request));
+    }
+
     pub fn list_nodes(&self) -> Vec<v1::NodeInfo> {
         self.nodes
             .iter()

@@ -52,6 +52,7 @@ impl Plane {
             admin_token_sha: String::new(),
             node_token_sha: String::new(),
             node_tokens: BTreeMap::new(),
+            fleet: Fleet::default(),
             cells: Vec::new(),
             experiment: None,
             experiments: BTreeMap::new(),
@@ -79,6 +80,7 @@ impl Plane {
         plane.admin_token_sha = admin_sha;
         plane.node_token_sha = node_sha;
         plane.restore(&contents)?;
+        plane.refresh_fleet();
         plane.rebuild_cells();
         Ok(Opened {
             plane,

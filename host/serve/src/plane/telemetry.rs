@@ -243,31 +243,33 @@ impl Plane {
             }),
         );
         let nodes = self.list_nodes();
-        e.gauge(
-            "arbiter_node_gpus_free",
-            "Idle GPUs on a node, by node and state.",
-            nodes.iter().map(|n| {
-                (
-                    vec![("node", n.name.as_str()), ("state", n.state.as_str())],
-                    GaugeValue::Int(i64::from(n.gpus_free)),
-                )
-            }),
-        );
-        e.gauge(
-            "arbiter_node_gpus",
-            "GPUs on a node, by node and state.",
-            nodes.iter().map(|n| {
-                (
-                    vec![("node", n.name.as_str()), ("state", n.state.as_str())],
-                    GaugeValue::Int(i64::from(n.gpus)),
-                )
-            }),
-        );
-        let journal_bytes =
-            std::fs::metadata(self.data.join("journal.jsonl")).map_or(0, |m| m.len());
+        for (name, help, value) in [
+            (
+                "arbiter_node_gpus_free",
+                "Idle GPUs on a node, by node and state.",
+                (|n: &v1::NodeInfo| n.gpus_free) as fn(&v1::NodeInfo) -> u32,
+            ),
+            (
+                "arbiter_node_gpus",
+                "GPUs on a node, by node and state.",
+                |n: &v1::NodeInfo| n.gpus,
+            ),
+        ] {
+            e.gauge(
+                name,
+                help,
+                nodes.iter().map(|n| {
+                    (
+                        vec![("node", n.name.as_str()), ("state", n.state.as_str())],
+                        GaugeValue::Int(i64::from(value(n))),
+                    )
+                }),
+            );
+        }
+        let journal_bytes = crate::journal::disk_bytes(&self.data.join("journal.jsonl"));
         e.gauge(
             "arbiter_journal_bytes",
-            "Size of the decision journal.",
+            "What the decision journal takes on disk (segments and stored snapshots).",
             [(vec![], GaugeValue::Int(journal_bytes as i64))],
         );
         if let Some(exp) = &self.experiment {
@@ -276,12 +278,13 @@ impl Plane {
             let mean = |x: &Option<v1::Estimate>, scale: f64| {
                 GaugeValue::Float(x.as_ref().map_or(0.0, |e| e.mean * scale))
             };
-            let labels = |arm: &str| {
-                vec![
-                    ("experiment", exp.record.name.clone()),
-                    ("arm", arm.to_string()),
-                ]
-            };
+            fn arm_labels<'a>(
+                experiment: &'a str,
+                a: &'a v1::ArmMetrics,
+            ) -> Vec<(&'static str, &'a str)> {
+                vec![("experiment", experiment), ("arm", a.arm.as_str())]
+            }
+            let labels = |a| arm_labels(&exp.record.name, a);
             // (metric, help, which estimate, scale to the metric's unit)
             let gauges: [(&str, &str, ArmEstimate, f64); 5] = [
                 (
@@ -316,39 +319,33 @@ impl Plane {
                 ),
             ];
             for (name, help, estimate, scale) in &gauges {
-                let rows: Vec<(Vec<(&str, String)>, GaugeValue)> = status
-                    .arms
-                    .iter()
-                    .map(|a| (labels(&a.arm), mean(estimate(a), *scale)))
-                    .collect();
                 e.gauge(
                     name,
                     help,
-                    rows.iter()
-                        .map(|(l, v)| (l.iter().map(|(k, v)| (*k, v.as_str())).collect(), *v)),
+                    status
+                        .arms
+                        .iter()
+                        .map(|a| (labels(a), mean(estimate(a), *scale))),
                 );
-            }
-            let mut counts: Vec<(Vec<(&str, String)>, u64)> = Vec::new();
-            for a in &status.arms {
-                for (event, n) in [
-                    ("enrolled", a.jobs_submitted),
-                    ("started", a.jobs_started),
-                    ("finished", a.jobs_finished),
-                    ("preempted", a.preemptions),
-                    ("slo_violation", a.slo_violations),
-                    ("policy_fault", a.policy_faults),
-                ] {
-                    let mut l = labels(&a.arm);
-                    l.push(("event", event.to_string()));
-                    counts.push((l, n));
-                }
             }
             e.counter(
                 "arbiter_experiment_events",
                 "Counts in an arm of the running experiment, by event.",
-                counts
-                    .iter()
-                    .map(|(l, n)| (l.iter().map(|(k, v)| (*k, v.as_str())).collect(), *n)),
+                status.arms.iter().flat_map(|a| {
+                    [
+                        ("enrolled", a.jobs_submitted),
+                        ("started", a.jobs_started),
+                        ("finished", a.jobs_finished),
+                        ("preempted", a.preemptions),
+                        ("slo_violation", a.slo_violations),
+                        ("policy_fault", a.policy_faults),
+                    ]
+                    .map(|(event, n)| {
+                        let mut l = labels(a);
+                        l.push(("event", event));
+                        (l, n)
+                    })
+                }),
             );
         }
         e.finish()
