@@ -7,8 +7,8 @@
 //! 3. what a shadow experiment adds to the control round (target ≤ the
 //!    candidate's own policy time), shadow on vs off;
 //! 4. the p99 of read calls (`Jobs.List`, `Cluster.View`) while a tenant's
-//!    policy takes most of its deadline every round, against the same
-//!    calls on an idle plane (target ≤ 2×).
+//!    policy, then also the cluster's scheduler, takes most of its deadline
+//!    every round, against the same calls on an idle plane (target ≤ 2×).
 //!
 //! `cargo bench -p arbiter-serve --bench control_plane [-- --quick]`
 
@@ -110,7 +110,7 @@ async fn submission(quick: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Loop iterations of the `misbehave` fixture's `slow` tenant mode that take
+/// Loop iterations of the `misbehave` fixture's `slow` mode that take
 /// about `target` (measured here, on this machine, through the host runtime).
 fn calibrate_spin(target: Duration) -> anyhow::Result<u64> {
     use arbiter_host::runtime::{PolicyEngine, RuntimeConfig};
@@ -250,12 +250,54 @@ async fn read_latency(quick: bool) -> anyhow::Result<()> {
         .await?
         .into_inner();
     let faults: u64 = info.generations.iter().map(|g| g.faults).sum();
+
+    // And the cluster's own scheduler as slow: its round runs under the
+    // plane's lock, which reads no longer take.
+    let mut admin_policies =
+        v1::policies_client::PoliciesClient::with_interceptor(channel.clone(), admin.clone())
+            .max_encoding_message_size(32 << 20);
+    admin_policies
+        .upload(v1::UploadPolicyRequest {
+            slot: "default".into(),
+            wasm: arbiter_policies::fixture("misbehave")
+                .ok_or_else(|| anyhow::anyhow!("no misbehave fixture"))?
+                .to_vec(),
+            config: format!("mode = \"slow\"\nspin = {spin}\n"),
+            activate: true,
+        })
+        .await?;
+    let rounds_before = cluster
+        .view(v1::ClusterViewRequest {})
+        .await?
+        .into_inner()
+        .rounds;
+    let window = Instant::now();
+    let (both_p50, both_p99) = read_quantiles(&channel, &admin, calls).await?;
+    let rounds = cluster
+        .view(v1::ClusterViewRequest {})
+        .await?
+        .into_inner()
+        .rounds
+        - rounds_before;
+    let both_tick_ms = window.elapsed().as_secs_f64() * 1e3 / rounds.max(1) as f64;
+    let scheduler = admin_policies
+        .describe(v1::SlotRef {
+            slot: "default".into(),
+        })
+        .await?
+        .into_inner();
+    let scheduler_faults: u64 = scheduler.generations.iter().map(|g| g.faults).sum();
     println!("read calls (Jobs.List of 100 / Cluster.View, {calls} calls, 200 jobs):");
     println!("  idle plane                    p50 {idle_p50:>7.2} ms  p99 {idle_p99:>7.2} ms");
     println!(
         "  tenant policy ~{:.0} ms a round  p50 {busy_p50:>7.2} ms  p99 {busy_p99:>7.2} ms  ({:.2}x idle p99; target <= 2x; tenant policy faults {faults}; a tick took {tick_ms:.0} ms meanwhile)",
         deadline.as_secs_f64() * 800.0,
         busy_p99 / idle_p99,
+    );
+    println!(
+        "  + scheduler ~{:.0} ms a round    p50 {both_p50:>7.2} ms  p99 {both_p99:>7.2} ms  ({:.2}x idle p99; target <= 2x; scheduler faults {scheduler_faults}; a tick took {both_tick_ms:.0} ms meanwhile)",
+        deadline.as_secs_f64() * 800.0,
+        both_p99 / idle_p99,
     );
     running.shutdown().await?;
     Ok(())

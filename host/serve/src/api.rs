@@ -1,17 +1,21 @@
 //! The gRPC services of `arbiter.v1` over the [`Plane`].
 //!
-//! Every handler authenticates the bearer token, does its work under the
-//! plane's lock (never compiling or waiting for the disk there), and waits
-//! for durability after releasing it. Errors map to gRPC codes:
+//! Every handler authenticates the bearer token on the [`Board`]. Reads of
+//! jobs, the cluster view, nodes and metrics are answered from the board
+//! and never take the plane's lock, so they never wait on a round. Writes do
+//! their work under the plane's lock (never compiling or waiting for the
+//! disk there), publish what they changed on the board, and wait for
+//! durability after releasing the lock. Errors map to gRPC codes:
 //! unauthenticated, permission denied, not found, invalid argument, failed
 //! precondition, already exists, internal.
 
+use crate::board::Board;
 use crate::plane::{ApiError, Caller, Plane};
 use crate::store::Ack;
 use arbiter_proto::v1;
-use parking_lot::Mutex;
 use std::pin::Pin;
 use std::sync::Arc;
+use tokio::sync::Mutex;
 use tokio_stream::Stream;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::BroadcastStream;
@@ -20,7 +24,9 @@ use tonic::{Request, Response, Status};
 /// Shared handle every service holds.
 #[derive(Clone)]
 pub struct Api {
-    pub plane: Arc<Mutex<Plane>>,
+    plane: Arc<Mutex<Plane>>,
+    board: Arc<Board>,
+    events: tokio::sync::broadcast::Sender<v1::JobEvent>,
 }
 
 impl From<ApiError> for Status {
@@ -51,7 +57,53 @@ fn bearer<T>(request: &Request<T>) -> Result<Option<String>, Status> {
     Ok(Some(token.trim().to_string()))
 }
 
+/// What the API holds of a plane besides the plane: its board and its
+/// job-event channel (see [`Api::parts`]).
+pub struct ApiParts {
+    board: Arc<Board>,
+    events: tokio::sync::broadcast::Sender<v1::JobEvent>,
+}
+
 impl Api {
+    /// Publishes everything the plane has (before it serves) and takes what
+    /// the API reads without the plane's lock.
+    pub fn parts(plane: &mut Plane) -> ApiParts {
+        plane.publish_tick();
+        ApiParts {
+            board: plane.board(),
+            events: plane.event_sender(),
+        }
+    }
+
+    /// The plane's lock is tokio's: a write waiting for it (behind a round)
+    /// parks its task, not a runtime thread, so reads keep being served
+    /// however many writes wait.
+    pub fn new(plane: Arc<Mutex<Plane>>, parts: ApiParts) -> Api {
+        Api {
+            plane,
+            board: parts.board,
+            events: parts.events,
+        }
+    }
+
+    /// A write to jobs (submit, cancel, reports): the records it changed are
+    /// on the board before it returns.
+    async fn jobs_write<T>(&self, write: impl FnOnce(&mut Plane) -> T) -> T {
+        let mut plane = self.plane.lock().await;
+        let out = write(&mut plane);
+        plane.publish_jobs();
+        out
+    }
+
+    /// Any other write (policies, experiments, nodes, tenants, tokens):
+    /// job records, credentials, the view, nodes and metrics are published.
+    async fn admin_write<T>(&self, write: impl FnOnce(&mut Plane) -> T) -> T {
+        let mut plane = self.plane.lock().await;
+        let out = write(&mut plane);
+        plane.publish();
+        out
+    }
+
     /// The caller of every service but `NodeLink`: the admin or a tenant.
     /// The node token is refused here, whatever the method.
     fn caller<T>(&self, request: &Request<T>) -> Result<Caller, Status> {
@@ -68,7 +120,7 @@ impl Api {
 
     fn any_caller<T>(&self, request: &Request<T>) -> Result<Caller, Status> {
         let token = bearer(request)?;
-        Ok(self.plane.lock().authenticate(token.as_deref())?)
+        Ok(self.board.authenticate(token.as_deref())?)
     }
 }
 
@@ -90,9 +142,8 @@ impl v1::jobs_server::Jobs for Api {
             .spec
             .ok_or_else(|| Status::invalid_argument("`spec` is required"))?;
         let (ids, ack) = self
-            .plane
-            .lock()
-            .submit(&caller, std::slice::from_ref(&spec))?;
+            .jobs_write(|p| p.submit(&caller, std::slice::from_ref(&spec)))
+            .await?;
         durable(ack).await?;
         let id = ids
             .first()
@@ -107,14 +158,16 @@ impl v1::jobs_server::Jobs for Api {
     ) -> Reply<v1::SubmitJobsResponse> {
         let caller = self.caller(&request)?;
         let specs = request.into_inner().specs;
-        let (ids, ack) = self.plane.lock().submit(&caller, &specs)?;
+        let (ids, ack) = self.jobs_write(|p| p.submit(&caller, &specs)).await?;
         durable(ack).await?;
         Ok(Response::new(v1::SubmitJobsResponse { ids }))
     }
 
     async fn cancel(&self, request: Request<v1::JobRef>) -> Reply<v1::CancelJobResponse> {
         let caller = self.caller(&request)?;
-        let (job, ack) = self.plane.lock().cancel(&caller, request.get_ref().id)?;
+        let (job, ack) = self
+            .jobs_write(|p| p.cancel(&caller, request.get_ref().id))
+            .await?;
         durable(ack).await?;
         Ok(Response::new(v1::CancelJobResponse { job: Some(job) }))
     }
@@ -122,13 +175,13 @@ impl v1::jobs_server::Jobs for Api {
     async fn get(&self, request: Request<v1::JobRef>) -> Reply<v1::Job> {
         let caller = self.caller(&request)?;
         Ok(Response::new(
-            self.plane.lock().get_job(&caller, request.get_ref().id)?,
+            self.board.get_job(&caller, request.get_ref().id)?,
         ))
     }
 
     async fn list(&self, request: Request<v1::ListJobsRequest>) -> Reply<v1::ListJobsResponse> {
         let caller = self.caller(&request)?;
-        let (jobs, next_page_token) = self.plane.lock().list_jobs(&caller, request.get_ref())?;
+        let (jobs, next_page_token) = self.board.list_jobs(&caller, request.get_ref())?;
         Ok(Response::new(v1::ListJobsResponse {
             jobs,
             next_page_token,
@@ -148,7 +201,7 @@ impl v1::jobs_server::Jobs for Api {
                 "tenant `{t}` may not watch tenant `{want}`"
             )));
         }
-        let rx = self.plane.lock().subscribe();
+        let rx = self.events.subscribe();
         let stream = BroadcastStream::new(rx).filter_map(move |event| {
             let event = match event {
                 Ok(e) => e,
@@ -180,9 +233,8 @@ impl v1::jobs_server::Jobs for Api {
         let caller = self.caller(&request)?;
         let r = request.get_ref();
         let progress = self
-            .plane
-            .lock()
-            .report_progress(&caller, r.id, r.remaining_ms)?;
+            .jobs_write(|p| p.report_progress(&caller, r.id, r.remaining_ms))
+            .await?;
         Ok(Response::new(progress))
     }
     async fn report_service(
@@ -191,7 +243,9 @@ impl v1::jobs_server::Jobs for Api {
     ) -> Reply<v1::ServiceLoad> {
         let caller = self.caller(&request)?;
         let r = request.into_inner();
-        let load = self.plane.lock().report_service(&caller, r.id, r)?;
+        let load = self
+            .jobs_write(|p| p.report_service(&caller, r.id, r))
+            .await?;
         Ok(Response::new(load))
     }
 }
@@ -203,7 +257,7 @@ impl v1::policies_server::Policies for Api {
         request: Request<v1::ListPoliciesRequest>,
     ) -> Reply<v1::ListPoliciesResponse> {
         let caller = self.caller(&request)?;
-        let slots = self.plane.lock().list_policies(&caller);
+        let slots = self.plane.lock().await.list_policies(&caller);
         Ok(Response::new(v1::ListPoliciesResponse { slots }))
     }
 
@@ -213,7 +267,7 @@ impl v1::policies_server::Policies for Api {
     ) -> Reply<v1::UploadPolicyResponse> {
         let caller = self.caller(&request)?;
         let req = request.into_inner();
-        let registry = self.plane.lock().registry();
+        let registry = self.plane.lock().await.registry();
         // Compiling takes tens of milliseconds or more: never under the lock.
         let wasm = req.wasm;
         let (compiled, wasm) = tokio::task::spawn_blocking(move || {
@@ -221,14 +275,18 @@ impl v1::policies_server::Policies for Api {
         })
         .await
         .map_err(|e| Status::internal(format!("compile task: {e}")))??;
-        let (generation, ack) = self.plane.lock().upload(
-            &caller,
-            &req.slot,
-            compiled,
-            &wasm,
-            &req.config,
-            req.activate,
-        )?;
+        let (generation, ack) = self
+            .admin_write(|p| {
+                p.upload(
+                    &caller,
+                    &req.slot,
+                    compiled,
+                    &wasm,
+                    &req.config,
+                    req.activate,
+                )
+            })
+            .await?;
         durable(ack).await?;
         Ok(Response::new(v1::UploadPolicyResponse {
             generation: Some(generation),
@@ -238,7 +296,9 @@ impl v1::policies_server::Policies for Api {
     async fn swap(&self, request: Request<v1::SwapPolicyRequest>) -> Reply<v1::SlotInfo> {
         let caller = self.caller(&request)?;
         let r = request.get_ref();
-        let (info, ack) = self.plane.lock().swap(&caller, &r.slot, r.generation)?;
+        let (info, ack) = self
+            .admin_write(|p| p.swap(&caller, &r.slot, r.generation))
+            .await?;
         durable(ack).await?;
         Ok(Response::new(info))
     }
@@ -246,7 +306,9 @@ impl v1::policies_server::Policies for Api {
     async fn rollback(&self, request: Request<v1::RollbackPolicyRequest>) -> Reply<v1::SlotInfo> {
         let caller = self.caller(&request)?;
         let r = request.get_ref();
-        let (info, ack) = self.plane.lock().rollback(&caller, &r.slot, r.generation)?;
+        let (info, ack) = self
+            .admin_write(|p| p.rollback(&caller, &r.slot, r.generation))
+            .await?;
         durable(ack).await?;
         Ok(Response::new(info))
     }
@@ -256,6 +318,7 @@ impl v1::policies_server::Policies for Api {
         Ok(Response::new(
             self.plane
                 .lock()
+                .await
                 .slot_info(&caller, &request.get_ref().slot)?,
         ))
     }
@@ -265,6 +328,7 @@ impl v1::policies_server::Policies for Api {
         Ok(Response::new(
             self.plane
                 .lock()
+                .await
                 .policy_stats(&caller, &request.get_ref().slot)?,
         ))
     }
@@ -278,9 +342,8 @@ impl v1::experiments_server::Experiments for Api {
     ) -> Reply<v1::ExperimentStatus> {
         let caller = self.caller(&request)?;
         let (status, ack) = self
-            .plane
-            .lock()
-            .start_experiment(&caller, request.get_ref())?;
+            .admin_write(|p| p.start_experiment(&caller, request.get_ref()))
+            .await?;
         durable(ack).await?;
         Ok(Response::new(status))
     }
@@ -293,6 +356,7 @@ impl v1::experiments_server::Experiments for Api {
         Ok(Response::new(
             self.plane
                 .lock()
+                .await
                 .experiment_status(&request.get_ref().name)?,
         ))
     }
@@ -306,23 +370,24 @@ impl v1::experiments_server::Experiments for Api {
             return Err(ApiError::PermissionDenied("experiments are admin-only".into()).into());
         }
         Ok(Response::new(v1::ListExperimentsResponse {
-            experiments: self.plane.lock().list_experiments(),
+            experiments: self.plane.lock().await.list_experiments(),
         }))
     }
 
     async fn promote(&self, request: Request<v1::ExperimentRef>) -> Reply<v1::ExperimentStatus> {
         let caller = self.caller(&request)?;
         let (status, ack) = self
-            .plane
-            .lock()
-            .promote(&caller, &request.get_ref().name)?;
+            .admin_write(|p| p.promote(&caller, &request.get_ref().name))
+            .await?;
         durable(ack).await?;
         Ok(Response::new(status))
     }
 
     async fn abort(&self, request: Request<v1::ExperimentRef>) -> Reply<v1::ExperimentStatus> {
         let caller = self.caller(&request)?;
-        let (status, ack) = self.plane.lock().abort(&caller, &request.get_ref().name)?;
+        let (status, ack) = self
+            .admin_write(|p| p.abort(&caller, &request.get_ref().name))
+            .await?;
         durable(ack).await?;
         Ok(Response::new(status))
     }
@@ -333,13 +398,15 @@ impl v1::nodes_server::Nodes for Api {
     async fn list(&self, request: Request<v1::ListNodesRequest>) -> Reply<v1::ListNodesResponse> {
         self.caller(&request)?;
         Ok(Response::new(v1::ListNodesResponse {
-            nodes: self.plane.lock().list_nodes(),
+            nodes: self.board.list_nodes(),
         }))
     }
 
     async fn drain(&self, request: Request<v1::DrainNodeRequest>) -> Reply<v1::NodeInfo> {
         let caller = self.caller(&request)?;
-        let (info, ack) = self.plane.lock().drain(&caller, &request.get_ref().name)?;
+        let (info, ack) = self
+            .admin_write(|p| p.drain(&caller, &request.get_ref().name))
+            .await?;
         durable(ack).await?;
         Ok(Response::new(info))
     }
@@ -347,16 +414,17 @@ impl v1::nodes_server::Nodes for Api {
     async fn undrain(&self, request: Request<v1::DrainNodeRequest>) -> Reply<v1::NodeInfo> {
         let caller = self.caller(&request)?;
         let (info, ack) = self
-            .plane
-            .lock()
-            .undrain(&caller, &request.get_ref().name)?;
+            .admin_write(|p| p.undrain(&caller, &request.get_ref().name))
+            .await?;
         durable(ack).await?;
         Ok(Response::new(info))
     }
 
     async fn lend(&self, request: Request<v1::LendNodeRequest>) -> Reply<v1::NodeInfo> {
         let caller = self.caller(&request)?;
-        let (info, ack) = self.plane.lock().lend(&caller, &request.get_ref().name)?;
+        let (info, ack) = self
+            .admin_write(|p| p.lend(&caller, &request.get_ref().name))
+            .await?;
         durable(ack).await?;
         Ok(Response::new(info))
     }
@@ -367,7 +435,9 @@ impl v1::nodes_server::Nodes for Api {
     ) -> Reply<v1::ReclaimNodesResponse> {
         let caller = self.caller(&request)?;
         let r = request.get_ref();
-        let (response, ack) = self.plane.lock().reclaim(&caller, &r.pool, r.count)?;
+        let (response, ack) = self
+            .admin_write(|p| p.reclaim(&caller, &r.pool, r.count))
+            .await?;
         durable(ack).await?;
         Ok(Response::new(response))
     }
@@ -377,13 +447,13 @@ impl v1::nodes_server::Nodes for Api {
 impl v1::cluster_server::Cluster for Api {
     async fn view(&self, request: Request<v1::ClusterViewRequest>) -> Reply<v1::ClusterView> {
         self.caller(&request)?;
-        Ok(Response::new(self.plane.lock().view()))
+        Ok(Response::new(self.board.view()))
     }
 
     async fn metrics(&self, request: Request<v1::MetricsRequest>) -> Reply<v1::MetricsResponse> {
         self.caller(&request)?;
         Ok(Response::new(v1::MetricsResponse {
-            text: self.plane.lock().metrics_text(),
+            text: self.board.metrics_text(),
         }))
     }
 
@@ -391,9 +461,8 @@ impl v1::cluster_server::Cluster for Api {
         let caller = self.caller(&request)?;
         let r = request.get_ref();
         let (info, ack) = self
-            .plane
-            .lock()
-            .add_tenant(&caller, &r.name, r.quota_gpus)?;
+            .admin_write(|p| p.add_tenant(&caller, &r.name, r.quota_gpus))
+            .await?;
         durable(ack).await?;
         Ok(Response::new(info))
     }
@@ -404,9 +473,8 @@ impl v1::cluster_server::Cluster for Api {
     ) -> Reply<v1::RemoveTenantResponse> {
         let caller = self.caller(&request)?;
         let ack = self
-            .plane
-            .lock()
-            .remove_tenant(&caller, &request.get_ref().name)?;
+            .admin_write(|p| p.remove_tenant(&caller, &request.get_ref().name))
+            .await?;
         durable(ack).await?;
         Ok(Response::new(v1::RemoveTenantResponse {}))
     }
@@ -417,9 +485,8 @@ impl v1::cluster_server::Cluster for Api {
     ) -> Reply<v1::RotateTokenResponse> {
         let caller = self.caller(&request)?;
         let (token, ack) = self
-            .plane
-            .lock()
-            .rotate_token(&caller, &request.get_ref().subject)?;
+            .admin_write(|p| p.rotate_token(&caller, &request.get_ref().subject))
+            .await?;
         durable(ack).await?;
         Ok(Response::new(v1::RotateTokenResponse { token }))
     }
@@ -430,7 +497,7 @@ impl v1::cluster_server::Cluster for Api {
     ) -> Reply<v1::ListTenantsResponse> {
         let caller = self.caller(&request)?;
         Ok(Response::new(v1::ListTenantsResponse {
-            tenants: self.plane.lock().list_tenants(&caller),
+            tenants: self.plane.lock().await.list_tenants(&caller),
         }))
     }
 }
@@ -458,21 +525,25 @@ impl v1::node_link_server::NodeLink for Api {
             None => return Err(Status::invalid_argument("empty node session")),
         };
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let session = self.plane.lock().register_node(&caller, &hello, tx)?;
-        let plane = Arc::clone(&self.plane);
+        let session = self
+            .admin_write(|p| p.register_node(&caller, &hello, tx))
+            .await?;
+        let api = self.clone();
         let name = hello.name.clone();
         tokio::spawn(async move {
             loop {
                 match inbound.message().await {
                     Ok(Some(msg)) => match msg.body {
                         Some(v1::node_message::Body::Heartbeat(hb)) => {
-                            plane.lock().node_heartbeat(&name, session, &hb);
+                            api.jobs_write(|p| p.node_heartbeat(&name, session, &hb))
+                                .await;
                         }
                         Some(v1::node_message::Body::Event(ev)) => {
-                            plane.lock().node_event(&name, session, &ev);
+                            api.jobs_write(|p| p.node_event(&name, session, &ev)).await;
                         }
                         Some(v1::node_message::Body::UpdateAck(ack)) => {
-                            plane.lock().node_update_ack(&name, session, &ack);
+                            api.jobs_write(|p| p.node_update_ack(&name, session, &ack))
+                                .await;
                         }
                         Some(v1::node_message::Body::Hello(_)) | None => {
                             tracing::warn!(node = %name, "unexpected message on a node session; ignored");
@@ -485,7 +556,8 @@ impl v1::node_link_server::NodeLink for Api {
                     }
                 }
             }
-            plane.lock().node_disconnected(&name, session);
+            api.admin_write(|p| p.node_disconnected(&name, session))
+                .await;
         });
         let stream = tokio_stream::wrappers::UnboundedReceiverStream::new(rx).map(Ok);
         Ok(Response::new(Box::pin(stream)))

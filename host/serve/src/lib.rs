@@ -2,6 +2,8 @@
 //!
 //! * [`plane`]: jobs, tenants, policy slots, experiments and the cells that
 //!   run rounds over the host core (`arbiter-host`).
+//! * [`board`]: the read side the plane publishes and the API reads from,
+//!   so that no read waits on a round.
 //! * [`api`]: the gRPC services of `arbiter.v1` over the plane, with token
 //!   authentication; [`server`] wires them with reflection and a Prometheus
 //!   endpoint.
@@ -14,6 +16,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod board;
 pub mod files;
 pub mod journal;
 pub mod launch;

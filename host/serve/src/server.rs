@@ -2,17 +2,18 @@
 //! the Prometheus endpoint into a running server.
 
 use crate::api::Api;
+use crate::board::Board;
 use crate::plane::{Plane, PlaneConfig};
 use crate::tls::{TlsSettings, server_tls};
 use anyhow::Context;
 use arbiter_proto::v1;
-use parking_lot::Mutex;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 use tokio::net::TcpListener;
+use tokio::sync::Mutex;
 use tokio_stream::wrappers::TcpListenerStream;
 
 /// Largest gRPC message accepted (policy uploads are the big ones; the plane
@@ -70,9 +71,9 @@ impl Running {
         // Long-lived streams (node sessions, job watchers) would hold a
         // graceful shutdown open forever: close the node streams, then give
         // the rest a moment before cutting them.
-        self.plane.lock().disconnect_agents();
+        self.plane.lock().await.disconnect_agents();
         // The journal's thread writes what is queued before the plane is gone.
-        if let Err(e) = self.plane.lock().flush_journal() {
+        if let Err(e) = self.plane.lock().await.flush_journal() {
             tracing::error!(error = %format!("{e:#}"), "flushing the journal at shutdown");
         }
         match tokio::time::timeout(SHUTDOWN_GRACE, &mut self.grpc).await {
@@ -115,7 +116,10 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<Running> {
     let opened = tokio::task::spawn_blocking(move || Plane::open(plane_cfg, &data))
         .await
         .context("opening the plane")??;
-    let plane = Arc::new(Mutex::new(opened.plane));
+    let mut opened_plane = opened.plane;
+    let api_parts = Api::parts(&mut opened_plane);
+    let board = opened_plane.board();
+    let plane = Arc::new(Mutex::new(opened_plane));
     let stop = Arc::new(AtomicBool::new(false));
     let liveness = Liveness::new(cfg.plane.round_interval);
     liveness.ticked();
@@ -132,9 +136,13 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<Running> {
                     // The tenant policies are asked between the two
                     // halves, without the plane: the API stays responsive
                     // however long they take (up to their deadline).
-                    let admission = plane.lock().begin_tick();
+                    let admission = plane.blocking_lock().begin_tick();
                     let decided = admission.decide();
-                    plane.lock().end_tick(decided);
+                    {
+                        let mut plane = plane.blocking_lock();
+                        plane.end_tick(decided);
+                        plane.publish_tick();
+                    }
                     liveness.ticked();
                     next += period;
                     let now = Instant::now();
@@ -148,9 +156,7 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<Running> {
             })
             .context("spawning the round loop")?
     };
-    let api = Api {
-        plane: Arc::clone(&plane),
-    };
+    let api = Api::new(Arc::clone(&plane), api_parts);
     // Both reflection versions: clients on `v1alpha` (grpcurl's older
     // builds, Python grpcio-reflection) get answers too.
     let reflection = tonic_reflection::server::Builder::configure()
@@ -199,7 +205,7 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<Running> {
         },
     ));
     let metrics_addr = match metrics_listener {
-        Some(listener) => Some(serve_metrics(listener, Arc::clone(&plane), liveness)?),
+        Some(listener) => Some(serve_metrics(listener, board, liveness)?),
         None => None,
     };
     tracing::info!(%grpc_addr, ?metrics_addr, data = %cfg.data.display(), "arbiter control plane serving");
@@ -305,7 +311,7 @@ fn watch_health(reporter: tonic_health::server::HealthReporter, liveness: Livene
 /// alive, 503 once it has been silent too long) over plain HTTP.
 fn serve_metrics(
     listener: TcpListener,
-    plane: Arc<Mutex<Plane>>,
+    board: Arc<Board>,
     liveness: Liveness,
 ) -> anyhow::Result<SocketAddr> {
     let bound = listener.local_addr().context("metrics address")?;
@@ -313,14 +319,14 @@ fn serve_metrics(
         .route(
             "/metrics",
             axum::routing::get(move || {
-                let plane = Arc::clone(&plane);
+                let board = Arc::clone(&board);
                 async move {
                     (
                         [(
                             axum::http::header::CONTENT_TYPE,
                             "application/openmetrics-text; version=1.0.0; charset=utf-8",
                         )],
-                        plane.lock().metrics_text(),
+                        board.metrics_text(),
                     )
                 }
             }),

@@ -444,12 +444,16 @@ async fn ended_jobs_past_retention_leave_the_table_and_the_store() {
         }
     })
     .await;
-    let text = metrics_text(&mut admin).await;
-    assert!(text.contains("arbiter_jobs_dropped_total 5"), "{text}");
-    assert!(
-        text.contains("arbiter_jobs_ended_total{state=\"succeeded\"} 8"),
-        "{text}"
-    );
+    // The metrics are published with the ticks (at most 200 ms apart).
+    wait_for("the metrics to count the dropped and ended jobs", || {
+        let mut c = client_clone(&admin);
+        async move {
+            let text = metrics_text(&mut c).await;
+            text.contains("arbiter_jobs_dropped_total 5")
+                && text.contains("arbiter_jobs_ended_total{state=\"succeeded\"} 8")
+        }
+    })
+    .await;
     // A dropped job is gone, not failed; the kept ones survive a restart, the dropped do not return.
     let gone = admin.jobs.get(v1::JobRef { id: ids[0] }).await.unwrap_err();
     assert_eq!(gone.code(), Code::NotFound);
@@ -1679,7 +1683,7 @@ async fn a_reclaim_takes_lent_nodes_back_through_the_reclaim_driver() {
 
     // The decision journal still replays exactly across the reclaim: the
     // events it applied between rounds reached the next round's delta.
-    running.plane.lock().flush_journal().unwrap();
+    running.plane.lock().await.flush_journal().unwrap();
     let journal = arbiter_serve::replay::read(&running.journal_path).unwrap();
     let best_fit =
         arbiter_serve::replay::compile(arbiter_policies::get("best-fit").unwrap()).unwrap();
@@ -1739,7 +1743,7 @@ async fn replay_runs_the_configuration_the_journal_recorded() {
     for id in ids {
         wait_state(&admin, id, v1::JobState::Running).await;
     }
-    running.plane.lock().flush_journal().unwrap();
+    running.plane.lock().await.flush_journal().unwrap();
     let journal = arbiter_serve::replay::read(&running.journal_path).unwrap();
     let compiled = arbiter_serve::replay::compile(random).unwrap();
     assert_eq!(
@@ -1926,5 +1930,132 @@ async fn the_matcher_slot_takes_matchers_only() {
             .any(|g| g.name == "greedy-matcher" && g.active),
         "{slot:?}"
     );
+    running.shutdown().await.unwrap();
+}
+
+/// Reads never wait on the plane: with its lock held — as a round holds it
+/// while a slow scheduler policy runs to its deadline — authentication, a
+/// job, a page of jobs, the cluster view, the nodes and the metrics are all
+/// answered, and they show the writes made before. A write waits for the
+/// lock and, once it is free, is read back at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_are_answered_while_the_plane_is_busy_and_show_every_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = server(dir.path(), 1, Duration::from_secs(600)).await;
+    let (mut admin, mut a, _) = two_tenants(&running).await;
+    let first = submit(&mut a, spec("first", 8, 600_000)).await;
+    wait_state(&a, first, v1::JobState::Running).await;
+    let queued = submit(&mut a, spec("second", 8, 600_000)).await;
+
+    let plane = std::sync::Arc::clone(&running.plane);
+    let (locked_tx, locked_rx) = tokio::sync::oneshot::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        let _busy = plane.blocking_lock();
+        let _ = locked_tx.send(());
+        // Held until the test says so, or fails (its sender is dropped).
+        let _ = release_rx.recv_timeout(Duration::from_secs(600));
+    });
+    locked_rx.await.unwrap();
+
+    let reads = async {
+        let job = a
+            .jobs
+            .get(v1::JobRef { id: first })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(job.state, v1::JobState::Running as i32);
+        let page = a
+            .jobs
+            .list(v1::ListJobsRequest::default())
+            .await
+            .unwrap()
+            .into_inner()
+            .jobs;
+        assert_eq!(
+            page.iter().map(|j| j.id).collect::<Vec<_>>(),
+            vec![queued, first],
+            "newest first, both writes shown"
+        );
+        let view = cluster_view(&mut admin).await;
+        assert_eq!(
+            (view.jobs_running, view.jobs_pending + view.jobs_queued),
+            (1, 1)
+        );
+        let nodes = admin
+            .nodes
+            .list(v1::ListNodesRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .nodes;
+        assert_eq!(nodes.len(), 1);
+        assert!(metrics_text(&mut admin).await.contains("arbiter_jobs"));
+        let e = client(&running, Some("not-a-token"))
+            .await
+            .jobs
+            .get(v1::JobRef { id: first })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::Unauthenticated);
+    };
+    tokio::time::timeout(Duration::from_secs(30), reads)
+        .await
+        .expect("reads answered while the plane's lock is held");
+
+    // Writes wait for the lock — more of them than the runtime has threads…
+    let mut writer = client_clone(&a);
+    let cancel = tokio::spawn(async move {
+        writer
+            .jobs
+            .cancel(v1::JobRef { id: queued })
+            .await
+            .map(|r| r.into_inner())
+    });
+    let submits: Vec<_> = (0..4)
+        .map(|i| {
+            let mut writer = client_clone(&a);
+            tokio::spawn(async move {
+                writer
+                    .jobs
+                    .submit(v1::SubmitJobRequest {
+                        spec: Some(spec(&format!("late{i}"), 1, 600_000)),
+                    })
+                    .await
+                    .map(|r| r.into_inner().id)
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!holder.is_finished(), "the lock is still held");
+    assert!(!cancel.is_finished(), "a write went round the plane's lock");
+    // …and while they wait, reads are still answered: a waiting write
+    // parks its task, it holds no runtime thread.
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        a.jobs.get(v1::JobRef { id: queued }),
+    )
+    .await
+    .expect("a read answered while writes wait for the plane")
+    .unwrap();
+    release_tx.send(()).unwrap();
+    holder.join().unwrap();
+    cancel.await.unwrap().unwrap();
+    for submit in submits {
+        let id = submit.await.unwrap().unwrap();
+        a.jobs.get(v1::JobRef { id }).await.unwrap();
+    }
+    // …and is read back as soon as it returns.
+    let job = a
+        .jobs
+        .get(v1::JobRef { id: queued })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(job.state, v1::JobState::Cancelled as i32);
+    let view = cluster_view(&mut admin).await;
+    assert_eq!((view.jobs_finished, view.jobs_running), (1, 1));
+    assert_eq!(view.jobs_queued + view.jobs_pending, 4);
     running.shutdown().await.unwrap();
 }

@@ -123,7 +123,13 @@ async fn every_hostile_case_meets_its_safe_behaviour_in_a_live_plane() {
         let name = case.name.as_str();
         match &case.expect {
             Expect::Refused(_) | Expect::Unusable(_) => {
-                let before = running.plane.lock().registry().engine().cached_components();
+                let before = running
+                    .plane
+                    .lock()
+                    .await
+                    .registry()
+                    .engine()
+                    .cached_components();
                 let refused = upload_case(&mut tenant, "", &case)
                     .await
                     .expect_err(&format!("{name}: the upload was accepted"));
@@ -138,7 +144,13 @@ async fn every_hostile_case_meets_its_safe_behaviour_in_a_live_plane() {
                         "{name}: {refused:?}"
                     );
                 }
-                let after = running.plane.lock().registry().engine().cached_components();
+                let after = running
+                    .plane
+                    .lock()
+                    .await
+                    .registry()
+                    .engine()
+                    .cached_components();
                 assert!(
                     after.0 <= before.0 + 1 && after.1 <= cache_bound,
                     "{name}: a refused upload grew the compile cache {before:?} -> {after:?}"

@@ -4,11 +4,12 @@
 //! must survive. With `ok` it places the first pending job with first fit.
 //! `flap` traps in rounds of even epoch and works in the others; `hang-flap`
 //! loops past the deadline in those rounds instead (neither faults twice in
-//! a row: only a fault-rate quarantine catches them). As a tenant policy
-//! (`order`), `trap`, `loop`, `flap`, `fail-huge` and `bad-verdict` misbehave; `slow`
-//! (with `spin = N`) loops N times before releasing the queue in submit order — a
-//! policy that takes most of its deadline every round without faulting; anything
-//! else releases the queue in submit order. `evacuate` is well-behaved: it
+//! a row: only a fault-rate quarantine catches them). `slow` (with
+//! `spin = N`) loops N times before answering like `ok` — a policy that takes
+//! most of its deadline every round without faulting. As a tenant policy
+//! (`order`), `trap`, `loop`, `flap`, `fail-huge` and `bad-verdict` misbehave;
+//! `slow` spins, then releases the queue in submit order; anything else
+//! releases the queue in submit order. `evacuate` is well-behaved: it
 //! migrates every running job off node 0 (each worker to the first other
 //! node where it fits), then places like `ok` — a policy that moves running
 //! work, for the control plane's reconcile tests. `upgrade` is
@@ -51,9 +52,19 @@ pub struct Misbehave {
     mode: String,
     /// Calls of `order` so far (a tenant policy sees no epoch).
     orders: u64,
-    /// `mode = slow`: loop iterations before each answer (`spin = N`), so a
-    /// call costs most of its deadline without faulting.
+    /// `mode = slow` (scheduler and tenant): loop iterations before each
+    /// answer (`spin = N`), so a call costs most of its deadline without faulting.
     spin: u64,
+}
+
+impl Misbehave {
+    /// `mode = slow`: `spin` loop iterations, the cost of a call.
+    fn spin_a_while(&self) {
+        let mut x = 0u64;
+        for _ in 0..self.spin {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+    }
 }
 
 // Unbounded on purpose: the host must survive the stack overflow.
@@ -203,6 +214,10 @@ impl Policy for Misbehave {
         log(LogLevel::Debug, &format!("misbehaving as `{}`", self.mode));
         match self.mode.as_str() {
             "ok" => Ok(first_fit_one(cluster)),
+            "slow" => {
+                self.spin_a_while();
+                Ok(first_fit_one(cluster))
+            }
             "trap" => panic!("fixture asked to trap"),
             "loop" => spin(),
             "flap" if round.epoch.is_multiple_of(2) => {
@@ -299,10 +314,7 @@ impl Policy for Misbehave {
             }
             "fail-huge" => Err(PolicyError::Failed(huge(32 << 20))),
             "slow" => {
-                let mut x = 0u64;
-                for _ in 0..self.spin {
-                    x = std::hint::black_box(x.wrapping_add(1));
-                }
+                self.spin_a_while();
                 Ok(TenantVerdict::default())
             }
             "bad-verdict" => Ok(TenantVerdict {

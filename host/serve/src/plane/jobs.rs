@@ -100,26 +100,6 @@ impl Plane {
         Ok((ids, self.writer.send_durable(writes)))
     }
 
-    /// A job as the API shows it: the stored record, where it stands in its
-    /// cell, and why it waits (`reasons` caches what the reasons need across
-    /// the jobs of one call).
-    pub(super) fn job_proto(&self, job: &StoredJob, reasons: &mut WaitContext) -> v1::Job {
-        let mut proto = job.to_proto();
-        proto.waiting_reason = self.waiting_reason(job, reasons);
-        proto.progress = self.cell_progress(job.id).as_ref().map(progress_proto);
-        proto.metrics = self.job_metric(job.id).map(|m| v1::JobSample {
-            job_id: job.id,
-            iteration_ms: m.iteration_ms,
-            peak_memory_mib: m.peak_memory_mib,
-            min_memory_mib: m.min_memory_mib,
-            utilization_pct: u32::from(m.utilization_pct),
-            host_memory_mib: m.host_memory_mib,
-            memory_limit_mib: self.job_enforced(job.id, |r| r.memory_limit_mib),
-            compute_share_permille: self.job_enforced(job.id, |r| r.compute_share_permille),
-        });
-        proto
-    }
-
     /// Job `id`'s statistics over its nodes' last reports.
     pub(super) fn job_metric(&self, id: u64) -> Option<model::JobMetric> {
         self.job_samples
@@ -216,96 +196,6 @@ impl Plane {
         }
     }
 
-    /// Why a queued or pending job has not started ("" for any other).
-    pub(super) fn waiting_reason(&self, job: &StoredJob, cx: &mut WaitContext) -> String {
-        match job.status {
-            JobStatus::Queued => {
-                let claimed = cx.claimed.get_or_insert_with(|| {
-                    let mut claimed: HashMap<String, u32> = HashMap::new();
-                    for j in self.released() {
-                        *claimed.entry(j.tenant.clone()).or_default() += j.spec.gpus;
-                    }
-                    claimed
-                });
-                let quota = self.tenants.get(&job.tenant).map_or(0, |t| t.quota_gpus);
-                waiting::queued_reason(
-                    &job.spec,
-                    &job.tenant,
-                    quota,
-                    claimed.get(&job.tenant).copied().unwrap_or(0),
-                )
-            }
-            JobStatus::Pending => {
-                let Some(index) = self
-                    .cells
-                    .iter()
-                    .position(|c| c.local.contains_key(&job.id))
-                else {
-                    return "waiting to be handed to a scheduler".into();
-                };
-                let capacity = *cx
-                    .capacity
-                    .entry(index)
-                    .or_insert_with(|| Capacity::of(&self.cells[index].state));
-                waiting::pending_reason(&job.spec, &capacity)
-            }
-            _ => String::new(),
-        }
-    }
-
-    pub fn get_job(&self, caller: &Caller, id: u64) -> Result<v1::Job, ApiError> {
-        match self.jobs.get(&id) {
-            Some(j) if caller.may_see(&j.tenant) => {
-                Ok(self.job_proto(j, &mut WaitContext::default()))
-            }
-            // A tenant learns nothing about other tenants' job ids.
-            _ => Err(ApiError::NotFound(format!("no job {id}"))),
-        }
-    }
-
-    /// A page of jobs, newest first, and the token of the next page ("" if
-    /// none): a response stays bounded however many jobs the plane holds.
-    pub fn list_jobs(
-        &self,
-        caller: &Caller,
-        req: &v1::ListJobsRequest,
-    ) -> Result<(Vec<v1::Job>, String), ApiError> {
-        let states: HashSet<JobStatus> = req.states().filter_map(JobStatus::from_proto).collect();
-        let before = if req.page_token.is_empty() {
-            u64::MAX
-        } else {
-            req.page_token.parse::<u64>().map_err(|_| {
-                ApiError::InvalidArgument(format!(
-                    "page_token `{}` is not one this server gave",
-                    req.page_token
-                ))
-            })?
-        };
-        let page = match req.limit {
-            0 => DEFAULT_PAGE,
-            n => (n as usize).min(MAX_PAGE),
-        };
-        let mut reasons = WaitContext::default();
-        let mut matching = self
-            .jobs
-            .range(..before)
-            .rev()
-            .map(|(_, j)| j)
-            .filter(|j| caller.may_see(&j.tenant))
-            .filter(|j| req.tenant.is_empty() || j.tenant == req.tenant)
-            .filter(|j| states.is_empty() || states.contains(&j.status));
-        let jobs: Vec<v1::Job> = matching
-            .by_ref()
-            .take(page)
-            .map(|j| self.job_proto(j, &mut reasons))
-            .collect();
-        let next = match (matching.next(), jobs.last()) {
-            (Some(_), Some(last)) => last.id.to_string(),
-            _ => String::new(),
-        };
-        Ok((jobs, next))
-    }
-
     /// A job the caller may act on: theirs (a tenant learns nothing about
     /// other tenants' job ids) and not ended.
     pub(super) fn live_job(&self, caller: &Caller, id: u64) -> Result<&StoredJob, ApiError> {
@@ -347,6 +237,7 @@ impl Plane {
             .report_progress(local, remaining_ms)
             .map_err(|e| internal(format!("recording progress of job {id}: {e}")))?;
         self.keep_progress(id);
+        self.jobs.touch(id);
         self.cell_progress(id)
             .as_ref()
             .map(progress_proto)
@@ -404,6 +295,11 @@ impl Plane {
 
     pub fn subscribe(&self) -> broadcast::Receiver<v1::JobEvent> {
         self.events.subscribe()
+    }
+
+    /// The job-event channel, to subscribe without the plane's lock.
+    pub fn event_sender(&self) -> broadcast::Sender<v1::JobEvent> {
+        self.events.clone()
     }
 
     pub(super) fn notify(&self, job: &StoredJob, previous: v1::JobState) {

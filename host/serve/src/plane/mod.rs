@@ -13,18 +13,22 @@
 //! tenant's `tenant`-role policy (slot `tenant:<name>`), if it has one,
 //! orders and holds them; released jobs go to their cell's scheduler.
 //!
-//! The plane is synchronous: the gRPC layer and the round loop share it
-//! behind one mutex, and nothing slow (compiling a component, waiting for
-//! the disk, a tenant's policy) happens while it is held.
+//! The plane is synchronous: the gRPC layer's writes and the round loop
+//! share it behind one mutex, and nothing slow (compiling a component,
+//! waiting for the disk, a tenant's policy) happens while it is held but a
+//! scheduler round (bounded by its deadline). Reads never take it: the
+//! plane publishes what they answer on the [`Board`] (`publish`).
 //!
 //! One `Plane`, its methods split by concern, one file each: `restore`
 //! (opening the data directory), `auth`, `tenants`, `jobs` (the job table,
 //! retention), `admission`, `policies`, `experiments` (enrollment, arm
 //! statistics, guardrails), `cells` (rebuilds, journal checkpoints), `round`
-//! (the tick, reconcile, matching), `nodes`, `agents` (the node link) and
-//! `telemetry` (the view, the metrics). The types and helpers they share
+//! (the tick, reconcile, matching), `nodes`, `agents` (the node link),
+//! `telemetry` (the view, the metrics) and `publish` (onto the board);
+//! `table` is the job table. The types and helpers they share
 //! stay here.
 
+use crate::board::{Board, progress_proto};
 use crate::journal::{JournalLimits, JournalWriter, Record, RoundRecord};
 use crate::launch;
 use crate::metrics::{Exposition, GaugeValue, Histogram, PolicyMetrics, generation_label};
@@ -35,7 +39,7 @@ use crate::stats::{
     fragmentation_pct, look, pending_demand,
 };
 use crate::store::{Ack, Contents, Store, StoreWriter, Write};
-use crate::waiting::{self, Capacity, Fleet};
+use crate::waiting::{Capacity, Fleet};
 use anyhow::Context;
 use arbiter_host::registry::{Generation, PolicySlot, Registry};
 use arbiter_host::roles::matcher::MatcherDriver;
@@ -64,8 +68,10 @@ mod experiments;
 mod jobs;
 mod nodes;
 mod policies;
+mod publish;
 mod restore;
 mod round;
+mod table;
 mod telemetry;
 mod tenants;
 
@@ -195,7 +201,7 @@ pub enum Caller {
 }
 
 impl Caller {
-    fn may_see(&self, tenant: &str) -> bool {
+    pub(crate) fn may_see(&self, tenant: &str) -> bool {
         match self {
             Caller::Admin => true,
             Caller::Tenant(t) => t == tenant,
@@ -398,7 +404,9 @@ pub struct Plane {
     registry: Arc<Registry>,
     writer: StoreWriter,
     journal: Option<JournalWriter>,
-    jobs: BTreeMap<u64, StoredJob>,
+    jobs: table::JobTable,
+    /// The read side: what the API answers reads from, published by the plane.
+    board: Arc<Board>,
     /// Ids by status, so a round touches live jobs only, never the history.
     by_status: HashMap<JobStatus, BTreeSet<u64>>,
     next_id: u64,
@@ -422,6 +430,9 @@ pub struct Plane {
     tenant_faults: u64,
     /// When retention last looked at the ended jobs' ages.
     last_retention_ms: u64,
+    /// When the metrics text was last published (rendering it every tick
+    /// of a fast round loop would cost more than the scrapes it serves).
+    metrics_published: Option<std::time::Instant>,
     /// Ended jobs left after the last retention pass.
     retention_floor: u64,
     /// What each tenant's policy instances hold, against
@@ -573,29 +584,12 @@ fn arm_or_control(arm: &str) -> String {
     }
 }
 
-fn progress_proto(p: &model::JobProgress) -> v1::JobProgress {
-    v1::JobProgress {
-        started_ms: p.started_ms,
-        attained_ms: p.attained_ms,
-        remaining_ms: p.remaining_ms,
-        remaining_workers: p.remaining_workers,
-        reported_ms: p.reported_ms,
-    }
-}
-
 fn job_write(job: &StoredJob) -> Write {
     match serde_json::to_vec(job) {
         Ok(bytes) => Write::Job(job.id, bytes),
         // Unreachable for these plain records; never lose the id silently.
         Err(e) => Write::Put(format!("error/job/{}", job.id), e.to_string().into_bytes()),
     }
-}
-
-/// Compares token digests without a timing side channel (the digests are
-/// of equal, public length; `subtle` keeps the compiler from short-circuiting).
-fn constant_time_eq(a: &str, b: &str) -> bool {
-    use subtle::ConstantTimeEq;
-    bool::from(a.as_bytes().ct_eq(b.as_bytes()))
 }
 
 /// The contract-0.3 traits of a stored job.
@@ -665,14 +659,6 @@ pub const MAX_PAGE: usize = 10_000;
 
 /// Picks one estimate of an arm's metrics.
 type ArmEstimate = fn(&v1::ArmMetrics) -> &Option<v1::Estimate>;
-
-/// What the waiting reasons of one API call share: each cell's idle
-/// capacity and each tenant's claimed GPUs, computed once when first needed.
-#[derive(Default)]
-struct WaitContext {
-    capacity: HashMap<usize, Capacity>,
-    claimed: Option<HashMap<String, u32>>,
-}
 
 /// One tenant's jobs as admission sees them in a tick.
 #[derive(Default)]

@@ -8,17 +8,23 @@ impl Plane {
         self.fleet = Fleet::of(self.nodes.iter().map(|n| &n.request));
     }
 
-    pub fn list_nodes(&self) -> Vec<v1::NodeInfo> {
+    pub(super) fn list_nodes(&self) -> Vec<v1::NodeInfo> {
+        // One plan per cell, not per node: listing stays linear in the pool.
+        let plans: Vec<Plan> = self
+            .cells
+            .iter()
+            .map(|c| Plan::new(c.state.cluster()))
+            .collect();
         self.nodes
             .iter()
             .map(|n| {
                 let (arm, free, gpu_health, host) = self
                     .cells
                     .iter()
-                    .find_map(|c| {
+                    .zip(&plans)
+                    .find_map(|(c, plan)| {
                         c.state.node_index(&n.request.name).map(|i| {
                             let cluster = c.state.cluster();
-                            let plan = Plan::new(cluster);
                             let health = cluster
                                 .node(i)
                                 .gpus()

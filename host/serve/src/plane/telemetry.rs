@@ -3,7 +3,7 @@
 use super::*;
 
 impl Plane {
-    pub fn view(&self) -> v1::ClusterView {
+    pub(super) fn view(&self) -> v1::ClusterView {
         let count = |s: JobStatus| self.count(s);
         let (mut alloc, mut gpus) = (0.0, 0u32);
         for c in &self.cells {
@@ -78,7 +78,7 @@ impl Plane {
     }
 
     /// The metrics exposition (OpenMetrics text).
-    pub fn metrics_text(&self) -> String {
+    pub(super) fn metrics_text(&self) -> String {
         let mut e = Exposition::new();
         let view = self.view();
         e.counter(

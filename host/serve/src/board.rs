@@ -1,0 +1,323 @@
+//! The read side of the control plane: what authentication, `Jobs.Get`,
+//! `Jobs.List`, `Cluster.View`, `Nodes.List` and `/metrics` answer from.
+//!
+//! The plane publishes here and readers never take the plane's lock, so a
+//! read never waits on a round, however long a scheduler or tenant policy
+//! in it takes (up to its deadline, then its fallbacks). What is published
+//! when:
+//!
+//! * **Job records**: every change (submit, release, start, end, cancel,
+//!   retention) is on the board before the call that made it returns, so a
+//!   client reads its own writes.
+//! * **Credentials**: at start-up and after every administrative write
+//!   (tenants and tokens change only through those).
+//! * **What the reads derive** (why a job waits, its progress and samples,
+//!   the cluster view, the nodes, the metrics text): at the end of every
+//!   tick, and the view, nodes and metrics after every administrative write
+//!   too. They are at most one tick old.
+//!
+//! Invariant: the board holds nothing the plane could not rebuild; it is a
+//! projection of the plane's state, written only by the plane
+//! (`Plane::publish*`), read by the API layer.
+
+use crate::plane::{ApiError, Caller, DEFAULT_PAGE, MAX_PAGE};
+use crate::records::{JobStatus, StoredJob};
+use crate::waiting::{self, Capacity};
+use arbiter_policy_sdk::model;
+use arbiter_proto::v1;
+use arc_swap::ArcSwap;
+use parking_lot::RwLock;
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+/// The published read model (see the module docs).
+#[derive(Default)]
+pub struct Board {
+    credentials: ArcSwap<Credentials>,
+    jobs: RwLock<JobBoard>,
+    derived: ArcSwap<Derived>,
+    cluster: ArcSwap<ClusterSnapshot>,
+}
+
+/// Who may call: digests of every token the plane accepts.
+#[derive(Clone, Debug, Default)]
+pub struct Credentials {
+    pub admin_sha: String,
+    pub node_sha: String,
+    /// Tokens bound to one node each: node name → token digest.
+    pub nodes: BTreeMap<String, String>,
+    /// Tenant name → token digest.
+    pub tenants: BTreeMap<String, String>,
+}
+
+impl Credentials {
+    /// Maps a bearer token to a caller.
+    pub fn authenticate(&self, token: Option<&str>) -> Result<Caller, ApiError> {
+        let token = token.ok_or_else(|| {
+            ApiError::Unauthenticated("missing `authorization: Bearer <token>` metadata".into())
+        })?;
+        let sha = hex::encode(Sha256::digest(token.as_bytes()));
+        if constant_time_eq(&sha, &self.admin_sha) {
+            return Ok(Caller::Admin);
+        }
+        if constant_time_eq(&sha, &self.node_sha) {
+            return Ok(Caller::Node(None));
+        }
+        if let Some((name, _)) = self.nodes.iter().find(|(_, s)| constant_time_eq(s, &sha)) {
+            return Ok(Caller::Node(Some(name.clone())));
+        }
+        self.tenants
+            .iter()
+            .find(|(_, s)| constant_time_eq(s, &sha))
+            .map(|(name, _)| Caller::Tenant(name.clone()))
+            .ok_or_else(|| ApiError::Unauthenticated("unknown token".into()))
+    }
+}
+
+/// Compares token digests without a timing side channel (the digests are
+/// of equal, public length; `subtle` keeps the compiler from short-circuiting).
+fn constant_time_eq(a: &str, b: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    bool::from(a.as_bytes().ct_eq(b.as_bytes()))
+}
+
+/// Every job's record as of its last change, and how many are in each state.
+#[derive(Default)]
+struct JobBoard {
+    records: BTreeMap<u64, BoardJob>,
+    counts: HashMap<JobStatus, u64>,
+}
+
+/// A job's record and its progress in its cell (`None` outside cells), as
+/// of the record's last change or the last tick, whichever came later.
+#[derive(Clone)]
+struct BoardJob {
+    record: Arc<StoredJob>,
+    progress: Option<model::JobProgress>,
+}
+
+impl JobBoard {
+    fn count(&self, status: JobStatus) -> u64 {
+        self.counts.get(&status).copied().unwrap_or(0)
+    }
+
+    fn put(&mut self, job: BoardJob) {
+        *self.counts.entry(job.record.status).or_default() += 1;
+        if let Some(old) = self.records.insert(job.record.id, job) {
+            self.uncount(old.record.status);
+        }
+    }
+
+    fn remove(&mut self, id: u64) {
+        if let Some(old) = self.records.remove(&id) {
+            self.uncount(old.record.status);
+        }
+    }
+
+    fn uncount(&mut self, status: JobStatus) {
+        if let Some(n) = self.counts.get_mut(&status) {
+            *n = n.saturating_sub(1);
+        }
+    }
+}
+
+/// What the reads derive from the cells and the node reports, as of the
+/// end of the last tick.
+#[derive(Debug, Default)]
+pub struct Derived {
+    /// Each tenant's GPU quota (0: none) and the GPUs its released jobs ask for.
+    pub quota_gpus: HashMap<String, u32>,
+    pub claimed_gpus: HashMap<String, u32>,
+    /// Each cell's idle capacity, and the cell each released job is in.
+    pub capacity: Vec<Capacity>,
+    pub cell_of: HashMap<u64, usize>,
+    /// Samples of every running job its nodes reported on.
+    pub samples: HashMap<u64, v1::JobSample>,
+}
+
+/// The cluster-wide reads, as of the last tick or administrative write.
+#[derive(Debug, Default)]
+pub struct ClusterSnapshot {
+    /// The view without its job counts (those come from the job records).
+    pub view: v1::ClusterView,
+    pub nodes: Vec<v1::NodeInfo>,
+    pub metrics: Arc<str>,
+}
+
+impl Board {
+    /// Maps a bearer token to a caller.
+    pub fn authenticate(&self, token: Option<&str>) -> Result<Caller, ApiError> {
+        self.credentials.load().authenticate(token)
+    }
+
+    pub fn get_job(&self, caller: &Caller, id: u64) -> Result<v1::Job, ApiError> {
+        let job = self.jobs.read().records.get(&id).cloned();
+        match job {
+            Some(j) if caller.may_see(&j.record.tenant) => Ok(job_proto(&j, &self.derived.load())),
+            // A tenant learns nothing about other tenants' job ids.
+            _ => Err(ApiError::NotFound(format!("no job {id}"))),
+        }
+    }
+
+    /// A page of jobs, newest first, and the token of the next page ("" if
+    /// none): a response stays bounded however many jobs the plane holds.
+    pub fn list_jobs(
+        &self,
+        caller: &Caller,
+        req: &v1::ListJobsRequest,
+    ) -> Result<(Vec<v1::Job>, String), ApiError> {
+        let states: HashSet<JobStatus> = req.states().filter_map(JobStatus::from_proto).collect();
+        let before = if req.page_token.is_empty() {
+            u64::MAX
+        } else {
+            req.page_token.parse::<u64>().map_err(|_| {
+                ApiError::InvalidArgument(format!(
+                    "page_token `{}` is not one this server gave",
+                    req.page_token
+                ))
+            })?
+        };
+        let page = match req.limit {
+            0 => DEFAULT_PAGE,
+            n => (n as usize).min(MAX_PAGE),
+        };
+        // The records are copied out (reference counts) under the lock and
+        // turned into messages after it is released.
+        let (picked, more) = {
+            let board = self.jobs.read();
+            let mut matching = board
+                .records
+                .range(..before)
+                .rev()
+                .map(|(_, j)| j)
+                .filter(|j| caller.may_see(&j.record.tenant))
+                .filter(|j| req.tenant.is_empty() || j.record.tenant == req.tenant)
+                .filter(|j| states.is_empty() || states.contains(&j.record.status));
+            let picked: Vec<BoardJob> = matching.by_ref().take(page).cloned().collect();
+            (picked, matching.next().is_some())
+        };
+        let derived = self.derived.load();
+        let jobs: Vec<v1::Job> = picked.iter().map(|j| job_proto(j, &derived)).collect();
+        let next = match (more, jobs.last()) {
+            (true, Some(last)) => last.id.to_string(),
+            _ => String::new(),
+        };
+        Ok((jobs, next))
+    }
+
+    /// The cluster view: job counts as of now, the rest as of its snapshot.
+    pub fn view(&self) -> v1::ClusterView {
+        let mut view = self.cluster.load().view.clone();
+        let board = self.jobs.read();
+        view.jobs_queued = board.count(JobStatus::Queued);
+        view.jobs_pending = board.count(JobStatus::Pending);
+        view.jobs_running = board.count(JobStatus::Running);
+        view.jobs_finished = board.count(JobStatus::Succeeded)
+            + board.count(JobStatus::Failed)
+            + board.count(JobStatus::Cancelled);
+        view
+    }
+
+    pub fn list_nodes(&self) -> Vec<v1::NodeInfo> {
+        self.cluster.load().nodes.clone()
+    }
+
+    /// The metrics exposition (OpenMetrics text).
+    pub fn metrics_text(&self) -> String {
+        self.cluster.load().metrics.to_string()
+    }
+
+    pub(crate) fn publish_credentials(&self, credentials: Credentials) {
+        self.credentials.store(Arc::new(credentials));
+    }
+
+    /// Job records: `Ok` a changed record with its progress, `Err(id)` one dropped.
+    pub(crate) fn publish_jobs(&self, changed: Vec<JobChange>) {
+        let mut board = self.jobs.write();
+        for change in changed {
+            match change {
+                Ok((record, progress)) => board.put(BoardJob { record, progress }),
+                Err(id) => board.remove(id),
+            }
+        }
+    }
+
+    /// The progress of every job in a cell, as of this tick.
+    pub(crate) fn publish_progress(&self, progress: Vec<(u64, model::JobProgress)>) {
+        let mut board = self.jobs.write();
+        for (id, p) in progress {
+            if let Some(job) = board.records.get_mut(&id) {
+                job.progress = Some(p);
+            }
+        }
+    }
+
+    pub(crate) fn publish_derived(&self, derived: Derived) {
+        self.derived.store(Arc::new(derived));
+    }
+
+    /// The view and nodes; the metrics text too when given (else the last one stays).
+    pub(crate) fn publish_cluster(
+        &self,
+        view: v1::ClusterView,
+        nodes: Vec<v1::NodeInfo>,
+        metrics: Option<String>,
+    ) {
+        let metrics = match metrics {
+            Some(text) => Arc::from(text),
+            None => Arc::clone(&self.cluster.load().metrics),
+        };
+        self.cluster.store(Arc::new(ClusterSnapshot {
+            view,
+            nodes,
+            metrics,
+        }));
+    }
+}
+
+/// A changed job record and its progress in its cell, or the id of one dropped.
+pub(crate) type JobChange = Result<(Arc<StoredJob>, Option<model::JobProgress>), u64>;
+
+/// A job as the API shows it: its record, why it waits, its progress and samples.
+fn job_proto(job: &BoardJob, derived: &Derived) -> v1::Job {
+    let record = &job.record;
+    let mut proto = record.to_proto();
+    proto.waiting_reason = waiting_reason(record, derived);
+    if !record.status.is_terminal() {
+        proto.progress = job.progress.as_ref().map(progress_proto);
+        proto.metrics = derived.samples.get(&record.id).cloned();
+    }
+    proto
+}
+
+/// Why a queued or pending job has not started ("" for any other).
+fn waiting_reason(job: &StoredJob, derived: &Derived) -> String {
+    match job.status {
+        JobStatus::Queued => waiting::queued_reason(
+            &job.spec,
+            &job.tenant,
+            derived.quota_gpus.get(&job.tenant).copied().unwrap_or(0),
+            derived.claimed_gpus.get(&job.tenant).copied().unwrap_or(0),
+        ),
+        JobStatus::Pending => match derived
+            .cell_of
+            .get(&job.id)
+            .and_then(|&cell| derived.capacity.get(cell))
+        {
+            Some(capacity) => waiting::pending_reason(&job.spec, capacity),
+            None => "waiting to be handed to a scheduler".into(),
+        },
+        _ => String::new(),
+    }
+}
+
+pub(crate) fn progress_proto(p: &model::JobProgress) -> v1::JobProgress {
+    v1::JobProgress {
+        started_ms: p.started_ms,
+        attained_ms: p.attained_ms,
+        remaining_ms: p.remaining_ms,
+        remaining_workers: p.remaining_workers,
+        reported_ms: p.reported_ms,
+    }
+}

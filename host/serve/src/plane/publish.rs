@@ -1,0 +1,130 @@
+//! Publishing the plane's state on the [`Board`], the read side the API
+//! answers reads from (see `crate::board` for what is published when).
+
+use super::*;
+use crate::board::{Credentials, Derived};
+
+/// How stale the published metrics text may get between ticks.
+const METRICS_FRESHNESS: Duration = Duration::from_millis(200);
+
+impl Plane {
+    /// The board the API reads from.
+    pub fn board(&self) -> Arc<Board> {
+        Arc::clone(&self.board)
+    }
+
+    /// Job records changed since the last publish. After every write
+    /// through the API and every node-link message.
+    pub fn publish_jobs(&mut self) {
+        let changes = self.jobs.take_changes();
+        if !changes.is_empty() {
+            let changes = changes
+                .into_iter()
+                .map(|c| {
+                    c.map(|job| {
+                        let progress = self.cell_progress(job.id);
+                        (job, progress)
+                    })
+                })
+                .collect();
+            self.board.publish_jobs(changes);
+        }
+    }
+
+    /// Job records, credentials, the cluster view, the nodes and the
+    /// metrics. After every administrative write.
+    pub fn publish(&mut self) {
+        self.publish_cluster(true);
+    }
+
+    /// Everything, and what the reads derive from the cells (why jobs
+    /// wait, their progress and samples). At the end of every tick; the
+    /// metrics text at most every [`METRICS_FRESHNESS`].
+    pub fn publish_tick(&mut self) {
+        self.publish_cluster(false);
+        self.board.publish_derived(self.derived());
+        let progress = self
+            .cells
+            .iter()
+            .flat_map(|cell| {
+                cell.local.iter().filter_map(|(&id, &local)| {
+                    let i = cell.state.job_index(local)?;
+                    Some((id, cell.state.cluster().job(i).progress()))
+                })
+            })
+            .collect();
+        self.board.publish_progress(progress);
+    }
+
+    fn publish_cluster(&mut self, metrics_now: bool) {
+        self.publish_jobs();
+        self.board.publish_credentials(self.credentials());
+        let metrics_due = metrics_now
+            || self
+                .metrics_published
+                .is_none_or(|at| at.elapsed() >= METRICS_FRESHNESS);
+        let metrics = if metrics_due {
+            self.metrics_published = Some(std::time::Instant::now());
+            Some(self.metrics_text())
+        } else {
+            None
+        };
+        self.board
+            .publish_cluster(self.view(), self.list_nodes(), metrics);
+    }
+
+    fn credentials(&self) -> Credentials {
+        Credentials {
+            admin_sha: self.admin_token_sha.clone(),
+            node_sha: self.node_token_sha.clone(),
+            nodes: self.node_tokens.clone(),
+            tenants: self
+                .tenants
+                .values()
+                .map(|t| (t.name.clone(), t.token_sha256.clone()))
+                .collect(),
+        }
+    }
+
+    fn derived(&self) -> Derived {
+        let mut claimed_gpus: HashMap<String, u32> = HashMap::new();
+        for j in self.released() {
+            *claimed_gpus.entry(j.tenant.clone()).or_default() += j.spec.gpus;
+        }
+        let mut cell_of = HashMap::new();
+        for (index, cell) in self.cells.iter().enumerate() {
+            cell_of.extend(cell.local.keys().map(|&id| (id, index)));
+        }
+        let samples = self
+            .job_samples
+            .keys()
+            .filter_map(|&id| {
+                let m = self.job_metric(id)?;
+                Some((
+                    id,
+                    v1::JobSample {
+                        job_id: id,
+                        iteration_ms: m.iteration_ms,
+                        peak_memory_mib: m.peak_memory_mib,
+                        min_memory_mib: m.min_memory_mib,
+                        utilization_pct: u32::from(m.utilization_pct),
+                        host_memory_mib: m.host_memory_mib,
+                        memory_limit_mib: self.job_enforced(id, |r| r.memory_limit_mib),
+                        compute_share_permille: self.job_enforced(id, |r| r.compute_share_permille),
+                    },
+                ))
+            })
+            .collect();
+        Derived {
+            quota_gpus: self
+                .tenants
+                .values()
+                .map(|t| (t.name.clone(), t.quota_gpus))
+                .collect(),
+            claimed_gpus,
+            capacity: self.cells.iter().map(|c| Capacity::of(&c.state)).collect(),
+            cell_of,
+            samples,
+        }
+    }
+}
