@@ -14,7 +14,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 use tokio::net::TcpListener;
 use tokio::sync::Mutex;
-use tokio_stream::wrappers::TcpListenerStream;
 
 /// Largest gRPC message accepted (policy uploads are the big ones; the plane
 /// refuses components over [`crate::plane::MAX_UPLOAD`] with a clear error).
@@ -199,7 +198,10 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<Running> {
         .add_service(v1::cluster_server::ClusterServer::new(api.clone()))
         .add_service(v1::node_link_server::NodeLinkServer::new(api.clone()));
     let grpc = tokio::spawn(router.serve_with_incoming_shutdown(
-        TcpListenerStream::new(listener),
+        // Nagle off on every accepted connection: a response is several
+        // small HTTP/2 frames, and with Nagle on the peer's delayed ACK
+        // holds the last of them for up to 40 ms (the reads' p99 was that).
+        tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
         async {
             let _ = rx.await;
         },
