@@ -7,6 +7,7 @@
 //! * [`api`]: the gRPC services of `arbiter.v1` over the plane, with token
 //!   authentication; [`server`] wires them with reflection and a Prometheus
 //!   endpoint.
+//! * [`clock`]: the plane's clock (wall time, or a hand-driven one in tests).
 //! * [`store`]: the embedded durable store (redb) with group commit.
 //! * [`journal`] and [`replay`]: the append-only decision journal, bit-for-bit
 //!   replay and counterfactual runs.
@@ -17,6 +18,7 @@
 
 pub mod api;
 pub mod board;
+pub mod clock;
 pub mod files;
 pub mod journal;
 pub mod launch;

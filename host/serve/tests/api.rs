@@ -2059,3 +2059,77 @@ async fn reads_are_answered_while_the_plane_is_busy_and_show_every_write() {
     assert_eq!(view.jobs_queued + view.jobs_pending, 4);
     running.shutdown().await.unwrap();
 }
+
+/// Time is the plane's clock's: an hour-long job runs for an hour of it and
+/// ended jobs are kept for a week of it — here a clock the test moves on,
+/// so neither waits an hour nor a week, and neither can end early however
+/// slowly the test runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plane_runs_on_its_clock_hour_long_jobs_and_a_week_of_history() {
+    use arbiter_serve::clock::ManualClock;
+    let dir = tempfile::tempdir().unwrap();
+    let clock = std::sync::Arc::new(ManualClock::starting_now());
+    let running = server_with(
+        dir.path(),
+        PlaneConfig {
+            nodes: default_pool(1, 8),
+            keep_finished_for: Duration::from_secs(7 * 24 * 3600),
+            clock: clock.clone(),
+            ..PlaneConfig::default()
+        },
+    )
+    .await;
+    let token = running.new_admin_token.clone().unwrap();
+    let mut admin = client(&running, Some(&token)).await;
+    let id = submit(&mut admin, spec("hour", 1, 3_600_000)).await;
+    wait_state(&admin, id, v1::JobState::Running).await;
+    let rounds = |c: &Client| {
+        let mut c = client_clone(c);
+        async move { cluster_view(&mut c).await.rounds }
+    };
+    // Some rounds pass after a step of the clock.
+    let let_rounds_pass = |c: &Client| {
+        let c = client_clone(c);
+        async move {
+            let from = rounds(&c).await;
+            wait_for("three rounds", || {
+                let r = rounds(&c);
+                async move { r.await >= from + 3 }
+            })
+            .await;
+        }
+    };
+
+    clock.advance(Duration::from_secs(59 * 60));
+    let_rounds_pass(&admin).await;
+    assert_eq!(job_state(&mut admin, id).await, v1::JobState::Running);
+    clock.advance(Duration::from_secs(60));
+    wait_state(&admin, id, v1::JobState::Succeeded).await;
+    let job = admin
+        .jobs
+        .get(v1::JobRef { id })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        (3_600_000..3_600_000 + 60_000).contains(&(job.end_ms - job.start_ms)),
+        "ran {} ms of the clock",
+        job.end_ms - job.start_ms
+    );
+
+    clock.advance(Duration::from_secs(6 * 24 * 3600));
+    let_rounds_pass(&admin).await;
+    admin.jobs.get(v1::JobRef { id }).await.unwrap();
+    clock.advance(Duration::from_secs(24 * 3600 + 60));
+    wait_for("a week-old job to leave the table", || {
+        let mut c = client_clone(&admin);
+        async move {
+            c.jobs
+                .get(v1::JobRef { id })
+                .await
+                .is_err_and(|e| e.code() == Code::NotFound)
+        }
+    })
+    .await;
+    running.shutdown().await.unwrap();
+}

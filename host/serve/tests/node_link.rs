@@ -4,6 +4,7 @@
 //! agent restart, and stopping a duplicate.
 
 use arbiter_proto::v1;
+use arbiter_serve::clock::{Clock, ManualClock, SystemClock};
 use arbiter_serve::plane::PlaneConfig;
 use arbiter_serve::server::{Running, ServeConfig, start};
 use std::time::Duration;
@@ -149,6 +150,11 @@ impl Agent {
 /// A control plane with no simulated nodes, fast rounds and heartbeats, agents lost after
 /// 600 ms of silence.
 async fn agents_only(data: &std::path::Path) -> Running {
+    agents_only_on(data, std::sync::Arc::new(SystemClock)).await
+}
+
+/// [`agents_only`] on `clock`.
+async fn agents_only_on(data: &std::path::Path, clock: std::sync::Arc<dyn Clock>) -> Running {
     start(ServeConfig {
         tls: Default::default(),
         listen: "127.0.0.1:0".parse().unwrap(),
@@ -159,6 +165,7 @@ async fn agents_only(data: &std::path::Path) -> Running {
             nodes: Vec::new(),
             heartbeat: Duration::from_millis(100),
             lost_after: Duration::from_millis(600),
+            clock,
             ..PlaneConfig::default()
         },
     })
@@ -643,7 +650,10 @@ async fn session_refusal_of_jobs(running: &Running, token: &str) -> tonic::Code 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_agent_cannot_take_a_live_nodes_name() {
     let dir = tempfile::tempdir().unwrap();
-    let running = agents_only(dir.path()).await;
+    // The plane's clock moves only when the test says: the first agent
+    // stays live however slowly the test runs, and goes silent at once.
+    let clock = std::sync::Arc::new(ManualClock::starting_now());
+    let running = agents_only_on(dir.path(), clock.clone()).await;
     let token = running.new_admin_token.clone().unwrap();
     let first = Agent::connect_as(&running, &token, "gpu-01", "machine-1", Vec::new())
         .await
@@ -664,10 +674,21 @@ async fn a_second_agent_cannot_take_a_live_nodes_name() {
     again.heartbeat().await;
     // Silent past `lost_after`: another machine may have the name.
     drop((first, again));
-    tokio::time::sleep(Duration::from_millis(900)).await;
-    let other = Agent::connect_as(&running, &token, "gpu-01", "machine-2", Vec::new())
-        .await
-        .expect("the name is free once the first agent is lost");
+    // (Its last heartbeat may still be on its way: each try moves the clock
+    // past `lost_after` again.)
+    let mut other = None;
+    for _ in 0..100 {
+        clock.advance(Duration::from_millis(601));
+        match Agent::connect_as(&running, &token, "gpu-01", "machine-2", Vec::new()).await {
+            Ok(agent) => {
+                other = Some(agent);
+                break;
+            }
+            Err(s) => assert_eq!(s.code(), tonic::Code::AlreadyExists, "{s:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let other = other.expect("the name is free once the first agent is lost");
     other.heartbeat().await;
     drop(other);
     running.shutdown().await.unwrap();

@@ -41,7 +41,7 @@ impl Plane {
         // which `arbiter node` keeps in its state directory) takes its session over at once.
         if let Some(n) = self.nodes.iter().find(|n| n.request.name == name)
             && let Some(link) = &n.link
-            && n.last_seen.elapsed() < self.cfg.lost_after
+            && self.silent_since(n.last_seen_ms) < self.cfg.lost_after
             && (hello.instance.is_empty() || hello.instance != link.instance)
         {
             return Err(ApiError::AlreadyExists(format!(
@@ -52,7 +52,7 @@ impl Plane {
         }
         let session = self.next_session;
         self.next_session += 1;
-        let now = std::time::Instant::now();
+        let now = self.now_ms();
         // The welcome goes first: reconciliation below may already send stops.
         let _ = tx.send(v1::HostMessage {
             body: Some(v1::host_message::Body::Welcome(v1::Welcome {
@@ -64,7 +64,7 @@ impl Plane {
             instance: hello.instance.clone(),
             session,
             tx,
-            last_seen: now,
+            last_seen_ms: now,
         };
         match self.nodes.iter_mut().find(|n| n.request.name == name) {
             Some(n) => {
@@ -77,14 +77,14 @@ impl Plane {
                     n.status = NodeStatus::Ready;
                 }
                 n.link = Some(link);
-                n.last_seen = now;
+                n.last_seen_ms = now;
             }
             None => self.nodes.push(PoolNode {
                 request: request.clone(),
                 status: NodeStatus::Ready,
                 kind: NodeKind::Agent,
                 link: Some(link),
-                last_seen: now,
+                last_seen_ms: now,
             }),
         }
         self.refresh_fleet();
@@ -192,13 +192,13 @@ impl Plane {
 
     /// A heartbeat from a node agent's current session.
     pub fn node_heartbeat(&mut self, name: &str, session: u64, hb: &v1::Heartbeat) {
-        let now = std::time::Instant::now();
+        let now = self.now_ms();
         let Some(node) = self.agent_mut(name, session) else {
             return;
         };
-        node.last_seen = now;
+        node.last_seen_ms = now;
         if let Some(l) = node.link.as_mut() {
-            l.last_seen = now;
+            l.last_seen_ms = now;
         }
         for cell in &mut self.cells {
             let Some(index) = cell.state.node_index(name) else {
@@ -313,14 +313,13 @@ impl Plane {
 
     /// Marks silent agents lost and reschedules their jobs.
     pub(super) fn check_agents(&mut self) {
-        let now = std::time::Instant::now();
         let lost: Vec<String> = self
             .nodes
             .iter()
             .filter(|n| {
                 n.kind == NodeKind::Agent
                     && n.status != NodeStatus::Lost
-                    && now.duration_since(n.last_seen) > self.cfg.lost_after
+                    && self.silent_since(n.last_seen_ms) > self.cfg.lost_after
             })
             .map(|n| n.request.name.clone())
             .collect();

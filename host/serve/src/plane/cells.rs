@@ -24,7 +24,7 @@ impl Plane {
         for id in ids {
             self.keep_progress(id);
         }
-        let now = now_ms();
+        let now = self.now_ms();
         let default_slot = self.registry.slot(DEFAULT_SLOT);
         let mut arms: Vec<(&'static str, Arc<PolicySlot>)> = vec![(CONTROL, default_slot)];
         let mut candidate_nodes: HashSet<String> = HashSet::new();

@@ -84,7 +84,7 @@ impl Plane {
             candidate_share: share,
             guardrail,
             reason: String::new(),
-            started_ms: now_ms(),
+            started_ms: self.now_ms(),
             ended_ms: 0,
             seed: rand::random(),
             first_job: self.next_id,
@@ -261,7 +261,7 @@ impl Plane {
         let mut exp = self.experiment.take()?;
         exp.record.state = state;
         exp.record.reason = reason;
-        exp.record.ended_ms = now_ms();
+        exp.record.ended_ms = self.now_ms();
         tracing::warn!(experiment = %exp.record.name, ?state, reason = %exp.record.reason, "experiment ended");
         // Keep the last arm metrics and shadow summary for `status`, in the
         // same durable write as the record, so they survive a restart.

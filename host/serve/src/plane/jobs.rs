@@ -62,7 +62,7 @@ impl Plane {
             };
             accepted.push((record, tenant));
         }
-        let now = now_ms();
+        let now = self.now_ms();
         let mut ids = Vec::with_capacity(accepted.len());
         let mut writes = Vec::with_capacity(accepted.len());
         for (mut spec, tenant) in accepted {
@@ -178,7 +178,7 @@ impl Plane {
 
     /// Keeps job `id`'s progress, as of now, in its stored record.
     pub(super) fn keep_progress(&mut self, id: u64) {
-        let now = now_ms();
+        let now = self.now_ms();
         let Some(p) = self.cell_progress(id) else {
             return;
         };
@@ -280,7 +280,7 @@ impl Plane {
             requests_per_s: load.requests_per_s,
             p50_latency_ms: load.p50_latency_ms,
             p99_latency_ms: load.p99_latency_ms,
-            reported_ms: now_ms(),
+            reported_ms: self.now_ms(),
         };
         let (state, local) = self.in_cell(id)?;
         record_service(state, local, record)
@@ -335,7 +335,7 @@ impl Plane {
     }
 
     pub(super) fn finish_job(&mut self, id: u64, status: JobStatus, message: &str) -> Ack {
-        let now = now_ms();
+        let now = self.now_ms();
         let Some(job) = self.jobs.get_mut(&id) else {
             return self.writer.send_durable(Vec::new());
         };

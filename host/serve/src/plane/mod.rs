@@ -29,6 +29,7 @@
 //! stay here.
 
 use crate::board::{Board, progress_proto};
+use crate::clock::{Clock, SystemClock};
 use crate::journal::{JournalLimits, JournalWriter, Record, RoundRecord};
 use crate::launch;
 use crate::metrics::{Exposition, GaugeValue, Histogram, PolicyMetrics, generation_label};
@@ -57,7 +58,7 @@ use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::sync::broadcast;
 
 mod admission;
@@ -136,6 +137,8 @@ pub struct PlaneConfig {
     pub keep_finished_for: Duration,
     /// Decision-journal segment size and total cap (see [`crate::journal`]).
     pub journal_limits: JournalLimits,
+    /// What the plane reads the time from (wall time unless a test drives it).
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Default for PlaneConfig {
@@ -158,6 +161,7 @@ impl Default for PlaneConfig {
             keep_finished: 10_000,
             keep_finished_for: Duration::from_secs(7 * 24 * 3600),
             journal_limits: JournalLimits::default(),
+            clock: Arc::new(SystemClock),
         }
     }
 }
@@ -233,13 +237,6 @@ fn internal(e: impl std::fmt::Display) -> ApiError {
     ApiError::Internal(e.to_string())
 }
 
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
@@ -287,7 +284,8 @@ pub struct AgentLink {
     instance: String,
     pub session: u64,
     pub tx: tokio::sync::mpsc::UnboundedSender<v1::HostMessage>,
-    pub last_seen: std::time::Instant,
+    /// When the agent was last heard from (the plane's clock, ms).
+    pub last_seen_ms: u64,
 }
 
 struct PoolNode {
@@ -295,8 +293,9 @@ struct PoolNode {
     status: NodeStatus,
     kind: NodeKind,
     link: Option<AgentLink>,
-    /// When an agent node was last heard from (or restored at start-up).
-    last_seen: std::time::Instant,
+    /// When an agent node was last heard from (or restored at start-up),
+    /// on the plane's clock (ms).
+    last_seen_ms: u64,
 }
 
 /// An agent node as persisted, so its running jobs survive a host restart.
@@ -449,7 +448,7 @@ pub struct Plane {
     /// its launches; forgotten when the job ends or is paired no more.
     sm_shares: HashMap<u64, u8>,
     /// When the `matcher` slot was last asked.
-    last_match: Option<std::time::Instant>,
+    last_match_ms: Option<u64>,
     /// Each running job's current launch number (`Launch.launch_seq`): its
     /// agents' events name it, and an event of a run since replaced is
     /// ignored. Not stored: after a restart a job's number is unknown until
@@ -459,6 +458,18 @@ pub struct Plane {
     /// microseconds, so that numbers never repeat across restarts of the
     /// plane (an agent may still hold one from before).
     next_launch_seq: u64,
+}
+
+impl Plane {
+    /// Now, on the plane's clock (ms since the Unix epoch).
+    fn now_ms(&self) -> u64 {
+        self.cfg.clock.now_ms()
+    }
+
+    /// How long ago `since_ms` was, on the plane's clock.
+    fn silent_since(&self, since_ms: u64) -> Duration {
+        Duration::from_millis(self.now_ms().saturating_sub(since_ms))
+    }
 }
 
 /// What opening the plane produced besides the plane.

@@ -216,7 +216,7 @@ impl Plane {
                 on_loan.len()
             )));
         }
-        let now = now_ms();
+        let now = self.now_ms();
         let mut response = v1::ReclaimNodesResponse::default();
         let mut remaining = count;
         let mut writes = Vec::new();

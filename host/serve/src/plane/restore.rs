@@ -37,7 +37,7 @@ impl Plane {
                     status: NodeStatus::Ready,
                     kind: NodeKind::Simulated,
                     link: None,
-                    last_seen: std::time::Instant::now(),
+                    last_seen_ms: cfg.clock.now_ms(),
                 })
                 .collect(),
             cfg,
@@ -67,7 +67,7 @@ impl Plane {
             tenant_memory: BTreeMap::new(),
             job_samples: HashMap::new(),
             sm_shares: HashMap::new(),
-            last_match: None,
+            last_match_ms: None,
             launch_seqs: HashMap::new(),
             next_launch_seq: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -143,7 +143,7 @@ impl Plane {
                 status: NodeStatus::Ready,
                 kind: NodeKind::Agent,
                 link: None,
-                last_seen: std::time::Instant::now(),
+                last_seen_ms: self.now_ms(),
             });
         }
         for (name, bytes) in contents.with_prefix("node/") {
@@ -259,7 +259,7 @@ impl Plane {
                         let mut r = record;
                         r.state = ExperimentState::Aborted;
                         r.reason = format!("could not resume after restart: {e}");
-                        r.ended_ms = now_ms();
+                        r.ended_ms = self.now_ms();
                         self.persist_experiment(&r);
                         self.experiments.insert(r.name.clone(), r);
                     }

@@ -19,7 +19,7 @@ impl Plane {
     pub fn begin_tick(&mut self) -> PendingAdmission {
         let span = tracing::info_span!("tick", round = self.rounds + 1);
         let _g = span.enter();
-        let now = now_ms();
+        let now = self.now_ms();
         self.check_agents();
         self.complete_finished(now);
         self.drop_old_finished(now);
@@ -229,7 +229,10 @@ impl Plane {
         let Some(interval) = self.cfg.match_interval else {
             return;
         };
-        if self.last_match.is_some_and(|t| t.elapsed() < interval) {
+        if self
+            .last_match_ms
+            .is_some_and(|t| Duration::from_millis(now.saturating_sub(t)) < interval)
+        {
             return;
         }
         let Some(slot) = self.registry.find(MATCHER_SLOT) else {
@@ -238,7 +241,7 @@ impl Plane {
         if slot.active().is_none() {
             return;
         }
-        self.last_match = Some(std::time::Instant::now());
+        self.last_match_ms = Some(now);
         let driver = MatcherDriver::new(slot);
         for index in 0..self.cells.len() {
             let (online, offline, profiles) = self.match_candidates(index);

@@ -14,7 +14,7 @@ impl Plane {
         let default = self.registry.find(DEFAULT_SLOT);
         v1::ClusterView {
             epoch: self.cells.first().map_or(0, |c| c.state.epoch()),
-            now_ms: now_ms(),
+            now_ms: self.now_ms(),
             nodes: self.nodes.len() as u32,
             gpus,
             gpu_allocation_pct: if gpus == 0 {
