@@ -355,6 +355,7 @@ fn ticks(cfg: PlaneConfig, rounds: u32, shadow: bool) -> anyhow::Result<(f64, f6
     }
     let candidate_ms = if shadow {
         let status = plane
+            .board()
             .experiment_status("shadow")
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         status

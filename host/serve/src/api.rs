@@ -12,6 +12,7 @@
 use crate::board::Board;
 use crate::plane::{ApiError, Caller, Plane};
 use crate::store::Ack;
+use arbiter_host::registry::Registry;
 use arbiter_proto::v1;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -27,6 +28,7 @@ pub struct Api {
     plane: Arc<Mutex<Plane>>,
     board: Arc<Board>,
     events: tokio::sync::broadcast::Sender<v1::JobEvent>,
+    registry: Arc<Registry>,
 }
 
 impl From<ApiError> for Status {
@@ -57,21 +59,27 @@ fn bearer<T>(request: &Request<T>) -> Result<Option<String>, Status> {
     Ok(Some(token.trim().to_string()))
 }
 
-/// What the API holds of a plane besides the plane: its board and its
-/// job-event channel (see [`Api::parts`]).
+/// What the API holds of a plane besides the plane: its board, its
+/// job-event channel and its registry (see [`Api::parts`]).
 pub struct ApiParts {
     board: Arc<Board>,
     events: tokio::sync::broadcast::Sender<v1::JobEvent>,
+    /// To compile uploads against (the plane's, never replaced).
+    registry: Arc<Registry>,
 }
 
 impl Api {
     /// Publishes everything the plane has (before it serves) and takes what
     /// the API reads without the plane's lock.
     pub fn parts(plane: &mut Plane) -> ApiParts {
+        // Everything, ended experiments included (a tick publishes only the
+        // running one's status), then what the ticks derive.
+        plane.publish();
         plane.publish_tick();
         ApiParts {
             board: plane.board(),
             events: plane.event_sender(),
+            registry: plane.registry(),
         }
     }
 
@@ -83,6 +91,7 @@ impl Api {
             plane,
             board: parts.board,
             events: parts.events,
+            registry: parts.registry,
         }
     }
 
@@ -257,7 +266,7 @@ impl v1::policies_server::Policies for Api {
         request: Request<v1::ListPoliciesRequest>,
     ) -> Reply<v1::ListPoliciesResponse> {
         let caller = self.caller(&request)?;
-        let slots = self.plane.lock().await.list_policies(&caller);
+        let slots = self.board.list_policies(&caller);
         Ok(Response::new(v1::ListPoliciesResponse { slots }))
     }
 
@@ -267,7 +276,7 @@ impl v1::policies_server::Policies for Api {
     ) -> Reply<v1::UploadPolicyResponse> {
         let caller = self.caller(&request)?;
         let req = request.into_inner();
-        let registry = self.plane.lock().await.registry();
+        let registry = Arc::clone(&self.registry);
         // Compiling takes tens of milliseconds or more: never under the lock.
         let wasm = req.wasm;
         let (compiled, wasm) = tokio::task::spawn_blocking(move || {
@@ -316,20 +325,14 @@ impl v1::policies_server::Policies for Api {
     async fn describe(&self, request: Request<v1::SlotRef>) -> Reply<v1::SlotInfo> {
         let caller = self.caller(&request)?;
         Ok(Response::new(
-            self.plane
-                .lock()
-                .await
-                .slot_info(&caller, &request.get_ref().slot)?,
+            self.board.slot_info(&caller, &request.get_ref().slot)?,
         ))
     }
 
     async fn stats(&self, request: Request<v1::SlotRef>) -> Reply<v1::PolicyStats> {
         let caller = self.caller(&request)?;
         Ok(Response::new(
-            self.plane
-                .lock()
-                .await
-                .policy_stats(&caller, &request.get_ref().slot)?,
+            self.board.policy_stats(&caller, &request.get_ref().slot)?,
         ))
     }
 }
@@ -354,10 +357,7 @@ impl v1::experiments_server::Experiments for Api {
             return Err(ApiError::PermissionDenied("experiments are admin-only".into()).into());
         }
         Ok(Response::new(
-            self.plane
-                .lock()
-                .await
-                .experiment_status(&request.get_ref().name)?,
+            self.board.experiment_status(&request.get_ref().name)?,
         ))
     }
 
@@ -370,7 +370,7 @@ impl v1::experiments_server::Experiments for Api {
             return Err(ApiError::PermissionDenied("experiments are admin-only".into()).into());
         }
         Ok(Response::new(v1::ListExperimentsResponse {
-            experiments: self.plane.lock().await.list_experiments(),
+            experiments: self.board.list_experiments(),
         }))
     }
 
@@ -497,7 +497,7 @@ impl v1::cluster_server::Cluster for Api {
     ) -> Reply<v1::ListTenantsResponse> {
         let caller = self.caller(&request)?;
         Ok(Response::new(v1::ListTenantsResponse {
-            tenants: self.plane.lock().await.list_tenants(&caller),
+            tenants: self.board.list_tenants(&caller),
         }))
     }
 }

@@ -1,5 +1,7 @@
-//! The read side of the control plane: what authentication, `Jobs.Get`,
-//! `Jobs.List`, `Cluster.View`, `Nodes.List` and `/metrics` answer from.
+//! The read side of the control plane: what authentication and every read
+//! call answer from — `Jobs.Get`/`List`, `Cluster.View`/`Metrics`/
+//! `ListTenants`, `Nodes.List`, `Policies.List`/`Describe`/`Stats`,
+//! `Experiments.Status`/`List` — and `/metrics`.
 //!
 //! The plane publishes here and readers never take the plane's lock, so a
 //! read never waits on a round, however long a scheduler or tenant policy
@@ -12,15 +14,16 @@
 //! * **Credentials**: at start-up and after every administrative write
 //!   (tenants and tokens change only through those).
 //! * **What the reads derive** (why a job waits, its progress and samples,
-//!   the cluster view, the nodes, the metrics text): at the end of every
-//!   tick, and the view, nodes and metrics after every administrative write
-//!   too. They are at most one tick old.
+//!   the cluster view, the nodes, the metrics text, the policy slots and
+//!   their statistics, the tenants, the experiments): at the end of every
+//!   tick, and all but the per-job parts after every administrative write
+//!   too. They are at most one tick old (the metrics text 200 ms).
 //!
 //! Invariant: the board holds nothing the plane could not rebuild; it is a
 //! projection of the plane's state, written only by the plane
 //! (`Plane::publish*`), read by the API layer.
 
-use crate::plane::{ApiError, Caller, DEFAULT_PAGE, MAX_PAGE};
+use crate::plane::{ApiError, Caller, DEFAULT_PAGE, MAX_PAGE, check_slot_access};
 use crate::records::{JobStatus, StoredJob};
 use crate::waiting::{self, Capacity};
 use arbiter_policy_sdk::model;
@@ -38,6 +41,18 @@ pub struct Board {
     jobs: RwLock<JobBoard>,
     derived: ArcSwap<Derived>,
     cluster: ArcSwap<ClusterSnapshot>,
+    admin: ArcSwap<AdminSnapshot>,
+}
+
+/// Policy slots, tenants and experiments as of the last publish.
+#[derive(Debug, Default)]
+pub struct AdminSnapshot {
+    /// Each slot's generations and statistics, by slot name.
+    pub slots: BTreeMap<String, (v1::SlotInfo, v1::PolicyStats)>,
+    pub tenants: BTreeMap<String, v1::TenantInfo>,
+    /// Every experiment's status, by name (shared with the next publish,
+    /// which replaces only the running one's).
+    pub experiments: BTreeMap<String, Arc<v1::ExperimentStatus>>,
 }
 
 /// Who may call: digests of every token the plane accepts.
@@ -226,6 +241,76 @@ impl Board {
     /// The metrics exposition (OpenMetrics text).
     pub fn metrics_text(&self) -> String {
         self.cluster.load().metrics.to_string()
+    }
+
+    pub fn list_policies(&self, caller: &Caller) -> Vec<v1::SlotInfo> {
+        self.admin
+            .load()
+            .slots
+            .iter()
+            .filter(|(name, _)| check_slot_access(caller, name).is_ok())
+            .map(|(_, (info, _))| info.clone())
+            .collect()
+    }
+
+    pub fn slot_info(&self, caller: &Caller, slot: &str) -> Result<v1::SlotInfo, ApiError> {
+        self.slot(caller, slot, |(info, _)| info.clone())
+    }
+
+    pub fn policy_stats(&self, caller: &Caller, slot: &str) -> Result<v1::PolicyStats, ApiError> {
+        self.slot(caller, slot, |(_, stats)| stats.clone())
+    }
+
+    fn slot<T>(
+        &self,
+        caller: &Caller,
+        slot: &str,
+        read: impl FnOnce(&(v1::SlotInfo, v1::PolicyStats)) -> T,
+    ) -> Result<T, ApiError> {
+        check_slot_access(caller, slot)?;
+        self.admin
+            .load()
+            .slots
+            .get(slot)
+            .map(read)
+            .ok_or_else(|| ApiError::NotFound(format!("no policy slot `{slot}`")))
+    }
+
+    pub fn list_tenants(&self, caller: &Caller) -> Vec<v1::TenantInfo> {
+        self.admin
+            .load()
+            .tenants
+            .values()
+            .filter(|t| caller.may_see(&t.name))
+            .cloned()
+            .collect()
+    }
+
+    pub fn experiment_status(&self, name: &str) -> Result<v1::ExperimentStatus, ApiError> {
+        self.admin
+            .load()
+            .experiments
+            .get(name)
+            .map(|s| v1::ExperimentStatus::clone(s))
+            .ok_or_else(|| ApiError::NotFound(format!("no experiment `{name}`")))
+    }
+
+    pub fn list_experiments(&self) -> Vec<v1::ExperimentStatus> {
+        self.admin
+            .load()
+            .experiments
+            .values()
+            .map(|s| v1::ExperimentStatus::clone(s))
+            .collect()
+    }
+
+    /// The experiments as last published (the base of the next publish).
+    pub(crate) fn experiments(&self) -> BTreeMap<String, Arc<v1::ExperimentStatus>> {
+        self.admin.load().experiments.clone()
+    }
+
+    pub(crate) fn publish_admin(&self, snapshot: AdminSnapshot) {
+        self.admin.store(Arc::new(snapshot));
     }
 
     pub(crate) fn publish_credentials(&self, credentials: Credentials) {

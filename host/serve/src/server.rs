@@ -137,11 +137,7 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<Running> {
                     // however long they take (up to their deadline).
                     let admission = plane.blocking_lock().begin_tick();
                     let decided = admission.decide();
-                    {
-                        let mut plane = plane.blocking_lock();
-                        plane.end_tick(decided);
-                        plane.publish_tick();
-                    }
+                    plane.blocking_lock().end_tick(decided);
                     liveness.ticked();
                     next += period;
                     let now = Instant::now();

@@ -1935,7 +1935,8 @@ async fn the_matcher_slot_takes_matchers_only() {
 
 /// Reads never wait on the plane: with its lock held — as a round holds it
 /// while a slow scheduler policy runs to its deadline — authentication, a
-/// job, a page of jobs, the cluster view, the nodes and the metrics are all
+/// job, a page of jobs, the cluster view, the nodes, the metrics, the policy
+/// slots and their statistics, the tenants and the experiments are all
 /// answered, and they show the writes made before. A write waits for the
 /// lock and, once it is free, is read back at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1992,6 +1993,47 @@ async fn reads_are_answered_while_the_plane_is_busy_and_show_every_write() {
             .nodes;
         assert_eq!(nodes.len(), 1);
         assert!(metrics_text(&mut admin).await.contains("arbiter_jobs"));
+        let slots = admin
+            .policies
+            .list(v1::ListPoliciesRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .slots;
+        assert!(slots.iter().any(|s| s.slot == "default"));
+        assert!(!describe(&mut admin, "default").await.generations.is_empty());
+        let stats = admin
+            .policies
+            .stats(v1::SlotRef {
+                slot: "default".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(stats.rounds > 0);
+        let e = a
+            .policies
+            .describe(v1::SlotRef {
+                slot: "default".into(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied);
+        let tenants = admin
+            .cluster
+            .list_tenants(v1::ListTenantsRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .tenants;
+        let team_a = tenants.iter().find(|t| t.name == "team-a").unwrap();
+        // The running job's, and the second's once released to the scheduler.
+        assert!([8, 16].contains(&team_a.gpus_in_use), "{team_a:?}");
+        admin
+            .experiments
+            .list(v1::ListExperimentsRequest {})
+            .await
+            .unwrap();
         let e = client(&running, Some("not-a-token"))
             .await
             .jobs

@@ -348,7 +348,7 @@ impl Plane {
         }
     }
 
-    pub fn experiment_status(&self, name: &str) -> Result<v1::ExperimentStatus, ApiError> {
+    pub(super) fn experiment_status(&self, name: &str) -> Result<v1::ExperimentStatus, ApiError> {
         if let Some(e) = self.experiment.as_ref().filter(|e| e.record.name == name) {
             return Ok(self.status_of(e));
         }
@@ -367,7 +367,7 @@ impl Plane {
             .ok_or_else(|| ApiError::NotFound(format!("no experiment `{name}`")))
     }
 
-    pub fn list_experiments(&self) -> Vec<v1::ExperimentStatus> {
+    pub(super) fn list_experiments(&self) -> Vec<v1::ExperimentStatus> {
         let mut names: Vec<&String> = self.experiments.keys().collect();
         if let Some(e) = &self.experiment {
             names.push(&e.record.name);

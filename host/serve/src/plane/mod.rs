@@ -64,6 +64,7 @@ use tokio::sync::broadcast;
 mod admission;
 mod agents;
 mod auth;
+pub(crate) use auth::check_slot_access;
 mod cells;
 mod experiments;
 mod jobs;
@@ -429,6 +430,9 @@ pub struct Plane {
     tenant_faults: u64,
     /// When retention last looked at the ended jobs' ages.
     last_retention_ms: u64,
+    /// The experiment that was running at the last publish (its final
+    /// status is published when it ends, by a guardrail in a tick too).
+    published_experiment: Option<String>,
     /// When the metrics text was last published (rendering it every tick
     /// of a fast round loop would cost more than the scrapes it serves).
     metrics_published: Option<std::time::Instant>,

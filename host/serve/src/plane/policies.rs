@@ -42,7 +42,7 @@ impl Plane {
             (Caller::Admin, "") => compiled.manifest.name.clone(),
             (_, s) => s.to_string(),
         };
-        self.check_slot_access(caller, &slot)?;
+        check_slot_access(caller, &slot)?;
         if let Some(tenant) = slot_tenant(&slot) {
             if !self.tenants.contains_key(tenant) {
                 return Err(ApiError::NotFound(format!("no tenant `{tenant}`")));
@@ -213,24 +213,12 @@ impl Plane {
         ))
     }
 
-    pub(super) fn check_slot_access(&self, caller: &Caller, slot: &str) -> Result<(), ApiError> {
-        match caller {
-            Caller::Admin => Ok(()),
-            Caller::Tenant(t) if slot == tenant_slot(t) => Ok(()),
-            Caller::Tenant(t) => Err(ApiError::PermissionDenied(format!(
-                "tenant `{t}` may only use its own slot `{}`",
-                tenant_slot(t)
-            ))),
-            Caller::Node(_) => Err(node_token_refused()),
-        }
-    }
-
     pub(super) fn find_slot(
         &self,
         caller: &Caller,
         slot: &str,
     ) -> Result<Arc<PolicySlot>, ApiError> {
-        self.check_slot_access(caller, slot)?;
+        check_slot_access(caller, slot)?;
         self.registry
             .find(slot)
             .ok_or_else(|| ApiError::NotFound(format!("no policy slot `{slot}`")))
@@ -264,7 +252,7 @@ impl Plane {
         }
     }
 
-    pub fn slot_info(&self, caller: &Caller, slot: &str) -> Result<v1::SlotInfo, ApiError> {
+    pub(super) fn slot_info(&self, caller: &Caller, slot: &str) -> Result<v1::SlotInfo, ApiError> {
         let s = self.find_slot(caller, slot)?;
         Ok(v1::SlotInfo {
             slot: slot.to_string(),
@@ -274,15 +262,6 @@ impl Plane {
                 .map(|g| self.generation_info(slot, g))
                 .collect(),
         })
-    }
-
-    pub fn list_policies(&self, caller: &Caller) -> Vec<v1::SlotInfo> {
-        self.registry
-            .slots()
-            .iter()
-            .filter(|s| self.check_slot_access(caller, s.name()).is_ok())
-            .filter_map(|s| self.slot_info(caller, s.name()).ok())
-            .collect()
     }
 
     pub fn swap(
@@ -316,7 +295,11 @@ impl Plane {
         Ok((self.slot_info(caller, slot)?, ack))
     }
 
-    pub fn policy_stats(&self, caller: &Caller, slot: &str) -> Result<v1::PolicyStats, ApiError> {
+    pub(super) fn policy_stats(
+        &self,
+        caller: &Caller,
+        slot: &str,
+    ) -> Result<v1::PolicyStats, ApiError> {
         let info = self.slot_info(caller, slot)?;
         let mut merged = Histogram::default();
         let mut any = false;

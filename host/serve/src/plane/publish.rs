@@ -2,7 +2,7 @@
 //! answers reads from (see `crate::board` for what is published when).
 
 use super::*;
-use crate::board::{Credentials, Derived};
+use crate::board::{AdminSnapshot, Credentials, Derived};
 
 /// How stale the published metrics text may get between ticks.
 const METRICS_FRESHNESS: Duration = Duration::from_millis(200);
@@ -31,17 +31,17 @@ impl Plane {
         }
     }
 
-    /// Job records, credentials, the cluster view, the nodes and the
-    /// metrics. After every administrative write.
+    /// Job records, credentials, the cluster view, the nodes, the metrics,
+    /// the slots, tenants and experiments. After every administrative write.
     pub fn publish(&mut self) {
-        self.publish_cluster(true);
+        self.publish_all_but_jobs_derived(true);
     }
 
     /// Everything, and what the reads derive from the cells (why jobs
-    /// wait, their progress and samples). At the end of every tick; the
+    /// wait, their progress and samples). At the end of every tick (`end_tick`); the
     /// metrics text at most every [`METRICS_FRESHNESS`].
     pub fn publish_tick(&mut self) {
-        self.publish_cluster(false);
+        self.publish_all_but_jobs_derived(false);
         self.board.publish_derived(self.derived());
         let progress = self
             .cells
@@ -56,10 +56,13 @@ impl Plane {
         self.board.publish_progress(progress);
     }
 
-    fn publish_cluster(&mut self, metrics_now: bool) {
+    /// What [`Plane::publish`] publishes; `after_write`: the metrics text
+    /// whatever its age, and every experiment's status (a tick refreshes
+    /// only the running one's).
+    fn publish_all_but_jobs_derived(&mut self, after_write: bool) {
         self.publish_jobs();
         self.board.publish_credentials(self.credentials());
-        let metrics_due = metrics_now
+        let metrics_due = after_write
             || self
                 .metrics_published
                 .is_none_or(|at| at.elapsed() >= METRICS_FRESHNESS);
@@ -71,6 +74,57 @@ impl Plane {
         };
         self.board
             .publish_cluster(self.view(), self.list_nodes(), metrics);
+        self.publish_admin(after_write);
+    }
+
+    /// Slots, tenants and experiments. Every experiment's status after an
+    /// administrative write (`all`); at a tick only the running one's, and
+    /// the final status of one that ended since the last publish.
+    fn publish_admin(&mut self, all: bool) {
+        let slots = self
+            .registry
+            .slots()
+            .iter()
+            .filter_map(|slot| {
+                let name = slot.name();
+                let info = self.slot_info(&Caller::Admin, name).ok()?;
+                let stats = self.policy_stats(&Caller::Admin, name).ok()?;
+                Some((name.to_string(), (info, stats)))
+            })
+            .collect();
+        let mut claimed: HashMap<&str, u32> = HashMap::new();
+        for j in self.released() {
+            *claimed.entry(j.tenant.as_str()).or_default() += j.spec.gpus;
+        }
+        let tenants = self
+            .tenants
+            .keys()
+            .map(|name| {
+                let in_use = claimed.get(name.as_str()).copied().unwrap_or(0);
+                (name.clone(), self.tenant_info(name, in_use))
+            })
+            .collect();
+        let running = self.experiment.as_ref().map(|e| e.record.name.clone());
+        let experiments = if all {
+            self.list_experiments()
+                .into_iter()
+                .map(|s| (s.name.clone(), Arc::new(s)))
+                .collect()
+        } else {
+            let mut experiments = self.board.experiments();
+            for name in running.iter().chain(self.published_experiment.iter()) {
+                if let Ok(status) = self.experiment_status(name) {
+                    experiments.insert(name.clone(), Arc::new(status));
+                }
+            }
+            experiments
+        };
+        self.published_experiment = running;
+        self.board.publish_admin(AdminSnapshot {
+            slots,
+            tenants,
+            experiments,
+        });
     }
 
     fn credentials(&self) -> Credentials {

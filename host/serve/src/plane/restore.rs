@@ -63,6 +63,7 @@ impl Plane {
             tenant_faults: 0,
             last_retention_ms: 0,
             metrics_published: None,
+            published_experiment: None,
             retention_floor: 0,
             tenant_memory: BTreeMap::new(),
             job_samples: HashMap::new(),

@@ -31,7 +31,8 @@ impl Plane {
     }
 
     /// The second half: releases what the tenant policies admitted, then a
-    /// round per cell and the guardrail.
+    /// round per cell and the guardrail; then everything is published on
+    /// the board.
     pub fn end_tick(&mut self, decided: DecidedAdmission) {
         let span = tracing::info_span!("tick", round = self.rounds + 1);
         let _g = span.enter();
@@ -44,6 +45,7 @@ impl Plane {
         self.rounds += 1;
         self.check_guardrail();
         self.persist_experiment_rounds();
+        self.publish_tick();
     }
 
     pub(super) fn run_cell_round(&mut self, index: usize, now: u64) {

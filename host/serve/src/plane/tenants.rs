@@ -48,7 +48,7 @@ impl Plane {
                 tracing::error!(tenant = name, error = %e, "tenant quota not applied");
             }
         }
-        let mut info = self.tenant_info(name);
+        let mut info = self.tenant_info(name, self.tenant_gpus_claimed(name));
         info.token = token;
         Ok((info, ack))
     }
@@ -149,13 +149,14 @@ impl Plane {
         Ok((token, self.writer.send_durable(vec![write])))
     }
 
-    pub(super) fn tenant_info(&self, name: &str) -> v1::TenantInfo {
+    /// What `list_tenants` shows of tenant `name`, holding `gpus_in_use`.
+    pub(super) fn tenant_info(&self, name: &str, gpus_in_use: u32) -> v1::TenantInfo {
         let quota = self.tenants.get(name).map_or(0, |t| t.quota_gpus);
         let slot = tenant_slot(name);
         v1::TenantInfo {
             name: name.to_string(),
             quota_gpus: quota,
-            gpus_in_use: self.tenant_gpus_claimed(name),
+            gpus_in_use,
             token: String::new(),
             policy_slot: if self
                 .registry
@@ -167,14 +168,6 @@ impl Plane {
                 String::new()
             },
         }
-    }
-
-    pub fn list_tenants(&self, caller: &Caller) -> Vec<v1::TenantInfo> {
-        self.tenants
-            .keys()
-            .filter(|t| caller.may_see(t))
-            .map(|t| self.tenant_info(t))
-            .collect()
     }
 
     /// GPUs held or claimed by the tenant's released jobs (running or pending),
