@@ -1137,6 +1137,18 @@ async fn watch_swap_rollback_stats_drain_abort_hash_split_metrics_and_reflection
         let job = ev.job.unwrap();
         if job.id == id {
             seen.push(job.state);
+            // An event is sent once its change can be read: the job reads
+            // as it says, or as it went on since (states only move forward).
+            let now = admin
+                .jobs
+                .get(v1::JobRef { id })
+                .await
+                .unwrap()
+                .into_inner();
+            assert!(
+                now.state >= job.state,
+                "read {now:?} after the event {job:?}"
+            );
         }
     }
     assert_eq!(

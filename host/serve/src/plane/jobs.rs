@@ -302,11 +302,14 @@ impl Plane {
         self.events.clone()
     }
 
-    pub(super) fn notify(&self, job: &StoredJob, previous: v1::JobState) {
+    /// Queues a job event; it is sent once the change is on the board
+    /// ([`Plane::publish_jobs`]), so a watcher reading the job it names
+    /// never sees it as it was before.
+    pub(super) fn notify(&mut self, job: &StoredJob, previous: v1::JobState) {
         if self.events.receiver_count() == 0 {
             return;
         }
-        let _ = self.events.send(v1::JobEvent {
+        self.unsent_events.push(v1::JobEvent {
             job: Some(job.to_proto()),
             previous: previous as i32,
         });

@@ -425,6 +425,8 @@ pub struct Plane {
     /// Final arm metrics of experiments that ended in this process.
     finished_status: BTreeMap<String, v1::ExperimentStatus>,
     events: broadcast::Sender<v1::JobEvent>,
+    /// Job events not yet sent: they wait for their changes to be published.
+    unsent_events: Vec<v1::JobEvent>,
     metrics: PolicyMetrics,
     /// Stats of the single control cell outside experiments.
     tenant_faults: u64,

@@ -13,8 +13,9 @@ impl Plane {
         Arc::clone(&self.board)
     }
 
-    /// Job records changed since the last publish. After every write
-    /// through the API and every node-link message.
+    /// Job records changed since the last publish, then the job events
+    /// those changes made. After every write through the API, every
+    /// node-link message and each half of a tick.
     pub fn publish_jobs(&mut self) {
         let changes = self.jobs.take_changes();
         if !changes.is_empty() {
@@ -28,6 +29,9 @@ impl Plane {
                 })
                 .collect();
             self.board.publish_jobs(changes);
+        }
+        for event in std::mem::take(&mut self.unsent_events) {
+            let _ = self.events.send(event);
         }
     }
 

@@ -63,6 +63,7 @@ impl Plane {
             tenant_faults: 0,
             last_retention_ms: 0,
             metrics_published: None,
+            unsent_events: Vec::new(),
             published_experiment: None,
             retention_floor: 0,
             tenant_memory: BTreeMap::new(),

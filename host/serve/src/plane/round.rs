@@ -23,6 +23,8 @@ impl Plane {
         self.check_agents();
         self.complete_finished(now);
         self.drop_old_finished(now);
+        // Completions are readable (and announced) while the tenants are asked.
+        self.publish_jobs();
         PendingAdmission {
             now,
             epoch: self.rounds + 1,
