@@ -12,10 +12,11 @@
 //! method: the smaller side is the "row" side (`n ≤ m`), each row is added in
 //! turn and the potentials `u`, `v` keep every reduced cost non-negative, so
 //! one row costs `O(n·m)` and the whole matching `O(n²·m)` ⊆ `O(|V|³)`, as the
-//! paper states. It minimises the cost `−max(w, 0)`: a missing edge costs 0,
-//! the same as leaving its row unassigned, so a complete assignment of the
-//! smaller side at minimum cost is a maximum-weight matching once its
-//! zero-weight pairs are dropped. Storage is flat (`Vec<f64>`, row-major).
+//! paper states (see [`hungarian`] for the form of the search). It minimises
+//! the cost `−max(w, 0)`: a missing edge costs 0, the same as leaving its row
+//! unassigned, so a complete assignment of the smaller side at minimum cost
+//! is a maximum-weight matching once its zero-weight pairs are dropped.
+//! Storage is flat (`Vec<f64>`, row-major).
 
 /// A dense `rows × cols` matrix of edge weights, row-major.
 #[derive(Clone, Debug, PartialEq)]
@@ -98,30 +99,25 @@ pub fn max_weight_matching(weights: &WeightMatrix) -> Matching {
     } else {
         (rows, cols)
     };
-    // Costs, 1-indexed in both dimensions (row 0 and column 0 unused), flat.
-    let stride = m + 1;
-    let mut cost = vec![0.0f64; (n + 1) * stride];
-    for i in 0..n {
-        for j in 0..m {
+    // Costs, n x m row-major.
+    let mut cost = vec![0.0f64; n * m];
+    for (i, row) in cost.chunks_exact_mut(m).enumerate() {
+        for (j, c) in row.iter_mut().enumerate() {
             let w = if transposed {
                 weights.get(j, i)
             } else {
                 weights.get(i, j)
             };
-            cost[(i + 1) * stride + j + 1] = -usable(w);
+            *c = -usable(w);
         }
     }
-    let assignment = hungarian(&cost, n, m);
+    let col_of_row = hungarian(&cost, n, m);
     let mut pairs: Vec<(usize, usize)> = Vec::new();
-    for (j, &i) in assignment.iter().enumerate().skip(1) {
-        if i == 0 {
+    for (i, &j) in col_of_row.iter().enumerate() {
+        if j == UNASSIGNED {
             continue;
         }
-        let (r, c) = if transposed {
-            (j - 1, i - 1)
-        } else {
-            (i - 1, j - 1)
-        };
+        let (r, c) = if transposed { (j, i) } else { (i, j) };
         if usable(weights.get(r, c)) > 0.0 {
             pairs.push((r, c));
         }
@@ -131,73 +127,152 @@ pub fn max_weight_matching(weights: &WeightMatrix) -> Matching {
     Matching { pairs, total }
 }
 
-/// Minimum-cost assignment of every row `1..=n` to a distinct column of
-/// `1..=m` (`n <= m`), costs 1-indexed in `cost[i * (m + 1) + j]`. Returns
-/// `p`, where `p[j]` is the row assigned to column `j` (0: none).
+const UNASSIGNED: usize = usize::MAX;
+
+/// Minimum-cost assignment of every row `0..n` to a distinct column of
+/// `0..m` (`n <= m`), costs row-major in `cost[i * m + j]`. Returns the
+/// column of each row.
+///
+/// One shortest augmenting path per row over the reduced costs
+/// `cost - u - v` (Dijkstra, the potentials keep them non-negative), in the
+/// form of Crouse (2016, "On implementing 2D rectangular assignment
+/// algorithms"): path lengths are kept as they are found and the potentials
+/// updated once per row, so each step of the search is one pass over the
+/// columns not reached yet; among equally near columns an unassigned one is
+/// taken, which ends the search at once. The matcher's weights tie often
+/// (similar jobs get similar predictions), which is where the textbook form,
+/// updating every potential at every step, spent its time.
+///
+/// The columns' state lives in [`Columns`], ordered so that the columns a
+/// search has not reached are a prefix: the pass that is the whole cost is a
+/// sequential scan of a few slices (and one read of the row's costs per
+/// column), with no bounds checks left in it — which is what a Wasm build of
+/// this loop needs to come near the native one.
 fn hungarian(cost: &[f64], n: usize, m: usize) -> Vec<usize> {
-    let stride = m + 1;
-    let mut u = vec![0.0f64; n + 1];
-    let mut v = vec![0.0f64; m + 1];
-    let mut p = vec![0usize; m + 1];
-    let mut way = vec![0usize; m + 1];
-    let mut minv = vec![f64::INFINITY; m + 1];
-    // Columns not yet in the tree are kept apart from those in it, so the inner scans
-    // (the O(n² m) part) run over plain slices without branches on `used` and without
-    // bounds checks: `free` holds the columns left to scan, swap-removed as they join.
-    let mut free: Vec<usize> = Vec::with_capacity(m);
-    let mut tree: Vec<usize> = Vec::with_capacity(m + 1);
-    for i in 1..=n {
-        p[0] = i;
-        let mut j0 = 0usize;
-        minv.fill(f64::INFINITY);
-        free.clear();
-        free.extend(1..=m);
-        tree.clear();
-        loop {
-            tree.push(j0);
-            let i0 = p[j0];
-            let row = &cost[i0 * stride..(i0 + 1) * stride];
-            let ui0 = u[i0];
-            let mut delta = f64::INFINITY;
-            let mut best = usize::MAX;
-            for (k, &j) in free.iter().enumerate() {
-                let cur = row[j] - ui0 - v[j];
-                if cur < minv[j] {
-                    minv[j] = cur;
-                    way[j] = j0;
+    // Indices are kept as u32 (half the bytes the scan reads on a 64-bit
+    // host); a side of 2^32 workloads is far beyond a cluster.
+    let (Ok(n32), Ok(m32)) = (u32::try_from(n), u32::try_from(m)) else {
+        return vec![UNASSIGNED; n];
+    };
+    let mut u = vec![0.0f64; n];
+    let mut cols = Columns::new(m32);
+    let mut col_of_row = vec![NONE; n];
+    let mut scanned_rows: Vec<u32> = Vec::with_capacity(n);
+    for cur_row in 0..n32 {
+        cols.dist.fill(f64::INFINITY);
+        scanned_rows.clear();
+        let mut unreached = m;
+        let mut min_val = 0.0f64;
+        let mut i = cur_row;
+        let sink = loop {
+            scanned_rows.push(i);
+            let start = i as usize * m;
+            let row = &cost[start..start + m];
+            let base = min_val - u[i as usize];
+            let mut lowest = f64::INFINITY;
+            let mut index = usize::MAX;
+            let reach = cols.id[..unreached]
+                .iter()
+                .zip(&cols.v[..unreached])
+                .zip(&mut cols.dist[..unreached])
+                .zip(&mut cols.via[..unreached])
+                .zip(&cols.owner[..unreached]);
+            for (k, ((((&j, &v), dist), via), &owner)) in reach.enumerate() {
+                let r = base + row.get(j as usize).copied().unwrap_or(f64::INFINITY) - v;
+                if r < *dist {
+                    *via = i;
+                    *dist = r;
                 }
-                if minv[j] < delta {
-                    delta = minv[j];
-                    best = k;
+                if *dist < lowest || (*dist == lowest && owner == NONE) {
+                    lowest = *dist;
+                    index = k;
                 }
             }
-            if best == usize::MAX {
-                // Unreachable with finite costs and n <= m (a free column always
-                // remains); stop rather than loop.
-                break;
+            if index == usize::MAX {
+                // Unreachable with finite costs and n <= m (a column always
+                // remains); leave the row unassigned rather than loop.
+                break NONE;
             }
-            let j1 = free.swap_remove(best);
-            for &j in &tree {
-                u[p[j]] += delta;
-                v[j] -= delta;
+            min_val = lowest;
+            unreached -= 1;
+            cols.swap(index, unreached);
+            let j = cols.id[unreached];
+            match cols.owner[unreached] {
+                NONE => break j,
+                owner => i = owner,
             }
-            for &j in &free {
-                minv[j] -= delta;
-            }
-            // j1 joins the tree at the next iteration's push; its own minv is no longer used.
-            j0 = j1;
-            if p[j0] == 0 {
-                break;
-            }
+        };
+        if sink == NONE {
+            continue;
+        }
+        // The potentials, once for the whole search: the reached columns
+        // are the suffix from `unreached` on.
+        u[cur_row as usize] += min_val;
+        for &r in &scanned_rows[1..] {
+            let j = col_of_row[r as usize];
+            u[r as usize] += min_val - cols.dist[cols.pos[j as usize] as usize];
+        }
+        for (v, dist) in cols.v[unreached..].iter_mut().zip(&cols.dist[unreached..]) {
+            *v -= min_val - dist;
         }
         // Flip the augmenting path back to the root.
-        while j0 != 0 {
-            let j1 = way[j0];
-            p[j0] = p[j1];
-            j0 = j1;
+        let mut j = sink;
+        loop {
+            let k = cols.pos[j as usize] as usize;
+            let r = cols.via[k];
+            cols.owner[k] = r;
+            std::mem::swap(&mut col_of_row[r as usize], &mut j);
+            if r == cur_row {
+                break;
+            }
         }
     }
-    p
+    col_of_row
+        .into_iter()
+        .map(|j| if j == NONE { UNASSIGNED } else { j as usize })
+        .collect()
+}
+
+/// "No row" / "no column" among [`hungarian`]'s u32 indices.
+const NONE: u32 = u32::MAX;
+
+/// Every column's state for [`hungarian`], by position (`pos[j]`: where
+/// column `j` is).
+struct Columns {
+    id: Vec<u32>,
+    v: Vec<f64>,
+    /// Path length from the search's root (this search).
+    dist: Vec<f64>,
+    /// The row the shortest path reaches the column from (this search).
+    via: Vec<u32>,
+    /// The row assigned to the column, or [`NONE`].
+    owner: Vec<u32>,
+    pos: Vec<u32>,
+}
+
+impl Columns {
+    fn new(m: u32) -> Columns {
+        let len = m as usize;
+        Columns {
+            id: (0..m).collect(),
+            v: vec![0.0; len],
+            dist: vec![f64::INFINITY; len],
+            via: vec![NONE; len],
+            owner: vec![NONE; len],
+            pos: (0..m).collect(),
+        }
+    }
+
+    /// Swaps the columns at positions `a` and `b`.
+    fn swap(&mut self, a: usize, b: usize) {
+        self.id.swap(a, b);
+        self.v.swap(a, b);
+        self.dist.swap(a, b);
+        self.via.swap(a, b);
+        self.owner.swap(a, b);
+        self.pos[self.id[a] as usize] = a as u32;
+        self.pos[self.id[b] as usize] = b as u32;
+    }
 }
 
 #[cfg(test)]
@@ -342,6 +417,30 @@ mod tests {
                     "case {case}: a missing edge paired"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn all_tied_weights_match_every_row_of_the_smaller_side() {
+        // The degenerate case the search's tie-break is for: every pair the
+        // same, or one of two values; any complete matching is optimal.
+        for (rows, cols) in [(300, 400), (400, 300), (250, 250)] {
+            let mut w = WeightMatrix::new(rows, cols);
+            for r in 0..rows {
+                for c in 0..cols {
+                    w.set(r, c, if (r + c) % 7 == 0 { 2.0 } else { 1.0 });
+                }
+            }
+            let m = max_weight_matching(&w);
+            assert_eq!(m.pairs.len(), rows.min(cols));
+            // The 2.0 edges join rows of residue a (mod 7) to columns of
+            // residue -a: as many of them as the smaller of the two classes.
+            let class = |len: usize, a: usize| (0..len).filter(|x| x % 7 == a).count();
+            let heavy: usize = (0..7)
+                .map(|a| class(rows, a).min(class(cols, (7 - a) % 7)))
+                .sum();
+            let best = rows.min(cols) as f64 + heavy as f64;
+            assert!((m.total - best).abs() < 1e-9, "{} vs {best}", m.total);
         }
     }
 
