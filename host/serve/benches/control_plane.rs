@@ -16,6 +16,7 @@ mod common;
 
 use arbiter_proto::v1;
 use arbiter_serve::plane::{Caller, Plane, PlaneConfig, default_pool};
+use arbiter_serve::records::{JobSpecRecord, NewJob};
 use common::Bearer;
 use std::time::{Duration, Instant};
 use tonic::transport::Channel;
@@ -336,14 +337,19 @@ fn ticks(cfg: PlaneConfig, rounds: u32, shadow: bool) -> anyhow::Result<(f64, f6
     let mut total = Duration::ZERO;
     for r in 0..rounds {
         // 40 new jobs a round with 200-400 ms run times: a busy, churning cluster.
-        let specs: Vec<v1::JobSpec> = (0..40)
+        let jobs = (0..40)
             .map(|_| {
                 next += 1;
-                spec(next, 200 + (next % 3) * 100)
+                let spec = spec(next, 200 + (next % 3) * 100);
+                JobSpecRecord::from_proto(&spec).map(|spec| NewJob {
+                    spec,
+                    tenant: String::new(),
+                })
             })
-            .collect();
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         let (_, ack) = plane
-            .submit(&Caller::Admin, &specs)
+            .submit(&Caller::Admin, jobs)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         drop(ack);
         let started = Instant::now();

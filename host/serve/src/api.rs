@@ -9,8 +9,9 @@
 //! unauthenticated, permission denied, not found, invalid argument, failed
 //! precondition, already exists, internal.
 
-use crate::board::Board;
+use crate::board::{Board, progress_proto};
 use crate::plane::{ApiError, Caller, Plane};
+use crate::records::{JobEvent, JobSpecRecord, JobStatus, NewJob, ServiceReport};
 use crate::store::Ack;
 use arbiter_host::registry::Registry;
 use arbiter_proto::v1;
@@ -27,7 +28,7 @@ use tonic::{Request, Response, Status};
 pub struct Api {
     plane: Arc<Mutex<Plane>>,
     board: Arc<Board>,
-    events: tokio::sync::broadcast::Sender<v1::JobEvent>,
+    events: tokio::sync::broadcast::Sender<JobEvent>,
     registry: Arc<Registry>,
 }
 
@@ -63,7 +64,7 @@ fn bearer<T>(request: &Request<T>) -> Result<Option<String>, Status> {
 /// job-event channel and its registry (see [`Api::parts`]).
 pub struct ApiParts {
     board: Arc<Board>,
-    events: tokio::sync::broadcast::Sender<v1::JobEvent>,
+    events: tokio::sync::broadcast::Sender<JobEvent>,
     /// To compile uploads against (the plane's, never replaced).
     registry: Arc<Registry>,
 }
@@ -133,6 +134,23 @@ impl Api {
     }
 }
 
+/// The jobs of a submission, each spec checked (the error names which).
+fn new_jobs(specs: &[v1::JobSpec]) -> Result<Vec<NewJob>, Status> {
+    specs
+        .iter()
+        .enumerate()
+        .map(|(i, spec)| {
+            let record = JobSpecRecord::from_proto(spec).map_err(|e| {
+                Status::invalid_argument(format!("{}: {e}", NewJob::which(i, specs.len())))
+            })?;
+            Ok(NewJob {
+                spec: record,
+                tenant: spec.tenant.clone(),
+            })
+        })
+        .collect()
+}
+
 /// Waits until a write is durable (after the plane's lock is released).
 async fn durable(ack: Ack) -> Result<(), Status> {
     ack.done()
@@ -150,9 +168,8 @@ impl v1::jobs_server::Jobs for Api {
             .into_inner()
             .spec
             .ok_or_else(|| Status::invalid_argument("`spec` is required"))?;
-        let (ids, ack) = self
-            .jobs_write(|p| p.submit(&caller, std::slice::from_ref(&spec)))
-            .await?;
+        let jobs = new_jobs(std::slice::from_ref(&spec))?;
+        let (ids, ack) = self.jobs_write(|p| p.submit(&caller, jobs)).await?;
         durable(ack).await?;
         let id = ids
             .first()
@@ -167,7 +184,8 @@ impl v1::jobs_server::Jobs for Api {
     ) -> Reply<v1::SubmitJobsResponse> {
         let caller = self.caller(&request)?;
         let specs = request.into_inner().specs;
-        let (ids, ack) = self.jobs_write(|p| p.submit(&caller, &specs)).await?;
+        let jobs = new_jobs(&specs)?;
+        let (ids, ack) = self.jobs_write(|p| p.submit(&caller, jobs)).await?;
         durable(ack).await?;
         Ok(Response::new(v1::SubmitJobsResponse { ids }))
     }
@@ -178,7 +196,9 @@ impl v1::jobs_server::Jobs for Api {
             .jobs_write(|p| p.cancel(&caller, request.get_ref().id))
             .await?;
         durable(ack).await?;
-        Ok(Response::new(v1::CancelJobResponse { job: Some(job) }))
+        Ok(Response::new(v1::CancelJobResponse {
+            job: Some(job.to_proto()),
+        }))
     }
 
     async fn get(&self, request: Request<v1::JobRef>) -> Reply<v1::Job> {
@@ -220,18 +240,21 @@ impl v1::jobs_server::Jobs for Api {
                     ))));
                 }
             };
-            let tenant = event
-                .job
-                .as_ref()
-                .and_then(|j| j.spec.as_ref())
-                .map(|s| s.tenant.clone())
-                .unwrap_or_default();
+            let tenant = &event.job.tenant;
             let visible = match &caller {
-                Caller::Admin => want.is_empty() || want == tenant,
-                Caller::Tenant(t) => *t == tenant,
+                Caller::Admin => want.is_empty() || want == *tenant,
+                Caller::Tenant(t) => t == tenant,
                 Caller::Node(_) => false,
             };
-            visible.then_some(Ok(event))
+            visible.then(|| {
+                Ok(v1::JobEvent {
+                    job: Some(event.job.to_proto()),
+                    previous: event
+                        .previous
+                        .map_or(v1::JobState::Unspecified, JobStatus::to_proto)
+                        as i32,
+                })
+            })
         });
         Ok(Response::new(Box::pin(stream)))
     }
@@ -244,7 +267,7 @@ impl v1::jobs_server::Jobs for Api {
         let progress = self
             .jobs_write(|p| p.report_progress(&caller, r.id, r.remaining_ms))
             .await?;
-        Ok(Response::new(progress))
+        Ok(Response::new(progress_proto(&progress)))
     }
     async fn report_service(
         &self,
@@ -252,10 +275,15 @@ impl v1::jobs_server::Jobs for Api {
     ) -> Reply<v1::ServiceLoad> {
         let caller = self.caller(&request)?;
         let r = request.into_inner();
+        let report = ServiceReport {
+            requests_per_s: r.requests_per_s,
+            p50_latency_ms: r.p50_latency_ms,
+            p99_latency_ms: r.p99_latency_ms,
+        };
         let load = self
-            .jobs_write(|p| p.report_service(&caller, r.id, r))
+            .jobs_write(|p| p.report_service(&caller, r.id, report))
             .await?;
-        Ok(Response::new(load))
+        Ok(Response::new(load.to_proto()))
     }
 }
 

@@ -101,6 +101,42 @@ pub struct StoredJob {
     pub service: Option<ServiceRecord>,
 }
 
+/// A job to accept: its spec, and the tenant the submitter named ("": the
+/// caller's own, or `default` for the admin).
+#[derive(Clone, Debug)]
+pub struct NewJob {
+    pub spec: JobSpecRecord,
+    pub tenant: String,
+}
+
+impl NewJob {
+    /// How errors name job `index` of `count` submitted together.
+    pub fn which(index: usize, count: usize) -> String {
+        if count == 1 {
+            "job spec".to_string()
+        } else {
+            format!("job spec #{index}")
+        }
+    }
+}
+
+/// A job's state change, as watchers are told it.
+#[derive(Clone, Debug)]
+pub struct JobEvent {
+    /// The job as it is after the change.
+    pub job: StoredJob,
+    /// Its state before (`None`: just submitted).
+    pub previous: Option<JobStatus>,
+}
+
+/// An inference job's load as its reporter states it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ServiceReport {
+    pub requests_per_s: f32,
+    pub p50_latency_ms: u32,
+    pub p99_latency_ms: u32,
+}
+
 /// An inference job's load as its reporter last stated it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ServiceRecord {

@@ -22,17 +22,19 @@ impl Plane {
     pub fn submit(
         &mut self,
         caller: &Caller,
-        specs: &[v1::JobSpec],
+        jobs: Vec<NewJob>,
     ) -> Result<(Vec<u64>, Ack), ApiError> {
-        let mut accepted = Vec::with_capacity(specs.len());
-        for (i, spec) in specs.iter().enumerate() {
-            let which = if specs.len() == 1 {
-                "job spec".to_string()
-            } else {
-                format!("job spec #{i}")
-            };
-            let record = JobSpecRecord::from_proto(spec)
-                .map_err(|e| ApiError::InvalidArgument(format!("{which}: {e}")))?;
+        let mut accepted = Vec::with_capacity(jobs.len());
+        let count = jobs.len();
+        for (
+            i,
+            NewJob {
+                spec: record,
+                tenant: asked,
+            },
+        ) in jobs.into_iter().enumerate()
+        {
+            let which = NewJob::which(i, count);
             if let Some(why) = self.fleet.never_fits(&record) {
                 return Err(ApiError::InvalidArgument(format!(
                     "{which}: can never run on this cluster: {why}"
@@ -40,24 +42,22 @@ impl Plane {
             }
             let tenant = match caller {
                 Caller::Tenant(t) => {
-                    if !spec.tenant.is_empty() && &spec.tenant != t {
+                    if !asked.is_empty() && &asked != t {
                         return Err(ApiError::PermissionDenied(format!(
-                            "tenant `{t}` may not submit for tenant `{}`",
-                            spec.tenant
+                            "tenant `{t}` may not submit for tenant `{asked}`"
                         )));
                     }
                     t.clone()
                 }
-                Caller::Admin if spec.tenant.is_empty() || spec.tenant == DEFAULT_TENANT => {
+                Caller::Admin if asked.is_empty() || asked == DEFAULT_TENANT => {
                     DEFAULT_TENANT.to_string()
                 }
-                Caller::Admin if !self.tenants.contains_key(&spec.tenant) => {
+                Caller::Admin if !self.tenants.contains_key(&asked) => {
                     return Err(ApiError::NotFound(format!(
-                        "{which}: no tenant `{}` (add it first: `arbiter tenant add`)",
-                        spec.tenant
+                        "{which}: no tenant `{asked}` (add it first: `arbiter tenant add`)"
                     )));
                 }
-                Caller::Admin => spec.tenant.clone(),
+                Caller::Admin => asked,
                 Caller::Node(_) => return Err(node_token_refused()),
             };
             accepted.push((record, tenant));
@@ -89,7 +89,7 @@ impl Plane {
                 service: None,
             };
             writes.push(job_write(&job));
-            self.notify(&job, v1::JobState::Unspecified);
+            self.notify(&job, None);
             self.by_status
                 .entry(JobStatus::Queued)
                 .or_default()
@@ -211,7 +211,7 @@ impl Plane {
         Ok(job)
     }
 
-    pub fn cancel(&mut self, caller: &Caller, id: u64) -> Result<(v1::Job, Ack), ApiError> {
+    pub fn cancel(&mut self, caller: &Caller, id: u64) -> Result<(StoredJob, Ack), ApiError> {
         self.live_job(caller, id)?;
         self.stop_elsewhere(id, "");
         self.remove_from_cell(id);
@@ -219,7 +219,7 @@ impl Plane {
         let job = self
             .jobs
             .get(&id)
-            .map(StoredJob::to_proto)
+            .cloned()
             .ok_or_else(|| internal("cancelled job vanished"))?;
         Ok((job, ack))
     }
@@ -230,7 +230,7 @@ impl Plane {
         caller: &Caller,
         id: u64,
         remaining_ms: u64,
-    ) -> Result<v1::JobProgress, ApiError> {
+    ) -> Result<model::JobProgress, ApiError> {
         self.live_job(caller, id)?;
         let (state, local) = self.in_cell(id)?;
         state
@@ -239,8 +239,6 @@ impl Plane {
         self.keep_progress(id);
         self.jobs.touch(id);
         self.cell_progress(id)
-            .as_ref()
-            .map(progress_proto)
             .ok_or_else(|| internal("reported job vanished from its cell"))
     }
 
@@ -258,8 +256,8 @@ impl Plane {
         &mut self,
         caller: &Caller,
         id: u64,
-        load: v1::ReportServiceRequest,
-    ) -> Result<v1::ServiceLoad, ApiError> {
+        load: ServiceReport,
+    ) -> Result<ServiceRecord, ApiError> {
         self.live_job(caller, id)?;
         let finite = load.requests_per_s.is_finite() && load.requests_per_s >= 0.0;
         if !finite || load.p50_latency_ms > load.p99_latency_ms {
@@ -290,28 +288,28 @@ impl Plane {
             let job = job.clone();
             self.writer.send(job_write(&job));
         }
-        Ok(record.to_proto())
+        Ok(record)
     }
 
-    pub fn subscribe(&self) -> broadcast::Receiver<v1::JobEvent> {
+    pub fn subscribe(&self) -> broadcast::Receiver<JobEvent> {
         self.events.subscribe()
     }
 
     /// The job-event channel, to subscribe without the plane's lock.
-    pub fn event_sender(&self) -> broadcast::Sender<v1::JobEvent> {
+    pub fn event_sender(&self) -> broadcast::Sender<JobEvent> {
         self.events.clone()
     }
 
     /// Queues a job event; it is sent once the change is on the board
     /// ([`Plane::publish_jobs`]), so a watcher reading the job it names
     /// never sees it as it was before.
-    pub(super) fn notify(&mut self, job: &StoredJob, previous: v1::JobState) {
+    pub(super) fn notify(&mut self, job: &StoredJob, previous: Option<JobStatus>) {
         if self.events.receiver_count() == 0 {
             return;
         }
-        self.unsent_events.push(v1::JobEvent {
-            job: Some(job.to_proto()),
-            previous: previous as i32,
+        self.unsent_events.push(JobEvent {
+            job: job.clone(),
+            previous,
         });
     }
 
@@ -328,7 +326,7 @@ impl Plane {
 
     pub(super) fn set_status(&mut self, id: u64, status: JobStatus) {
         if let Some(job) = self.jobs.get_mut(&id) {
-            let previous = job.status.to_proto();
+            let previous = Some(job.status);
             move_status(&mut self.by_status, id, job.status, status);
             job.status = status;
             let job = job.clone();
@@ -342,7 +340,7 @@ impl Plane {
         let Some(job) = self.jobs.get_mut(&id) else {
             return self.writer.send_durable(Vec::new());
         };
-        let previous = job.status.to_proto();
+        let previous = Some(job.status);
         let was_running = job.status == JobStatus::Running;
         self.job_samples.remove(&id);
         self.sm_shares.remove(&id);

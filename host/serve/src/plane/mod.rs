@@ -28,7 +28,7 @@
 //! `table` is the job table. The types and helpers they share
 //! stay here.
 
-use crate::board::{Board, progress_proto};
+use crate::board::Board;
 use crate::clock::{Clock, SystemClock};
 use crate::journal::{JournalLimits, JournalWriter, Record, RoundRecord};
 use crate::launch;
@@ -424,9 +424,9 @@ pub struct Plane {
     experiments: BTreeMap<String, ExperimentRecord>,
     /// Final arm metrics of experiments that ended in this process.
     finished_status: BTreeMap<String, v1::ExperimentStatus>,
-    events: broadcast::Sender<v1::JobEvent>,
+    events: broadcast::Sender<JobEvent>,
     /// Job events not yet sent: they wait for their changes to be published.
-    unsent_events: Vec<v1::JobEvent>,
+    unsent_events: Vec<JobEvent>,
     metrics: PolicyMetrics,
     /// Stats of the single control cell outside experiments.
     tenant_faults: u64,
