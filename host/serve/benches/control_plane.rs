@@ -16,7 +16,7 @@ mod common;
 
 use arbiter_proto::v1;
 use arbiter_serve::plane::{Caller, Plane, PlaneConfig, default_pool};
-use arbiter_serve::records::{JobSpecRecord, NewJob};
+use arbiter_serve::records::{ExperimentRequest, JobSpecRecord, NewJob};
 use common::Bearer;
 use std::time::{Duration, Instant};
 use tonic::transport::Channel;
@@ -320,16 +320,15 @@ fn ticks(cfg: PlaneConfig, rounds: u32, shadow: bool) -> anyhow::Result<(f64, f6
             .upload(&Caller::Admin, "fifo", compiled, wasm, "", true)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         ack.wait()?;
-        let (_, ack) = plane
-            .start_experiment(
-                &Caller::Admin,
-                &v1::StartExperimentRequest {
-                    name: "shadow".into(),
-                    mode: v1::ExperimentMode::Shadow as i32,
-                    candidate_slot: "fifo".into(),
-                    ..Default::default()
-                },
-            )
+        let request = ExperimentRequest::from_proto(&v1::StartExperimentRequest {
+            name: "shadow".into(),
+            mode: v1::ExperimentMode::Shadow as i32,
+            candidate_slot: "fifo".into(),
+            ..Default::default()
+        })
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let ack = plane
+            .start_experiment(&Caller::Admin, request)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         ack.wait()?;
     }

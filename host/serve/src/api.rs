@@ -11,7 +11,9 @@
 
 use crate::board::{Board, progress_proto};
 use crate::plane::{ApiError, Caller, Plane};
-use crate::records::{JobEvent, JobSpecRecord, JobStatus, NewJob, ServiceReport};
+use crate::records::{
+    ExperimentRequest, JobEvent, JobSpecRecord, JobStatus, NewJob, ServiceReport,
+};
 use crate::store::Ack;
 use arbiter_host::registry::Registry;
 use arbiter_proto::v1;
@@ -149,6 +151,12 @@ fn new_jobs(specs: &[v1::JobSpec]) -> Result<Vec<NewJob>, Status> {
             })
         })
         .collect()
+}
+
+/// A write's result is read back from the board it was published on; not
+/// finding it there is a bug, never the caller's fault.
+fn written_but_not_shown(what: &str) -> Status {
+    Status::internal(format!("the {what} written is not on the board"))
 }
 
 /// Waits until a write is durable (after the plane's lock is released).
@@ -312,7 +320,7 @@ impl v1::policies_server::Policies for Api {
         })
         .await
         .map_err(|e| Status::internal(format!("compile task: {e}")))??;
-        let (generation, ack) = self
+        let (loaded, ack) = self
             .admin_write(|p| {
                 p.upload(
                     &caller,
@@ -325,6 +333,16 @@ impl v1::policies_server::Policies for Api {
             })
             .await?;
         durable(ack).await?;
+        let generation = self
+            .board
+            .slot_info(&caller, &loaded.slot)
+            .ok()
+            .and_then(|info| {
+                info.generations
+                    .into_iter()
+                    .find(|g| g.id == loaded.generation)
+            })
+            .ok_or_else(|| written_but_not_shown("generation"))?;
         Ok(Response::new(v1::UploadPolicyResponse {
             generation: Some(generation),
         }))
@@ -333,21 +351,21 @@ impl v1::policies_server::Policies for Api {
     async fn swap(&self, request: Request<v1::SwapPolicyRequest>) -> Reply<v1::SlotInfo> {
         let caller = self.caller(&request)?;
         let r = request.get_ref();
-        let (info, ack) = self
+        let ack = self
             .admin_write(|p| p.swap(&caller, &r.slot, r.generation))
             .await?;
         durable(ack).await?;
-        Ok(Response::new(info))
+        Ok(Response::new(self.board.slot_info(&caller, &r.slot)?))
     }
 
     async fn rollback(&self, request: Request<v1::RollbackPolicyRequest>) -> Reply<v1::SlotInfo> {
         let caller = self.caller(&request)?;
         let r = request.get_ref();
-        let (info, ack) = self
+        let ack = self
             .admin_write(|p| p.rollback(&caller, &r.slot, r.generation))
             .await?;
         durable(ack).await?;
-        Ok(Response::new(info))
+        Ok(Response::new(self.board.slot_info(&caller, &r.slot)?))
     }
 
     async fn describe(&self, request: Request<v1::SlotRef>) -> Reply<v1::SlotInfo> {
@@ -372,11 +390,14 @@ impl v1::experiments_server::Experiments for Api {
         request: Request<v1::StartExperimentRequest>,
     ) -> Reply<v1::ExperimentStatus> {
         let caller = self.caller(&request)?;
-        let (status, ack) = self
-            .admin_write(|p| p.start_experiment(&caller, request.get_ref()))
+        let req =
+            ExperimentRequest::from_proto(request.get_ref()).map_err(Status::invalid_argument)?;
+        let name = req.name.clone();
+        let ack = self
+            .admin_write(|p| p.start_experiment(&caller, req))
             .await?;
         durable(ack).await?;
-        Ok(Response::new(status))
+        Ok(Response::new(self.board.experiment_status(&name)?))
     }
 
     async fn status(&self, request: Request<v1::ExperimentRef>) -> Reply<v1::ExperimentStatus> {
@@ -404,20 +425,30 @@ impl v1::experiments_server::Experiments for Api {
 
     async fn promote(&self, request: Request<v1::ExperimentRef>) -> Reply<v1::ExperimentStatus> {
         let caller = self.caller(&request)?;
-        let (status, ack) = self
-            .admin_write(|p| p.promote(&caller, &request.get_ref().name))
-            .await?;
+        let name = &request.get_ref().name;
+        let ack = self.admin_write(|p| p.promote(&caller, name)).await?;
         durable(ack).await?;
-        Ok(Response::new(status))
+        Ok(Response::new(self.board.experiment_status(name)?))
     }
 
     async fn abort(&self, request: Request<v1::ExperimentRef>) -> Reply<v1::ExperimentStatus> {
         let caller = self.caller(&request)?;
-        let (status, ack) = self
-            .admin_write(|p| p.abort(&caller, &request.get_ref().name))
-            .await?;
+        let name = &request.get_ref().name;
+        let ack = self.admin_write(|p| p.abort(&caller, name)).await?;
         durable(ack).await?;
-        Ok(Response::new(status))
+        Ok(Response::new(self.board.experiment_status(name)?))
+    }
+}
+
+impl Api {
+    /// Node `name` as the board shows it, after a write to it.
+    fn node_info(&self, name: &str) -> Reply<v1::NodeInfo> {
+        self.board
+            .list_nodes()
+            .into_iter()
+            .find(|n| n.name == name)
+            .map(Response::new)
+            .ok_or_else(|| written_but_not_shown("node"))
     }
 }
 
@@ -432,29 +463,26 @@ impl v1::nodes_server::Nodes for Api {
 
     async fn drain(&self, request: Request<v1::DrainNodeRequest>) -> Reply<v1::NodeInfo> {
         let caller = self.caller(&request)?;
-        let (info, ack) = self
-            .admin_write(|p| p.drain(&caller, &request.get_ref().name))
-            .await?;
+        let name = &request.get_ref().name;
+        let ack = self.admin_write(|p| p.drain(&caller, name)).await?;
         durable(ack).await?;
-        Ok(Response::new(info))
+        self.node_info(name)
     }
 
     async fn undrain(&self, request: Request<v1::DrainNodeRequest>) -> Reply<v1::NodeInfo> {
         let caller = self.caller(&request)?;
-        let (info, ack) = self
-            .admin_write(|p| p.undrain(&caller, &request.get_ref().name))
-            .await?;
+        let name = &request.get_ref().name;
+        let ack = self.admin_write(|p| p.undrain(&caller, name)).await?;
         durable(ack).await?;
-        Ok(Response::new(info))
+        self.node_info(name)
     }
 
     async fn lend(&self, request: Request<v1::LendNodeRequest>) -> Reply<v1::NodeInfo> {
         let caller = self.caller(&request)?;
-        let (info, ack) = self
-            .admin_write(|p| p.lend(&caller, &request.get_ref().name))
-            .await?;
+        let name = &request.get_ref().name;
+        let ack = self.admin_write(|p| p.lend(&caller, name)).await?;
         durable(ack).await?;
-        Ok(Response::new(info))
+        self.node_info(name)
     }
 
     async fn reclaim(
@@ -463,11 +491,17 @@ impl v1::nodes_server::Nodes for Api {
     ) -> Reply<v1::ReclaimNodesResponse> {
         let caller = self.caller(&request)?;
         let r = request.get_ref();
-        let (response, ack) = self
+        let (reclaimed, ack) = self
             .admin_write(|p| p.reclaim(&caller, &r.pool, r.count))
             .await?;
         durable(ack).await?;
-        Ok(Response::new(response))
+        Ok(Response::new(v1::ReclaimNodesResponse {
+            returned: reclaimed.returned,
+            preempted: reclaimed.preempted,
+            scaled_in: reclaimed.scaled_in,
+            served: reclaimed.served,
+            faults: reclaimed.faults,
+        }))
     }
 }
 
@@ -488,11 +522,17 @@ impl v1::cluster_server::Cluster for Api {
     async fn add_tenant(&self, request: Request<v1::AddTenantRequest>) -> Reply<v1::TenantInfo> {
         let caller = self.caller(&request)?;
         let r = request.get_ref();
-        let (info, ack) = self
+        let (token, ack) = self
             .admin_write(|p| p.add_tenant(&caller, &r.name, r.quota_gpus))
             .await?;
         durable(ack).await?;
-        Ok(Response::new(info))
+        let info = self
+            .board
+            .list_tenants(&caller)
+            .into_iter()
+            .find(|t| t.name == r.name)
+            .ok_or_else(|| written_but_not_shown("tenant"))?;
+        Ok(Response::new(v1::TenantInfo { token, ..info }))
     }
 
     async fn remove_tenant(

@@ -120,6 +120,55 @@ impl NewJob {
     }
 }
 
+/// An experiment to start, as asked (checked against the plane's state
+/// when it starts).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExperimentRequest {
+    pub name: String,
+    pub mode: Mode,
+    pub candidate_slot: String,
+    pub candidate_tenants: Vec<String>,
+    /// The candidate arm's share of a randomised split (0: the default, ½).
+    pub candidate_share: f64,
+    pub guardrail: GuardrailRecord,
+}
+
+impl ExperimentRequest {
+    pub fn from_proto(req: &v1::StartExperimentRequest) -> Result<ExperimentRequest, String> {
+        let mode = match v1::ExperimentMode::try_from(req.mode) {
+            Ok(v1::ExperimentMode::Split) => Mode::Split,
+            Ok(v1::ExperimentMode::Shadow) => Mode::Shadow,
+            _ => return Err("mode must be SPLIT or SHADOW".into()),
+        };
+        Ok(ExperimentRequest {
+            name: req.name.clone(),
+            mode,
+            candidate_slot: req.candidate_slot.clone(),
+            candidate_tenants: req.candidate_tenants.clone(),
+            candidate_share: req.candidate_share,
+            guardrail: GuardrailRecord::from_proto(req.guardrail.as_ref())?,
+        })
+    }
+}
+
+/// Where an upload went: its slot and its generation there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Loaded {
+    pub slot: String,
+    pub generation: u64,
+}
+
+/// What a reclaim did: the nodes it returned, the jobs it preempted or
+/// scaled in, who answered (`active`, `fallback`, `native`) and their faults.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Reclaimed {
+    pub returned: Vec<String>,
+    pub preempted: Vec<u64>,
+    pub scaled_in: Vec<u64>,
+    pub served: String,
+    pub faults: Vec<String>,
+}
+
 /// A job's state change, as watchers are told it.
 #[derive(Clone, Debug)]
 pub struct JobEvent {

@@ -23,8 +23,8 @@ impl Plane {
     pub fn start_experiment(
         &mut self,
         caller: &Caller,
-        req: &v1::StartExperimentRequest,
-    ) -> Result<(v1::ExperimentStatus, Ack), ApiError> {
+        req: ExperimentRequest,
+    ) -> Result<Ack, ApiError> {
         Self::require_admin(caller)?;
         if let Some(e) = &self.experiment {
             return Err(ApiError::FailedPrecondition(format!(
@@ -41,15 +41,7 @@ impl Plane {
                 req.name
             )));
         }
-        let mode = match v1::ExperimentMode::try_from(req.mode) {
-            Ok(v1::ExperimentMode::Split) => Mode::Split,
-            Ok(v1::ExperimentMode::Shadow) => Mode::Shadow,
-            _ => {
-                return Err(ApiError::InvalidArgument(
-                    "mode must be SPLIT or SHADOW".into(),
-                ));
-            }
-        };
+        let mode = req.mode;
         if req.candidate_slot.is_empty()
             || req.candidate_slot == DEFAULT_SLOT
             || req.candidate_slot.starts_with("tenant:")
@@ -73,16 +65,14 @@ impl Plane {
                 return Err(ApiError::NotFound(format!("no tenant `{t}`")));
             }
         }
-        let guardrail = GuardrailRecord::from_proto(req.guardrail.as_ref())
-            .map_err(ApiError::InvalidArgument)?;
         let record = ExperimentRecord {
-            name: req.name.clone(),
+            name: req.name,
             mode,
             state: ExperimentState::Running,
-            candidate_slot: req.candidate_slot.clone(),
-            candidate_tenants: req.candidate_tenants.clone(),
+            candidate_slot: req.candidate_slot,
+            candidate_tenants: req.candidate_tenants,
             candidate_share: share,
-            guardrail,
+            guardrail: req.guardrail,
             reason: String::new(),
             started_ms: self.now_ms(),
             ended_ms: 0,
@@ -91,7 +81,7 @@ impl Plane {
         };
         self.activate_experiment(record.clone(), None)?;
         let ack = self.persist_experiment(&record);
-        Ok((self.experiment_status(&record.name)?, ack))
+        Ok(ack)
     }
 
     pub(super) fn activate_experiment(
@@ -279,11 +269,7 @@ impl Plane {
         Some(ack)
     }
 
-    pub fn promote(
-        &mut self,
-        caller: &Caller,
-        name: &str,
-    ) -> Result<(v1::ExperimentStatus, Ack), ApiError> {
+    pub fn promote(&mut self, caller: &Caller, name: &str) -> Result<Ack, ApiError> {
         Self::require_admin(caller)?;
         self.running_named(name)?;
         let (slot_name, candidate_gen) = match &self.experiment {
@@ -322,20 +308,16 @@ impl Plane {
             )
             .ok_or_else(|| internal("experiment vanished"))?;
         drop(ack1);
-        Ok((self.experiment_status(name)?, ack))
+        Ok(ack)
     }
 
-    pub fn abort(
-        &mut self,
-        caller: &Caller,
-        name: &str,
-    ) -> Result<(v1::ExperimentStatus, Ack), ApiError> {
+    pub fn abort(&mut self, caller: &Caller, name: &str) -> Result<Ack, ApiError> {
         Self::require_admin(caller)?;
         self.running_named(name)?;
         let ack = self
             .end_experiment(ExperimentState::Aborted, "aborted by request".into())
             .ok_or_else(|| internal("experiment vanished"))?;
-        Ok((self.experiment_status(name)?, ack))
+        Ok(ack)
     }
 
     pub(super) fn running_named(&self, name: &str) -> Result<(), ApiError> {

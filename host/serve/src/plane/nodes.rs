@@ -73,7 +73,7 @@ impl Plane {
             .collect()
     }
 
-    pub fn drain(&mut self, caller: &Caller, name: &str) -> Result<(v1::NodeInfo, Ack), ApiError> {
+    pub fn drain(&mut self, caller: &Caller, name: &str) -> Result<Ack, ApiError> {
         Self::require_admin(caller)?;
         self.node_mut(name)?;
         self.set_drained(name, NodeStatus::Draining, model::node_state::CORDONED)
@@ -81,11 +81,7 @@ impl Plane {
 
     /// Undoes a drain: a draining node takes new work again (a lost or
     /// reclaimed node is not the operator's to bring back this way).
-    pub fn undrain(
-        &mut self,
-        caller: &Caller,
-        name: &str,
-    ) -> Result<(v1::NodeInfo, Ack), ApiError> {
+    pub fn undrain(&mut self, caller: &Caller, name: &str) -> Result<Ack, ApiError> {
         Self::require_admin(caller)?;
         let node = self.node_mut(name)?;
         match node.status {
@@ -110,7 +106,7 @@ impl Plane {
         name: &str,
         status: NodeStatus,
         cell_state: u8,
-    ) -> Result<(v1::NodeInfo, Ack), ApiError> {
+    ) -> Result<Ack, ApiError> {
         self.node_mut(name)?.status = status;
         for cell in &mut self.cells {
             if cell.state.node_index(name).is_some() {
@@ -120,15 +116,9 @@ impl Plane {
             }
         }
         let bytes = serde_json::to_vec(&status).map_err(internal)?;
-        let ack = self
+        Ok(self
             .writer
-            .send_durable(vec![Write::Put(format!("node/{name}"), bytes)]);
-        let info = self
-            .list_nodes()
-            .into_iter()
-            .find(|n| n.name == name)
-            .ok_or_else(|| internal("the node vanished"))?;
-        Ok((info, ack))
+            .send_durable(vec![Write::Put(format!("node/{name}"), bytes)]))
     }
 
     pub(super) fn node_mut(&mut self, name: &str) -> Result<&mut PoolNode, ApiError> {
@@ -139,13 +129,6 @@ impl Plane {
     }
 
     /// The node `name`'s info as listed.
-    pub(super) fn node_info(&self, name: &str) -> Result<v1::NodeInfo, ApiError> {
-        self.list_nodes()
-            .into_iter()
-            .find(|n| n.name == name)
-            .ok_or_else(|| ApiError::NotFound(format!("no node `{name}`")))
-    }
-
     /// Persists a node's status and loan (restored at start-up).
     pub(super) fn node_write(node: &PoolNode) -> Result<Vec<Write>, ApiError> {
         let name = &node.request.name;
@@ -162,7 +145,7 @@ impl Plane {
     }
 
     /// Lends a node to training: schedulable again, and a reclaim candidate.
-    pub fn lend(&mut self, caller: &Caller, name: &str) -> Result<(v1::NodeInfo, Ack), ApiError> {
+    pub fn lend(&mut self, caller: &Caller, name: &str) -> Result<Ack, ApiError> {
         Self::require_admin(caller)?;
         let node = self.node_mut(name)?;
         if matches!(node.status, NodeStatus::Lost | NodeStatus::Draining) {
@@ -184,7 +167,7 @@ impl Plane {
         }
         let ack = self.writer.send_durable(writes);
         tracing::info!(node = name, "node lent to training");
-        Ok((self.node_info(name)?, ack))
+        Ok(ack)
     }
 
     /// Takes `count` on-loan nodes of `pool` back through the host core's
@@ -197,7 +180,7 @@ impl Plane {
         caller: &Caller,
         pool: &str,
         count: u32,
-    ) -> Result<(v1::ReclaimNodesResponse, Ack), ApiError> {
+    ) -> Result<(Reclaimed, Ack), ApiError> {
         Self::require_admin(caller)?;
         if count == 0 {
             return Err(ApiError::InvalidArgument("count must be at least 1".into()));
@@ -217,7 +200,7 @@ impl Plane {
             )));
         }
         let now = self.now_ms();
-        let mut response = v1::ReclaimNodesResponse::default();
+        let mut response = Reclaimed::default();
         let mut remaining = count;
         let mut writes = Vec::new();
         for index in 0..self.cells.len() {

@@ -30,7 +30,7 @@ impl Plane {
         wasm: &[u8],
         config: &str,
         activate: bool,
-    ) -> Result<(v1::GenerationInfo, Ack), ApiError> {
+    ) -> Result<(Loaded, Ack), ApiError> {
         let slot = match (caller, slot) {
             (Caller::Tenant(t), "") => tenant_slot(t),
             // A pure matcher has one place to go.
@@ -85,7 +85,13 @@ impl Plane {
         }
         let (generation, ack) =
             self.load_generation(&slot, compiled, wasm, config.to_string(), activate)?;
-        Ok((self.generation_info(&slot, &generation), ack))
+        Ok((
+            Loaded {
+                slot,
+                generation: generation.id,
+            },
+            ack,
+        ))
     }
 
     pub(super) fn load_generation(
@@ -264,12 +270,7 @@ impl Plane {
         })
     }
 
-    pub fn swap(
-        &mut self,
-        caller: &Caller,
-        slot: &str,
-        generation: u64,
-    ) -> Result<(v1::SlotInfo, Ack), ApiError> {
+    pub fn swap(&mut self, caller: &Caller, slot: &str, generation: u64) -> Result<Ack, ApiError> {
         let s = self.find_slot(caller, slot)?;
         if slot == DEFAULT_SLOT && self.experiment.is_some() {
             return Err(ApiError::FailedPrecondition(
@@ -278,8 +279,7 @@ impl Plane {
         }
         s.activate(generation)
             .map_err(|e| ApiError::NotFound(e.to_string()))?;
-        let ack = self.writer.send_durable(vec![self.slot_write(&s)?]);
-        Ok((self.slot_info(caller, slot)?, ack))
+        Ok(self.writer.send_durable(vec![self.slot_write(&s)?]))
     }
 
     pub fn rollback(
@@ -287,12 +287,11 @@ impl Plane {
         caller: &Caller,
         slot: &str,
         generation: u64,
-    ) -> Result<(v1::SlotInfo, Ack), ApiError> {
+    ) -> Result<Ack, ApiError> {
         let s = self.find_slot(caller, slot)?;
         s.rollback((generation != 0).then_some(generation))
             .map_err(|e| ApiError::FailedPrecondition(e.to_string()))?;
-        let ack = self.writer.send_durable(vec![self.slot_write(&s)?]);
-        Ok((self.slot_info(caller, slot)?, ack))
+        Ok(self.writer.send_durable(vec![self.slot_write(&s)?]))
     }
 
     pub(super) fn policy_stats(

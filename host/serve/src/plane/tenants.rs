@@ -8,7 +8,7 @@ impl Plane {
         caller: &Caller,
         name: &str,
         quota_gpus: u32,
-    ) -> Result<(v1::TenantInfo, Ack), ApiError> {
+    ) -> Result<(String, Ack), ApiError> {
         Self::require_admin(caller)?;
         if name.is_empty()
             || name.len() > 63
@@ -48,9 +48,7 @@ impl Plane {
                 tracing::error!(tenant = name, error = %e, "tenant quota not applied");
             }
         }
-        let mut info = self.tenant_info(name, self.tenant_gpus_claimed(name));
-        info.token = token;
-        Ok((info, ack))
+        Ok((token, ack))
     }
 
     /// Removes a tenant that has no live job: its record, its token, its
@@ -168,14 +166,5 @@ impl Plane {
                 String::new()
             },
         }
-    }
-
-    /// GPUs held or claimed by the tenant's released jobs (running or pending),
-    /// as the tenant view states them (whole GPUs asked for).
-    pub(super) fn tenant_gpus_claimed(&self, tenant: &str) -> u32 {
-        self.released()
-            .filter(|j| j.tenant == tenant)
-            .map(|j| j.spec.gpus)
-            .sum()
     }
 }
