@@ -170,6 +170,41 @@ async fn read_quantiles(
     Ok((q(0.5), q(0.99)))
 }
 
+/// [`read_quantiles`], and how long a tick took meanwhile (ms).
+async fn reads_meanwhile(
+    channel: &Channel,
+    admin: &Bearer,
+    calls: usize,
+) -> anyhow::Result<(f64, f64, f64)> {
+    let mut cluster =
+        v1::cluster_client::ClusterClient::with_interceptor(channel.clone(), admin.clone());
+    let rounds_before = cluster
+        .view(v1::ClusterViewRequest {})
+        .await?
+        .into_inner()
+        .rounds;
+    let window = Instant::now();
+    let (p50, p99) = read_quantiles(channel, admin, calls).await?;
+    let rounds = cluster
+        .view(v1::ClusterViewRequest {})
+        .await?
+        .into_inner()
+        .rounds
+        - rounds_before;
+    let tick_ms = window.elapsed().as_secs_f64() * 1e3 / rounds.max(1) as f64;
+    Ok((p50, p99, tick_ms))
+}
+
+/// Faults of slot `slot`'s generations so far.
+async fn slot_faults(channel: &Channel, caller: &Bearer, slot: &str) -> anyhow::Result<u64> {
+    let info =
+        v1::policies_client::PoliciesClient::with_interceptor(channel.clone(), caller.clone())
+            .describe(v1::SlotRef { slot: slot.into() })
+            .await?
+            .into_inner();
+    Ok(info.generations.iter().map(|g| g.faults).sum())
+}
+
 async fn read_latency(quick: bool) -> anyhow::Result<()> {
     let common::Served {
         running,
@@ -218,7 +253,8 @@ async fn read_latency(quick: bool) -> anyhow::Result<()> {
             activate: true,
         })
         .await?;
-    let mut busy_jobs = v1::jobs_client::JobsClient::with_interceptor(channel.clone(), busy);
+    let mut busy_jobs =
+        v1::jobs_client::JobsClient::with_interceptor(channel.clone(), busy.clone());
     busy_jobs
         .submit_batch(v1::SubmitJobsRequest {
             specs: (0..20)
@@ -230,27 +266,8 @@ async fn read_latency(quick: bool) -> anyhow::Result<()> {
                 .collect(),
         })
         .await?;
-    let rounds_before = cluster
-        .view(v1::ClusterViewRequest {})
-        .await?
-        .into_inner()
-        .rounds;
-    let window = Instant::now();
-    let (busy_p50, busy_p99) = read_quantiles(&channel, &admin, calls).await?;
-    let rounds = cluster
-        .view(v1::ClusterViewRequest {})
-        .await?
-        .into_inner()
-        .rounds
-        - rounds_before;
-    let tick_ms = window.elapsed().as_secs_f64() * 1e3 / rounds.max(1) as f64;
-    let info = policies
-        .describe(v1::SlotRef {
-            slot: "tenant:busy".into(),
-        })
-        .await?
-        .into_inner();
-    let faults: u64 = info.generations.iter().map(|g| g.faults).sum();
+    let (busy_p50, busy_p99, tick_ms) = reads_meanwhile(&channel, &admin, calls).await?;
+    let faults = slot_faults(&channel, &busy, "tenant:busy").await?;
 
     // And the cluster's own scheduler slow too: its round runs under the
     // plane's lock, which reads no longer take. At 60 % of its deadline: its
@@ -270,27 +287,8 @@ async fn read_latency(quick: bool) -> anyhow::Result<()> {
             activate: true,
         })
         .await?;
-    let rounds_before = cluster
-        .view(v1::ClusterViewRequest {})
-        .await?
-        .into_inner()
-        .rounds;
-    let window = Instant::now();
-    let (both_p50, both_p99) = read_quantiles(&channel, &admin, calls).await?;
-    let rounds = cluster
-        .view(v1::ClusterViewRequest {})
-        .await?
-        .into_inner()
-        .rounds
-        - rounds_before;
-    let both_tick_ms = window.elapsed().as_secs_f64() * 1e3 / rounds.max(1) as f64;
-    let scheduler = admin_policies
-        .describe(v1::SlotRef {
-            slot: "default".into(),
-        })
-        .await?
-        .into_inner();
-    let scheduler_faults: u64 = scheduler.generations.iter().map(|g| g.faults).sum();
+    let (both_p50, both_p99, both_tick_ms) = reads_meanwhile(&channel, &admin, calls).await?;
+    let scheduler_faults = slot_faults(&channel, &admin, "default").await?;
     println!("read calls (Jobs.List of 100 / Cluster.View, {calls} calls, 200 jobs):");
     println!("  idle plane                    p50 {idle_p50:>7.2} ms  p99 {idle_p99:>7.2} ms");
     println!(

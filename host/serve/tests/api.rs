@@ -1207,14 +1207,7 @@ async fn watch_swap_rollback_stats_drain_abort_hash_split_metrics_and_reflection
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::NotFound);
-    let stats = admin
-        .policies
-        .stats(v1::SlotRef {
-            slot: "default".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let stats = policy_stats(&mut admin, "default").await;
     assert!(stats.rounds > 0);
     assert!(stats.latency_p99_ms >= stats.latency_p50_ms);
 
@@ -2014,15 +2007,7 @@ async fn reads_are_answered_while_the_plane_is_busy_and_show_every_write() {
             .slots;
         assert!(slots.iter().any(|s| s.slot == "default"));
         assert!(!describe(&mut admin, "default").await.generations.is_empty());
-        let stats = admin
-            .policies
-            .stats(v1::SlotRef {
-                slot: "default".into(),
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        assert!(stats.rounds > 0);
+        assert!(policy_stats(&mut admin, "default").await.rounds > 0);
         let e = a
             .policies
             .describe(v1::SlotRef {

@@ -50,6 +50,17 @@ async fn hostile_server_with(dir: &std::path::Path, cfg: PlaneConfig) -> Running
 }
 
 /// Text a policy made the plane say: bounded and printable.
+/// The compile cache's (entries, bytes).
+async fn cached_components(running: &Running) -> (usize, usize) {
+    running
+        .plane
+        .lock()
+        .await
+        .registry()
+        .engine()
+        .cached_components()
+}
+
 fn assert_shown(case: &str, what: &str, text: &str) {
     // Cut texts end with " … (N bytes cut)", and the plane adds context.
     assert!(
@@ -123,13 +134,7 @@ async fn every_hostile_case_meets_its_safe_behaviour_in_a_live_plane() {
         let name = case.name.as_str();
         match &case.expect {
             Expect::Refused(_) | Expect::Unusable(_) => {
-                let before = running
-                    .plane
-                    .lock()
-                    .await
-                    .registry()
-                    .engine()
-                    .cached_components();
+                let before = cached_components(&running).await;
                 let refused = upload_case(&mut tenant, "", &case)
                     .await
                     .expect_err(&format!("{name}: the upload was accepted"));
@@ -144,13 +149,7 @@ async fn every_hostile_case_meets_its_safe_behaviour_in_a_live_plane() {
                         "{name}: {refused:?}"
                     );
                 }
-                let after = running
-                    .plane
-                    .lock()
-                    .await
-                    .registry()
-                    .engine()
-                    .cached_components();
+                let after = cached_components(&running).await;
                 assert!(
                     after.0 <= before.0 + 1 && after.1 <= cache_bound,
                     "{name}: a refused upload grew the compile cache {before:?} -> {after:?}"

@@ -221,6 +221,14 @@ pub async fn describe(c: &mut Client, slot: &str) -> v1::SlotInfo {
         .into_inner()
 }
 
+pub async fn policy_stats(c: &mut Client, slot: &str) -> v1::PolicyStats {
+    c.policies
+        .stats(v1::SlotRef { slot: slot.into() })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
 pub async fn status(c: &mut Client, name: &str) -> v1::ExperimentStatus {
     c.experiments
         .status(v1::ExperimentRef { name: name.into() })
