@@ -3,11 +3,13 @@
 //! tenant and a node agent, with rounds in between: a request the plane
 //! cannot serve is an error status, never a panic, and the plane stays
 //! usable (every call later in the run works against the state earlier
-//! calls left).
+//! calls left). Writes publish onto the board as the API's do, and reads
+//! are answered from it.
 #![no_main]
 
 use arbiter_proto::v1;
 use arbiter_serve::plane::{Caller, Plane, PlaneConfig, default_pool};
+use arbiter_serve::records::{ExperimentRequest, JobSpecRecord, NewJob};
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
 use std::sync::Mutex;
@@ -74,7 +76,20 @@ fuzz_target!(
     match op % 18 {
         0 => {
             if let Some(r) = decode::<v1::SubmitJobsRequest>(body) {
-                let _ = plane.submit(&caller, &r.specs);
+                // As the API parses them: one bad spec refuses the batch.
+                let jobs: Result<Vec<NewJob>, String> = r
+                    .specs
+                    .iter()
+                    .map(|spec| {
+                        JobSpecRecord::from_proto(spec).map(|record| NewJob {
+                            spec: record,
+                            tenant: spec.tenant.clone(),
+                        })
+                    })
+                    .collect();
+                if let Ok(jobs) = jobs {
+                    let _ = plane.submit(&caller, jobs);
+                }
             }
         }
         1 => {
@@ -84,12 +99,12 @@ fuzz_target!(
         }
         2 => {
             if let Some(r) = decode::<v1::JobRef>(body) {
-                let _ = plane.get_job(&caller, r.id);
+                let _ = plane.board().get_job(&caller, r.id);
             }
         }
         3 => {
             if let Some(r) = decode::<v1::ListJobsRequest>(body) {
-                let _ = plane.list_jobs(&caller, &r);
+                let _ = plane.board().list_jobs(&caller, &r);
             }
         }
         4 => {
@@ -103,8 +118,10 @@ fuzz_target!(
             }
         }
         6 => {
-            if let Some(r) = decode::<v1::StartExperimentRequest>(body) {
-                let _ = plane.start_experiment(&caller, &r);
+            if let Some(Ok(r)) =
+                decode::<v1::StartExperimentRequest>(body).map(|r| ExperimentRequest::from_proto(&r))
+            {
+                let _ = plane.start_experiment(&caller, r);
             }
         }
         7 => {
@@ -168,9 +185,18 @@ fuzz_target!(
         }
         _ => {
             plane.tick();
-            let _ = plane.view();
-            let _ = plane.metrics_text();
+            let board = plane.board();
+            let _ = board.view();
+            let _ = board.metrics_text();
+            let _ = board.list_experiments();
         }
+    }
+    // What the API does after each write: job changes after every call,
+    // everything after administrative ones (the tick published its own).
+    match op % 18 {
+        0 | 1 | 4 | 11 | 12 => plane.publish_jobs(),
+        2 | 3 | 17 => {}
+        _ => plane.publish(),
     }
     }
 );
