@@ -4,7 +4,7 @@
 //! agent restart, and stopping a duplicate.
 
 use arbiter_proto::v1;
-use arbiter_serve::clock::{Clock, ManualClock, SystemClock};
+use arbiter_serve::clock::{Clock, ManualClock};
 use arbiter_serve::plane::PlaneConfig;
 use arbiter_serve::server::{Running, ServeConfig, start};
 use std::time::Duration;
@@ -148,12 +148,13 @@ impl Agent {
 }
 
 /// A control plane with no simulated nodes, fast rounds and heartbeats, agents lost after
-/// 600 ms of silence.
+/// 600 ms of silence on a clock that stands still: the scripted agents heartbeat only when
+/// told to, so none is lost however slowly a test runs.
 async fn agents_only(data: &std::path::Path) -> Running {
-    agents_only_on(data, std::sync::Arc::new(SystemClock)).await
+    agents_only_on(data, std::sync::Arc::new(ManualClock::starting_now())).await
 }
 
-/// [`agents_only`] on `clock`.
+/// [`agents_only`] on `clock` (a test that loses an agent moves it on).
 async fn agents_only_on(data: &std::path::Path, clock: std::sync::Arc<dyn Clock>) -> Running {
     start(ServeConfig {
         tls: Default::default(),
@@ -206,7 +207,11 @@ async fn wait_state(running: &Running, token: &str, id: u64, state: v1::JobState
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agents_register_run_jobs_get_lost_and_are_adopted() {
     let dir = tempfile::tempdir().unwrap();
-    let running = agents_only(dir.path()).await;
+    // The scripted agents heartbeat only when told to: on the plane's own
+    // clock, moved by the test, none is lost before the test says so,
+    // however slowly it runs.
+    let clock = std::sync::Arc::new(ManualClock::starting_now());
+    let running = agents_only_on(dir.path(), clock.clone()).await;
     let token = running.new_admin_token.clone().unwrap();
 
     let mut a = Agent::connect(&running, &token, "node-a", Vec::new()).await;
@@ -363,7 +368,16 @@ async fn agents_register_run_jobs_get_lost_and_are_adopted() {
         other => panic!("expected a launch, got {other:?}"),
     }
     drop(a);
-    let requeued = wait_state(&running, &token, long, v1::JobState::Pending).await;
+    let mut requeued = job(&running, &token, long).await;
+    for _ in 0..250 {
+        if requeued.state == v1::JobState::Pending as i32 {
+            break;
+        }
+        clock.advance(Duration::from_millis(601));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        requeued = job(&running, &token, long).await;
+    }
+    assert_eq!(requeued.state, v1::JobState::Pending as i32, "{requeued:?}");
     assert_eq!(requeued.preemptions, 1);
     assert!(requeued.message.contains("lost"), "{}", requeued.message);
 
