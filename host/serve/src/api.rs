@@ -75,10 +75,7 @@ impl Api {
     /// Publishes everything the plane has (before it serves) and takes what
     /// the API reads without the plane's lock.
     pub fn parts(plane: &mut Plane) -> ApiParts {
-        // Everything, ended experiments included (a tick publishes only the
-        // running one's status), then what the ticks derive.
-        plane.publish();
-        plane.publish_tick();
+        plane.publish_all();
         ApiParts {
             board: plane.board(),
             events: plane.event_sender(),

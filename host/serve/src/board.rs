@@ -141,9 +141,6 @@ impl JobBoard {
 /// end of the last tick.
 #[derive(Debug, Default)]
 pub struct Derived {
-    /// Each tenant's GPU quota (0: none) and the GPUs its released jobs ask for.
-    pub quota_gpus: HashMap<String, u32>,
-    pub claimed_gpus: HashMap<String, u32>,
     /// Each cell's idle capacity, and the cell each released job is in.
     pub capacity: Vec<Capacity>,
     pub cell_of: HashMap<u64, usize>,
@@ -169,7 +166,9 @@ impl Board {
     pub fn get_job(&self, caller: &Caller, id: u64) -> Result<v1::Job, ApiError> {
         let job = self.jobs.read().records.get(&id).cloned();
         match job {
-            Some(j) if caller.may_see(&j.record.tenant) => Ok(job_proto(&j, &self.derived.load())),
+            Some(j) if caller.may_see(&j.record.tenant) => {
+                Ok(job_proto(&j, &self.derived.load(), &self.admin.load()))
+            }
             // A tenant learns nothing about other tenants' job ids.
             _ => Err(ApiError::NotFound(format!("no job {id}"))),
         }
@@ -213,7 +212,11 @@ impl Board {
             (picked, matching.next().is_some())
         };
         let derived = self.derived.load();
-        let jobs: Vec<v1::Job> = picked.iter().map(|j| job_proto(j, &derived)).collect();
+        let admin = self.admin.load();
+        let jobs: Vec<v1::Job> = picked
+            .iter()
+            .map(|j| job_proto(j, &derived, &admin))
+            .collect();
         let next = match (more, jobs.last()) {
             (true, Some(last)) => last.id.to_string(),
             _ => String::new(),
@@ -365,10 +368,10 @@ impl Board {
 pub(crate) type JobChange = Result<(Arc<StoredJob>, Option<model::JobProgress>), u64>;
 
 /// A job as the API shows it: its record, why it waits, its progress and samples.
-fn job_proto(job: &BoardJob, derived: &Derived) -> v1::Job {
+fn job_proto(job: &BoardJob, derived: &Derived, admin: &AdminSnapshot) -> v1::Job {
     let record = &job.record;
     let mut proto = record.to_proto();
-    proto.waiting_reason = waiting_reason(record, derived);
+    proto.waiting_reason = waiting_reason(record, derived, admin);
     if !record.status.is_terminal() {
         proto.progress = job.progress.as_ref().map(progress_proto);
         proto.metrics = derived.samples.get(&record.id).cloned();
@@ -377,14 +380,19 @@ fn job_proto(job: &BoardJob, derived: &Derived) -> v1::Job {
 }
 
 /// Why a queued or pending job has not started ("" for any other).
-fn waiting_reason(job: &StoredJob, derived: &Derived) -> String {
+fn waiting_reason(job: &StoredJob, derived: &Derived, admin: &AdminSnapshot) -> String {
     match job.status {
-        JobStatus::Queued => waiting::queued_reason(
-            &job.spec,
-            &job.tenant,
-            derived.quota_gpus.get(&job.tenant).copied().unwrap_or(0),
-            derived.claimed_gpus.get(&job.tenant).copied().unwrap_or(0),
-        ),
+        // The tenant's quota and the GPUs its released jobs hold, as the
+        // tenant list shows them (a tenant without a record has no quota).
+        JobStatus::Queued => {
+            let tenant = admin.tenants.get(&job.tenant);
+            waiting::queued_reason(
+                &job.spec,
+                &job.tenant,
+                tenant.map_or(0, |t| t.quota_gpus),
+                tenant.map_or(0, |t| t.gpus_in_use),
+            )
+        }
         JobStatus::Pending => match derived
             .cell_of
             .get(&job.id)

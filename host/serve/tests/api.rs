@@ -1290,17 +1290,7 @@ async fn watch_swap_rollback_stats_drain_abort_hash_split_metrics_and_reflection
 
     // Prometheus over HTTP.
     let addr = running.metrics_addr.unwrap();
-    let body = tokio::task::spawn_blocking(move || {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(addr).unwrap();
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            .unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        out
-    })
-    .await
-    .unwrap();
+    let body = http_get(addr, "/metrics").await;
     assert!(body.starts_with("HTTP/1.1 200"), "{body}");
     assert!(body.contains("# TYPE arbiter_round_seconds histogram"));
     assert!(
@@ -1312,17 +1302,7 @@ async fn watch_swap_rollback_stats_drain_abort_hash_split_metrics_and_reflection
     assert!(body.contains("application/openmetrics-text"), "{body}");
     assert!(body.trim_end().ends_with("# EOF"), "{body}");
     // Liveness over HTTP, and the standard gRPC health service.
-    let health = tokio::task::spawn_blocking(move || {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(addr).unwrap();
-        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            .unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        out
-    })
-    .await
-    .unwrap();
+    let health = http_get(addr, "/healthz").await;
     assert!(health.starts_with("HTTP/1.1 200"), "{health}");
     let mut grpc_health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
     let mut status = 0;
@@ -2171,4 +2151,22 @@ async fn the_plane_runs_on_its_clock_hour_long_jobs_and_a_week_of_history() {
     })
     .await;
     running.shutdown().await.unwrap();
+}
+
+/// The whole HTTP/1.1 response to `GET path` from `addr`.
+async fn http_get(addr: std::net::SocketAddr, path: &'static str) -> String {
+    tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    })
+    .await
+    .unwrap()
 }

@@ -291,10 +291,6 @@ impl Plane {
         Ok(record)
     }
 
-    pub fn subscribe(&self) -> broadcast::Receiver<JobEvent> {
-        self.events.subscribe()
-    }
-
     /// The job-event channel, to subscribe without the plane's lock.
     pub fn event_sender(&self) -> broadcast::Sender<JobEvent> {
         self.events.clone()

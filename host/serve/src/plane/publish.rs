@@ -46,6 +46,18 @@ impl Plane {
     /// metrics text at most every [`METRICS_FRESHNESS`].
     pub fn publish_tick(&mut self) {
         self.publish_all_but_jobs_derived(false);
+        self.publish_jobs_derived();
+    }
+
+    /// All of it, every experiment's status included: before the API
+    /// serves its first call.
+    pub fn publish_all(&mut self) {
+        self.publish_all_but_jobs_derived(true);
+        self.publish_jobs_derived();
+    }
+
+    /// Why jobs wait, their progress and samples.
+    fn publish_jobs_derived(&mut self) {
         self.board.publish_derived(self.derived());
         let progress = self
             .cells
@@ -145,10 +157,6 @@ impl Plane {
     }
 
     fn derived(&self) -> Derived {
-        let mut claimed_gpus: HashMap<String, u32> = HashMap::new();
-        for j in self.released() {
-            *claimed_gpus.entry(j.tenant.clone()).or_default() += j.spec.gpus;
-        }
         let mut cell_of = HashMap::new();
         for (index, cell) in self.cells.iter().enumerate() {
             cell_of.extend(cell.local.keys().map(|&id| (id, index)));
@@ -174,12 +182,6 @@ impl Plane {
             })
             .collect();
         Derived {
-            quota_gpus: self
-                .tenants
-                .values()
-                .map(|t| (t.name.clone(), t.quota_gpus))
-                .collect(),
-            claimed_gpus,
             capacity: self.cells.iter().map(|c| Capacity::of(&c.state)).collect(),
             cell_of,
             samples,
