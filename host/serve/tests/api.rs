@@ -630,7 +630,17 @@ async fn tenant_split_ab_reports_per_arm_metrics_and_promotes() {
         assert!(arm.gpu_allocation_pct.unwrap().samples > 0);
         assert_eq!(arm.policy_faults, 0);
     }
-    // Experiment-arm metrics are exported.
+    // Experiment-arm metrics are exported (the text is published with
+    // the ticks, at most 200 ms apart: wait until it counts every job).
+    let finished = "arbiter_experiment_events_total{experiment=\"bf-vs-fifo\",arm=\"candidate\",event=\"finished\"} 12";
+    wait_for("the metrics to count the finished jobs", || {
+        let mut c = client_clone(&admin);
+        async move {
+            let text = metrics_text(&mut c).await;
+            text.contains(finished) && text.contains("arbiter_jobs{state=\"succeeded\"} 24")
+        }
+    })
+    .await;
     let text = metrics_text(&mut admin).await;
     assert!(
         text.contains(
@@ -1087,11 +1097,18 @@ async fn a_tenant_past_its_quota_or_with_a_trapping_policy_never_stalls_the_clus
         q.active && q.faults >= 3 && q.last_fault.contains("trap"),
         "{q:?}"
     );
-    let metrics = metrics_text(&mut admin).await;
     let gauge = format!(
         "arbiter_policy_quarantined{{slot=\"tenant:team-b\",generation=\"{}\"}} 1",
         trap.id
     );
+    // (The metrics text trails the view by up to 200 ms.)
+    wait_for("the quarantine gauge", || {
+        let mut c = client_clone(&admin);
+        let gauge = gauge.clone();
+        async move { metrics_text(&mut c).await.contains(&gauge) }
+    })
+    .await;
+    let metrics = metrics_text(&mut admin).await;
     assert!(metrics.contains(&gauge), "{metrics}");
     // Freed quota still releases the tenant's next job, in submit order.
     b.jobs.cancel(v1::JobRef { id: b_ids[0] }).await.unwrap();
