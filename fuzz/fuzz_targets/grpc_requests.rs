@@ -9,7 +9,9 @@
 
 use arbiter_proto::v1;
 use arbiter_serve::plane::{Caller, Plane, PlaneConfig, default_pool};
-use arbiter_serve::records::{ExperimentRequest, JobSpecRecord, NewJob};
+use arbiter_serve::convert;
+use arbiter_serve::link::ToAgent;
+use arbiter_serve::records::NewJob;
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
 use std::sync::Mutex;
@@ -22,7 +24,7 @@ struct Harness {
     plane: Plane,
     calls: u32,
     /// The latest agent session, and its outbox kept open.
-    agent: Option<(String, u64, mpsc::UnboundedReceiver<v1::HostMessage>)>,
+    agent: Option<(String, u64, mpsc::UnboundedReceiver<ToAgent>)>,
     _dir: tempfile::TempDir,
 }
 
@@ -81,7 +83,7 @@ fuzz_target!(
                     .specs
                     .iter()
                     .map(|spec| {
-                        JobSpecRecord::from_proto(spec).map(|record| NewJob {
+                        convert::submitted_spec(spec).validated().map(|record| NewJob {
                             spec: record,
                             tenant: spec.tenant.clone(),
                         })
@@ -99,12 +101,18 @@ fuzz_target!(
         }
         2 => {
             if let Some(r) = decode::<v1::JobRef>(body) {
-                let _ = plane.board().get_job(&caller, r.id);
+                let _ = plane
+                    .board()
+                    .get_job(&caller, r.id)
+                    .map(|j| convert::job_view(&j));
             }
         }
         3 => {
             if let Some(r) = decode::<v1::ListJobsRequest>(body) {
-                let _ = plane.board().list_jobs(&caller, &r);
+                let _ = plane
+                    .board()
+                    .list_jobs(&caller, &convert::job_query(&r))
+                    .map(|(jobs, _)| jobs.iter().map(convert::job_view).count());
             }
         }
         4 => {
@@ -119,7 +127,7 @@ fuzz_target!(
         }
         6 => {
             if let Some(Ok(r)) =
-                decode::<v1::StartExperimentRequest>(body).map(|r| ExperimentRequest::from_proto(&r))
+                decode::<v1::StartExperimentRequest>(body).map(|r| convert::experiment_request(&r))
             {
                 let _ = plane.start_experiment(&caller, r);
             }
@@ -142,21 +150,23 @@ fuzz_target!(
         10 => {
             if let Some(hello) = decode::<v1::NodeHello>(body) {
                 let (tx, rx) = mpsc::unbounded_channel();
-                if let Ok(session) = plane.register_node(&caller, &hello, tx) {
+                if let Ok(session) = plane.register_node(&caller, &convert::agent_hello(&hello), tx) {
                     h.agent = Some((hello.name, session, rx));
                 }
             }
         }
         11 => {
             if let (Some(hb), Some((name, session, _))) = (decode::<v1::Heartbeat>(body), &h.agent) {
-                plane.node_heartbeat(name, *session, &hb);
+                plane.node_report(name, *session, &convert::agent_report(&hb));
             }
         }
         12 => {
             if let (Some(ev), Some((name, session, _))) =
                 (decode::<v1::WorkloadEvent>(body), &h.agent)
             {
-                plane.node_event(name, *session, &ev);
+                if let Ok(ev) = convert::workload_event(&ev) {
+                    plane.node_event(name, *session, &ev);
+                }
             }
         }
         13 => {
@@ -186,9 +196,10 @@ fuzz_target!(
         _ => {
             plane.tick();
             let board = plane.board();
-            let _ = board.view();
+            let _ = convert::cluster_view(&board.view());
             let _ = board.metrics_text();
-            let _ = board.list_experiments();
+            let _ = board.list_experiments().iter().map(|e| convert::experiment(e)).count();
+            let _ = board.list_nodes().iter().map(convert::node).count();
         }
     }
     // What the API does after each write: job changes after every call,

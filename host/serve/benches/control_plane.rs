@@ -15,8 +15,9 @@
 mod common;
 
 use arbiter_proto::v1;
+use arbiter_serve::convert;
 use arbiter_serve::plane::{Caller, Plane, PlaneConfig, default_pool};
-use arbiter_serve::records::{ExperimentRequest, JobSpecRecord, NewJob};
+use arbiter_serve::records::NewJob;
 use common::Bearer;
 use std::time::{Duration, Instant};
 use tonic::transport::Channel;
@@ -318,7 +319,7 @@ fn ticks(cfg: PlaneConfig, rounds: u32, shadow: bool) -> anyhow::Result<(f64, f6
             .upload(&Caller::Admin, "fifo", compiled, wasm, "", true)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         ack.wait()?;
-        let request = ExperimentRequest::from_proto(&v1::StartExperimentRequest {
+        let request = convert::experiment_request(&v1::StartExperimentRequest {
             name: "shadow".into(),
             mode: v1::ExperimentMode::Shadow as i32,
             candidate_slot: "fifo".into(),
@@ -338,10 +339,12 @@ fn ticks(cfg: PlaneConfig, rounds: u32, shadow: bool) -> anyhow::Result<(f64, f6
             .map(|_| {
                 next += 1;
                 let spec = spec(next, 200 + (next % 3) * 100);
-                JobSpecRecord::from_proto(&spec).map(|spec| NewJob {
-                    spec,
-                    tenant: String::new(),
-                })
+                convert::submitted_spec(&spec)
+                    .validated()
+                    .map(|spec| NewJob {
+                        spec,
+                        tenant: String::new(),
+                    })
             })
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -359,14 +362,13 @@ fn ticks(cfg: PlaneConfig, rounds: u32, shadow: bool) -> anyhow::Result<(f64, f6
     let candidate_ms = if shadow {
         let status = plane
             .board()
-            .experiment_status("shadow")
+            .experiment("shadow")
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         status
             .arms
             .iter()
             .find(|a| a.arm == "candidate")
-            .and_then(|a| a.policy_latency_ms)
-            .map_or(0.0, |e| e.mean)
+            .map_or(0.0, |a| a.policy_latency_ms.mean)
     } else {
         0.0
     };

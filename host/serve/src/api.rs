@@ -9,11 +9,10 @@
 //! unauthenticated, permission denied, not found, invalid argument, failed
 //! precondition, already exists, internal.
 
-use crate::board::{Board, progress_proto};
+use crate::board::Board;
+use crate::convert;
 use crate::plane::{ApiError, Caller, Plane};
-use crate::records::{
-    ExperimentRequest, JobEvent, JobSpecRecord, JobStatus, NewJob, ServiceReport,
-};
+use crate::records::{JobEvent, NewJob, ServiceReport};
 use crate::store::Ack;
 use arbiter_host::registry::Registry;
 use arbiter_proto::v1;
@@ -139,7 +138,7 @@ fn new_jobs(specs: &[v1::JobSpec]) -> Result<Vec<NewJob>, Status> {
         .iter()
         .enumerate()
         .map(|(i, spec)| {
-            let record = JobSpecRecord::from_proto(spec).map_err(|e| {
+            let record = convert::submitted_spec(spec).validated().map_err(|e| {
                 Status::invalid_argument(format!("{}: {e}", NewJob::which(i, specs.len())))
             })?;
             Ok(NewJob {
@@ -202,22 +201,22 @@ impl v1::jobs_server::Jobs for Api {
             .await?;
         durable(ack).await?;
         Ok(Response::new(v1::CancelJobResponse {
-            job: Some(job.to_proto()),
+            job: Some(convert::job(&job)),
         }))
     }
 
     async fn get(&self, request: Request<v1::JobRef>) -> Reply<v1::Job> {
         let caller = self.caller(&request)?;
-        Ok(Response::new(
-            self.board.get_job(&caller, request.get_ref().id)?,
-        ))
+        let job = self.board.get_job(&caller, request.get_ref().id)?;
+        Ok(Response::new(convert::job_view(&job)))
     }
 
     async fn list(&self, request: Request<v1::ListJobsRequest>) -> Reply<v1::ListJobsResponse> {
         let caller = self.caller(&request)?;
-        let (jobs, next_page_token) = self.board.list_jobs(&caller, request.get_ref())?;
+        let query = convert::job_query(request.get_ref());
+        let (jobs, next_page_token) = self.board.list_jobs(&caller, &query)?;
         Ok(Response::new(v1::ListJobsResponse {
-            jobs,
+            jobs: jobs.iter().map(convert::job_view).collect(),
             next_page_token,
         }))
     }
@@ -253,10 +252,10 @@ impl v1::jobs_server::Jobs for Api {
             };
             visible.then(|| {
                 Ok(v1::JobEvent {
-                    job: Some(event.job.to_proto()),
+                    job: Some(convert::job(&event.job)),
                     previous: event
                         .previous
-                        .map_or(v1::JobState::Unspecified, JobStatus::to_proto)
+                        .map_or(v1::JobState::Unspecified, convert::job_state)
                         as i32,
                 })
             })
@@ -272,7 +271,7 @@ impl v1::jobs_server::Jobs for Api {
         let progress = self
             .jobs_write(|p| p.report_progress(&caller, r.id, r.remaining_ms))
             .await?;
-        Ok(Response::new(progress_proto(&progress)))
+        Ok(Response::new(convert::job_progress(&progress)))
     }
     async fn report_service(
         &self,
@@ -288,7 +287,7 @@ impl v1::jobs_server::Jobs for Api {
         let load = self
             .jobs_write(|p| p.report_service(&caller, r.id, report))
             .await?;
-        Ok(Response::new(load.to_proto()))
+        Ok(Response::new(convert::service_load(load)))
     }
 }
 
@@ -300,7 +299,9 @@ impl v1::policies_server::Policies for Api {
     ) -> Reply<v1::ListPoliciesResponse> {
         let caller = self.caller(&request)?;
         let slots = self.board.list_policies(&caller);
-        Ok(Response::new(v1::ListPoliciesResponse { slots }))
+        Ok(Response::new(v1::ListPoliciesResponse {
+            slots: slots.iter().map(convert::slot_info).collect(),
+        }))
     }
 
     async fn upload(
@@ -332,12 +333,13 @@ impl v1::policies_server::Policies for Api {
         durable(ack).await?;
         let generation = self
             .board
-            .slot_info(&caller, &loaded.slot)
+            .slot(&caller, &loaded.slot)
             .ok()
-            .and_then(|info| {
-                info.generations
-                    .into_iter()
+            .and_then(|slot| {
+                slot.generations
+                    .iter()
                     .find(|g| g.id == loaded.generation)
+                    .map(convert::generation)
             })
             .ok_or_else(|| written_but_not_shown("generation"))?;
         Ok(Response::new(v1::UploadPolicyResponse {
@@ -352,7 +354,9 @@ impl v1::policies_server::Policies for Api {
             .admin_write(|p| p.swap(&caller, &r.slot, r.generation))
             .await?;
         durable(ack).await?;
-        Ok(Response::new(self.board.slot_info(&caller, &r.slot)?))
+        Ok(Response::new(convert::slot_info(
+            &self.board.slot(&caller, &r.slot)?,
+        )))
     }
 
     async fn rollback(&self, request: Request<v1::RollbackPolicyRequest>) -> Reply<v1::SlotInfo> {
@@ -362,21 +366,23 @@ impl v1::policies_server::Policies for Api {
             .admin_write(|p| p.rollback(&caller, &r.slot, r.generation))
             .await?;
         durable(ack).await?;
-        Ok(Response::new(self.board.slot_info(&caller, &r.slot)?))
+        Ok(Response::new(convert::slot_info(
+            &self.board.slot(&caller, &r.slot)?,
+        )))
     }
 
     async fn describe(&self, request: Request<v1::SlotRef>) -> Reply<v1::SlotInfo> {
         let caller = self.caller(&request)?;
-        Ok(Response::new(
-            self.board.slot_info(&caller, &request.get_ref().slot)?,
-        ))
+        Ok(Response::new(convert::slot_info(
+            &self.board.slot(&caller, &request.get_ref().slot)?,
+        )))
     }
 
     async fn stats(&self, request: Request<v1::SlotRef>) -> Reply<v1::PolicyStats> {
         let caller = self.caller(&request)?;
-        Ok(Response::new(
-            self.board.policy_stats(&caller, &request.get_ref().slot)?,
-        ))
+        Ok(Response::new(convert::policy_stats(
+            &self.board.slot(&caller, &request.get_ref().slot)?,
+        )))
     }
 }
 
@@ -388,13 +394,13 @@ impl v1::experiments_server::Experiments for Api {
     ) -> Reply<v1::ExperimentStatus> {
         let caller = self.caller(&request)?;
         let req =
-            ExperimentRequest::from_proto(request.get_ref()).map_err(Status::invalid_argument)?;
+            convert::experiment_request(request.get_ref()).map_err(Status::invalid_argument)?;
         let name = req.name.clone();
         let ack = self
             .admin_write(|p| p.start_experiment(&caller, req))
             .await?;
         durable(ack).await?;
-        Ok(Response::new(self.board.experiment_status(&name)?))
+        self.experiment(&name)
     }
 
     async fn status(&self, request: Request<v1::ExperimentRef>) -> Reply<v1::ExperimentStatus> {
@@ -402,9 +408,7 @@ impl v1::experiments_server::Experiments for Api {
         if caller != Caller::Admin {
             return Err(ApiError::PermissionDenied("experiments are admin-only".into()).into());
         }
-        Ok(Response::new(
-            self.board.experiment_status(&request.get_ref().name)?,
-        ))
+        self.experiment(&request.get_ref().name)
     }
 
     async fn list(
@@ -416,7 +420,12 @@ impl v1::experiments_server::Experiments for Api {
             return Err(ApiError::PermissionDenied("experiments are admin-only".into()).into());
         }
         Ok(Response::new(v1::ListExperimentsResponse {
-            experiments: self.board.list_experiments(),
+            experiments: self
+                .board
+                .list_experiments()
+                .iter()
+                .map(|e| convert::experiment(e))
+                .collect(),
         }))
     }
 
@@ -425,7 +434,7 @@ impl v1::experiments_server::Experiments for Api {
         let name = &request.get_ref().name;
         let ack = self.admin_write(|p| p.promote(&caller, name)).await?;
         durable(ack).await?;
-        Ok(Response::new(self.board.experiment_status(name)?))
+        self.experiment(name)
     }
 
     async fn abort(&self, request: Request<v1::ExperimentRef>) -> Reply<v1::ExperimentStatus> {
@@ -433,7 +442,7 @@ impl v1::experiments_server::Experiments for Api {
         let name = &request.get_ref().name;
         let ack = self.admin_write(|p| p.abort(&caller, name)).await?;
         durable(ack).await?;
-        Ok(Response::new(self.board.experiment_status(name)?))
+        self.experiment(name)
     }
 }
 
@@ -442,10 +451,16 @@ impl Api {
     fn node_info(&self, name: &str) -> Reply<v1::NodeInfo> {
         self.board
             .list_nodes()
-            .into_iter()
+            .iter()
             .find(|n| n.name == name)
-            .map(Response::new)
+            .map(|n| Response::new(convert::node(n)))
             .ok_or_else(|| written_but_not_shown("node"))
+    }
+
+    /// Experiment `name` as the board shows it.
+    fn experiment(&self, name: &str) -> Reply<v1::ExperimentStatus> {
+        let experiment = self.board.experiment(name)?;
+        Ok(Response::new(convert::experiment(&experiment)))
     }
 }
 
@@ -454,7 +469,7 @@ impl v1::nodes_server::Nodes for Api {
     async fn list(&self, request: Request<v1::ListNodesRequest>) -> Reply<v1::ListNodesResponse> {
         self.caller(&request)?;
         Ok(Response::new(v1::ListNodesResponse {
-            nodes: self.board.list_nodes(),
+            nodes: self.board.list_nodes().iter().map(convert::node).collect(),
         }))
     }
 
@@ -506,7 +521,7 @@ impl v1::nodes_server::Nodes for Api {
 impl v1::cluster_server::Cluster for Api {
     async fn view(&self, request: Request<v1::ClusterViewRequest>) -> Reply<v1::ClusterView> {
         self.caller(&request)?;
-        Ok(Response::new(self.board.view()))
+        Ok(Response::new(convert::cluster_view(&self.board.view())))
     }
 
     async fn metrics(&self, request: Request<v1::MetricsRequest>) -> Reply<v1::MetricsResponse> {
@@ -529,7 +544,7 @@ impl v1::cluster_server::Cluster for Api {
             .into_iter()
             .find(|t| t.name == r.name)
             .ok_or_else(|| written_but_not_shown("tenant"))?;
-        Ok(Response::new(v1::TenantInfo { token, ..info }))
+        Ok(Response::new(convert::tenant(&info, token)))
     }
 
     async fn remove_tenant(
@@ -562,7 +577,12 @@ impl v1::cluster_server::Cluster for Api {
     ) -> Reply<v1::ListTenantsResponse> {
         let caller = self.caller(&request)?;
         Ok(Response::new(v1::ListTenantsResponse {
-            tenants: self.board.list_tenants(&caller),
+            tenants: self
+                .board
+                .list_tenants(&caller)
+                .iter()
+                .map(|t| convert::tenant(t, String::new()))
+                .collect(),
         }))
     }
 }
@@ -581,7 +601,7 @@ impl v1::node_link_server::NodeLink for Api {
         let hello = match inbound.message().await? {
             Some(v1::NodeMessage {
                 body: Some(v1::node_message::Body::Hello(h)),
-            }) => h,
+            }) => convert::agent_hello(&h),
             Some(_) => {
                 return Err(Status::invalid_argument(
                     "the first message of a node session must be `hello`",
@@ -600,13 +620,22 @@ impl v1::node_link_server::NodeLink for Api {
                 match inbound.message().await {
                     Ok(Some(msg)) => match msg.body {
                         Some(v1::node_message::Body::Heartbeat(hb)) => {
-                            api.jobs_write(|p| p.node_heartbeat(&name, session, &hb))
+                            let report = convert::agent_report(&hb);
+                            api.jobs_write(|p| p.node_report(&name, session, &report))
                                 .await;
                         }
                         Some(v1::node_message::Body::Event(ev)) => {
-                            api.jobs_write(|p| p.node_event(&name, session, &ev)).await;
+                            match convert::workload_event(&ev) {
+                                Ok(ev) => {
+                                    api.jobs_write(|p| p.node_event(&name, session, &ev)).await;
+                                }
+                                Err(kind) => {
+                                    tracing::warn!(node = %name, job = ev.job_id, kind, "workload event of unknown kind; ignored");
+                                }
+                            }
                         }
                         Some(v1::node_message::Body::UpdateAck(ack)) => {
+                            let ack = convert::update_ack(&ack);
                             api.jobs_write(|p| p.node_update_ack(&name, session, &ack))
                                 .await;
                         }
@@ -624,7 +653,8 @@ impl v1::node_link_server::NodeLink for Api {
             api.admin_write(|p| p.node_disconnected(&name, session))
                 .await;
         });
-        let stream = tokio_stream::wrappers::UnboundedReceiverStream::new(rx).map(Ok);
+        let stream = tokio_stream::wrappers::UnboundedReceiverStream::new(rx)
+            .map(|message| Ok(convert::to_agent(message)));
         Ok(Response::new(Box::pin(stream)))
     }
 }

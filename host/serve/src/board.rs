@@ -23,11 +23,12 @@
 //! projection of the plane's state, written only by the plane
 //! (`Plane::publish*`), read by the API layer.
 
+use crate::link::JobSample;
 use crate::plane::{ApiError, Caller, DEFAULT_PAGE, MAX_PAGE, check_slot_access};
 use crate::records::{JobStatus, StoredJob};
+use crate::views::{ClusterView, ExperimentView, JobView, NodeView, SlotView, TenantView};
 use crate::waiting::{self, Capacity};
 use arbiter_policy_sdk::model;
-use arbiter_proto::v1;
 use arc_swap::ArcSwap;
 use parking_lot::RwLock;
 use sha2::{Digest, Sha256};
@@ -48,11 +49,11 @@ pub struct Board {
 #[derive(Debug, Default)]
 pub struct AdminSnapshot {
     /// Each slot's generations and statistics, by slot name.
-    pub slots: BTreeMap<String, (v1::SlotInfo, v1::PolicyStats)>,
-    pub tenants: BTreeMap<String, v1::TenantInfo>,
+    pub slots: BTreeMap<String, SlotView>,
+    pub tenants: BTreeMap<String, TenantView>,
     /// Every experiment's status, by name (shared with the next publish,
     /// which replaces only the running one's).
-    pub experiments: BTreeMap<String, Arc<v1::ExperimentStatus>>,
+    pub experiments: BTreeMap<String, Arc<ExperimentView>>,
 }
 
 /// Who may call: digests of every token the plane accepts.
@@ -145,15 +146,15 @@ pub struct Derived {
     pub capacity: Vec<Capacity>,
     pub cell_of: HashMap<u64, usize>,
     /// Samples of every running job its nodes reported on.
-    pub samples: HashMap<u64, v1::JobSample>,
+    pub samples: HashMap<u64, JobSample>,
 }
 
 /// The cluster-wide reads, as of the last tick or administrative write.
 #[derive(Debug, Default)]
 pub struct ClusterSnapshot {
     /// The view without its job counts (those come from the job records).
-    pub view: v1::ClusterView,
-    pub nodes: Vec<v1::NodeInfo>,
+    pub view: ClusterView,
+    pub nodes: Vec<NodeView>,
     pub metrics: Arc<str>,
 }
 
@@ -163,11 +164,11 @@ impl Board {
         self.credentials.load().authenticate(token)
     }
 
-    pub fn get_job(&self, caller: &Caller, id: u64) -> Result<v1::Job, ApiError> {
+    pub fn get_job(&self, caller: &Caller, id: u64) -> Result<JobView, ApiError> {
         let job = self.jobs.read().records.get(&id).cloned();
         match job {
             Some(j) if caller.may_see(&j.record.tenant) => {
-                Ok(job_proto(&j, &self.derived.load(), &self.admin.load()))
+                Ok(job_view(j, &self.derived.load(), &self.admin.load()))
             }
             // A tenant learns nothing about other tenants' job ids.
             _ => Err(ApiError::NotFound(format!("no job {id}"))),
@@ -179,9 +180,9 @@ impl Board {
     pub fn list_jobs(
         &self,
         caller: &Caller,
-        req: &v1::ListJobsRequest,
-    ) -> Result<(Vec<v1::Job>, String), ApiError> {
-        let states: HashSet<JobStatus> = req.states().filter_map(JobStatus::from_proto).collect();
+        req: &JobQuery,
+    ) -> Result<(Vec<JobView>, String), ApiError> {
+        let states = &req.states;
         let before = if req.page_token.is_empty() {
             u64::MAX
         } else {
@@ -213,19 +214,19 @@ impl Board {
         };
         let derived = self.derived.load();
         let admin = self.admin.load();
-        let jobs: Vec<v1::Job> = picked
-            .iter()
-            .map(|j| job_proto(j, &derived, &admin))
+        let jobs: Vec<JobView> = picked
+            .into_iter()
+            .map(|j| job_view(j, &derived, &admin))
             .collect();
         let next = match (more, jobs.last()) {
-            (true, Some(last)) => last.id.to_string(),
+            (true, Some(last)) => last.record.id.to_string(),
             _ => String::new(),
         };
         Ok((jobs, next))
     }
 
     /// The cluster view: job counts as of now, the rest as of its snapshot.
-    pub fn view(&self) -> v1::ClusterView {
+    pub fn view(&self) -> ClusterView {
         let mut view = self.cluster.load().view.clone();
         let board = self.jobs.read();
         view.jobs_queued = board.count(JobStatus::Queued);
@@ -237,7 +238,7 @@ impl Board {
         view
     }
 
-    pub fn list_nodes(&self) -> Vec<v1::NodeInfo> {
+    pub fn list_nodes(&self) -> Vec<NodeView> {
         self.cluster.load().nodes.clone()
     }
 
@@ -246,40 +247,28 @@ impl Board {
         self.cluster.load().metrics.to_string()
     }
 
-    pub fn list_policies(&self, caller: &Caller) -> Vec<v1::SlotInfo> {
+    /// The slots the caller may see.
+    pub fn list_policies(&self, caller: &Caller) -> Vec<SlotView> {
         self.admin
             .load()
             .slots
             .iter()
             .filter(|(name, _)| check_slot_access(caller, name).is_ok())
-            .map(|(_, (info, _))| info.clone())
+            .map(|(_, slot)| slot.clone())
             .collect()
     }
 
-    pub fn slot_info(&self, caller: &Caller, slot: &str) -> Result<v1::SlotInfo, ApiError> {
-        self.slot(caller, slot, |(info, _)| info.clone())
-    }
-
-    pub fn policy_stats(&self, caller: &Caller, slot: &str) -> Result<v1::PolicyStats, ApiError> {
-        self.slot(caller, slot, |(_, stats)| stats.clone())
-    }
-
-    fn slot<T>(
-        &self,
-        caller: &Caller,
-        slot: &str,
-        read: impl FnOnce(&(v1::SlotInfo, v1::PolicyStats)) -> T,
-    ) -> Result<T, ApiError> {
+    pub fn slot(&self, caller: &Caller, slot: &str) -> Result<SlotView, ApiError> {
         check_slot_access(caller, slot)?;
         self.admin
             .load()
             .slots
             .get(slot)
-            .map(read)
+            .cloned()
             .ok_or_else(|| ApiError::NotFound(format!("no policy slot `{slot}`")))
     }
 
-    pub fn list_tenants(&self, caller: &Caller) -> Vec<v1::TenantInfo> {
+    pub fn list_tenants(&self, caller: &Caller) -> Vec<TenantView> {
         self.admin
             .load()
             .tenants
@@ -289,26 +278,21 @@ impl Board {
             .collect()
     }
 
-    pub fn experiment_status(&self, name: &str) -> Result<v1::ExperimentStatus, ApiError> {
+    pub fn experiment(&self, name: &str) -> Result<Arc<ExperimentView>, ApiError> {
         self.admin
             .load()
             .experiments
             .get(name)
-            .map(|s| v1::ExperimentStatus::clone(s))
+            .cloned()
             .ok_or_else(|| ApiError::NotFound(format!("no experiment `{name}`")))
     }
 
-    pub fn list_experiments(&self) -> Vec<v1::ExperimentStatus> {
-        self.admin
-            .load()
-            .experiments
-            .values()
-            .map(|s| v1::ExperimentStatus::clone(s))
-            .collect()
+    pub fn list_experiments(&self) -> Vec<Arc<ExperimentView>> {
+        self.admin.load().experiments.values().cloned().collect()
     }
 
     /// The experiments as last published (the base of the next publish).
-    pub(crate) fn experiments(&self) -> BTreeMap<String, Arc<v1::ExperimentStatus>> {
+    pub(crate) fn experiments(&self) -> BTreeMap<String, Arc<ExperimentView>> {
         self.admin.load().experiments.clone()
     }
 
@@ -348,8 +332,8 @@ impl Board {
     /// The view and nodes; the metrics text too when given (else the last one stays).
     pub(crate) fn publish_cluster(
         &self,
-        view: v1::ClusterView,
-        nodes: Vec<v1::NodeInfo>,
+        view: ClusterView,
+        nodes: Vec<NodeView>,
         metrics: Option<String>,
     ) {
         let metrics = match metrics {
@@ -367,16 +351,31 @@ impl Board {
 /// A changed job record and its progress in its cell, or the id of one dropped.
 pub(crate) type JobChange = Result<(Arc<StoredJob>, Option<model::JobProgress>), u64>;
 
-/// A job as the API shows it: its record, why it waits, its progress and samples.
-fn job_proto(job: &BoardJob, derived: &Derived, admin: &AdminSnapshot) -> v1::Job {
-    let record = &job.record;
-    let mut proto = record.to_proto();
-    proto.waiting_reason = waiting_reason(record, derived, admin);
-    if !record.status.is_terminal() {
-        proto.progress = job.progress.as_ref().map(progress_proto);
-        proto.metrics = derived.samples.get(&record.id).cloned();
+/// A job as reads show it: its record, why it waits, its progress and samples.
+fn job_view(job: BoardJob, derived: &Derived, admin: &AdminSnapshot) -> JobView {
+    let live = !job.record.status.is_terminal();
+    JobView {
+        waiting_reason: waiting_reason(&job.record, derived, admin),
+        progress: job.progress.filter(|_| live),
+        sample: derived
+            .samples
+            .get(&job.record.id)
+            .copied()
+            .filter(|_| live),
+        record: job.record,
     }
-    proto
+}
+
+/// Which jobs a `List` call asks for: a tenant's ("" for all the caller may
+/// see), in some states (none: all), a page of them, newest first.
+#[derive(Clone, Debug, Default)]
+pub struct JobQuery {
+    pub tenant: String,
+    pub states: HashSet<JobStatus>,
+    /// The `next` a previous page returned ("" for the first page).
+    pub page_token: String,
+    /// 0: [`DEFAULT_PAGE`]; at most [`MAX_PAGE`].
+    pub limit: u32,
 }
 
 /// Why a queued or pending job has not started ("" for any other).
@@ -402,15 +401,5 @@ fn waiting_reason(job: &StoredJob, derived: &Derived, admin: &AdminSnapshot) -> 
             None => "waiting to be handed to a scheduler".into(),
         },
         _ => String::new(),
-    }
-}
-
-pub(crate) fn progress_proto(p: &model::JobProgress) -> v1::JobProgress {
-    v1::JobProgress {
-        started_ms: p.started_ms,
-        attained_ms: p.attained_ms,
-        remaining_ms: p.remaining_ms,
-        remaining_workers: p.remaining_workers,
-        reported_ms: p.reported_ms,
     }
 }

@@ -17,13 +17,56 @@
 
 use crate::records::{JobSpecRecord, WorkerAt};
 use arbiter_policy_sdk::model::{self, FULL_GPU_MILLI};
-use arbiter_proto::v1;
 
 /// One node's part of a job.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NodeLaunch {
     pub node: String,
-    pub launch: v1::Launch,
+    pub launch: Launch,
+}
+
+/// What one node runs of a job: its command on some of the node's GPUs,
+/// under the terms the contract's rule resolved.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Launch {
+    pub job_id: u64,
+    pub name: String,
+    pub command: Vec<String>,
+    /// Node-local GPU ordinals.
+    pub gpus: Vec<u32>,
+    /// Device-memory quota per GPU (MiB); 0 = the whole GPU.
+    pub memory_limit_mib: u32,
+    /// Compute share in permille; 1000 = unthrottled.
+    pub compute_share_permille: u32,
+    /// 0 online (latency-critical), 1 offline (best effort).
+    pub role: u32,
+    /// The job's rank of this node's first GPU.
+    pub rank_base: u32,
+    /// The job's ranks across all its nodes.
+    pub world_size: u32,
+    /// MPS active thread percentage (1..=100; 0 = the daemon's default).
+    pub mps_thread_pct: u32,
+    /// The job's contract `qos` code.
+    pub qos: u32,
+    /// GPU share request and limit in permille (limit 0 = the request).
+    pub request_permille: u32,
+    pub limit_permille: u32,
+    /// Which launch of the job this is (numbered by the plane when it sends it).
+    pub launch_seq: u64,
+}
+
+/// A change to a running job's terms on one node; `None` keeps a value.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Update {
+    pub job_id: u64,
+    pub seq: u64,
+    pub role: Option<u32>,
+    pub qos: Option<u32>,
+    pub memory_limit_mib: Option<u32>,
+    pub compute_share_permille: Option<u32>,
+    pub mps_thread_pct: Option<u32>,
+    pub request_permille: Option<u32>,
+    pub limit_permille: Option<u32>,
 }
 
 /// The launches of job `job_id` placed at `placement`. `gpu_memory_mib`
@@ -66,7 +109,7 @@ pub fn resolve(
         let count = gpus.len() as u32;
         out.push(NodeLaunch {
             node: node.to_string(),
-            launch: v1::Launch {
+            launch: Launch {
                 job_id,
                 name: spec.name.clone(),
                 command: spec.command.clone(),
@@ -101,8 +144,8 @@ pub fn with_sm_share(launches: &mut [NodeLaunch], sm_percent: u8) {
 
 /// The `Update` that moves a running job's workloads on one node to the
 /// terms `launch` resolves (everything but the command and the ranks).
-pub fn update_of(launch: &v1::Launch, seq: u64) -> v1::Update {
-    v1::Update {
+pub fn update_of(launch: &Launch, seq: u64) -> Update {
+    Update {
         job_id: launch.job_id,
         seq,
         role: Some(launch.role),

@@ -1,8 +1,8 @@
 //! What the control plane persists: jobs, tenants, experiments and policy
-//! slots, as serde records (JSON in the store), and their API forms.
+//! slots, as serde records (JSON in the store), and the domain types of its
+//! write API (the API layer maps its messages to these in `crate::convert`).
 
 use arbiter_policy_sdk::model::job_kind;
-use arbiter_proto::v1;
 use serde::{Deserialize, Serialize};
 
 /// Where a job stands.
@@ -20,6 +20,16 @@ pub enum JobStatus {
 }
 
 impl JobStatus {
+    /// Every state, in lifecycle order.
+    pub const ALL: [JobStatus; 6] = [
+        JobStatus::Queued,
+        JobStatus::Pending,
+        JobStatus::Running,
+        JobStatus::Succeeded,
+        JobStatus::Failed,
+        JobStatus::Cancelled,
+    ];
+
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
@@ -37,29 +47,6 @@ impl JobStatus {
             JobStatus::Failed => "failed",
             JobStatus::Cancelled => "cancelled",
         }
-    }
-
-    pub fn to_proto(self) -> v1::JobState {
-        match self {
-            JobStatus::Queued => v1::JobState::Queued,
-            JobStatus::Pending => v1::JobState::Pending,
-            JobStatus::Running => v1::JobState::Running,
-            JobStatus::Succeeded => v1::JobState::Succeeded,
-            JobStatus::Failed => v1::JobState::Failed,
-            JobStatus::Cancelled => v1::JobState::Cancelled,
-        }
-    }
-
-    pub fn from_proto(s: v1::JobState) -> Option<JobStatus> {
-        Some(match s {
-            v1::JobState::Unspecified => return None,
-            v1::JobState::Queued => JobStatus::Queued,
-            v1::JobState::Pending => JobStatus::Pending,
-            v1::JobState::Running => JobStatus::Running,
-            v1::JobState::Succeeded => JobStatus::Succeeded,
-            v1::JobState::Failed => JobStatus::Failed,
-            v1::JobState::Cancelled => JobStatus::Cancelled,
-        })
     }
 }
 
@@ -133,24 +120,6 @@ pub struct ExperimentRequest {
     pub guardrail: GuardrailRecord,
 }
 
-impl ExperimentRequest {
-    pub fn from_proto(req: &v1::StartExperimentRequest) -> Result<ExperimentRequest, String> {
-        let mode = match v1::ExperimentMode::try_from(req.mode) {
-            Ok(v1::ExperimentMode::Split) => Mode::Split,
-            Ok(v1::ExperimentMode::Shadow) => Mode::Shadow,
-            _ => return Err("mode must be SPLIT or SHADOW".into()),
-        };
-        Ok(ExperimentRequest {
-            name: req.name.clone(),
-            mode,
-            candidate_slot: req.candidate_slot.clone(),
-            candidate_tenants: req.candidate_tenants.clone(),
-            candidate_share: req.candidate_share,
-            guardrail: GuardrailRecord::from_proto(req.guardrail.as_ref())?,
-        })
-    }
-}
-
 /// Where an upload went: its slot and its generation there.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Loaded {
@@ -193,17 +162,6 @@ pub struct ServiceRecord {
     pub p50_latency_ms: u32,
     pub p99_latency_ms: u32,
     pub reported_ms: u64,
-}
-
-impl ServiceRecord {
-    pub fn to_proto(self) -> v1::ServiceLoad {
-        v1::ServiceLoad {
-            requests_per_s: self.requests_per_s,
-            p50_latency_ms: self.p50_latency_ms,
-            p99_latency_ms: self.p99_latency_ms,
-            reported_ms: self.reported_ms,
-        }
-    }
 }
 
 /// What survives of a job's progress when its cell is rebuilt: its run time
@@ -280,8 +238,11 @@ impl JobSpecRecord {
         self.demand_milli() as f64 / 1000.0 * self.duration_ms as f64 / 3.6e6
     }
 
-    /// Checks a submitted spec; the error says which field is wrong.
-    pub fn from_proto(spec: &v1::JobSpec) -> Result<JobSpecRecord, String> {
+    /// Checks a spec as submitted and resolves its defaults (the worker
+    /// size, the elastic bounds, one GPU for a fractional job); the error
+    /// says which field is wrong.
+    pub fn validated(self) -> Result<JobSpecRecord, String> {
+        let spec = self;
         if spec.name.is_empty() || spec.name.len() > MAX_NAME {
             return Err(format!("name must be 1..={MAX_NAME} bytes"));
         }
@@ -329,7 +290,7 @@ impl JobSpecRecord {
                 "group must be at most {MAX_NAME} bytes without control characters"
             ));
         }
-        if spec.kind > u32::from(job_kind::INTERACTIVE) {
+        if spec.kind > job_kind::INTERACTIVE {
             return Err("kind must be 0 (training), 1 (inference) or 2 (interactive)".into());
         }
         let command_bytes: usize = spec.command.iter().map(String::len).sum();
@@ -374,26 +335,11 @@ impl JobSpecRecord {
             ));
         }
         Ok(JobSpecRecord {
-            name: spec.name.clone(),
             gpus,
             gpus_per_worker: per_worker,
-            gpu_milli: spec.gpu_milli,
-            cpu_milli: spec.cpu_milli,
-            memory_mib: spec.memory_mib,
-            priority: spec.priority,
-            qos: spec.qos as u8,
-            duration_ms: spec.duration_ms,
-            deadline_ms: spec.deadline_ms,
-            command: spec.command.clone(),
-            gpu_models: spec.gpu_models.clone(),
-            gpu_memory_mib: spec.gpu_memory_mib,
-            gpu_milli_limit: spec.gpu_milli_limit,
-            locality: spec.locality as u8,
-            slo_ms: spec.slo_ms,
-            group: spec.group.clone(),
-            kind: spec.kind as u8,
             min_workers,
             max_workers,
+            ..spec
         })
     }
 
@@ -418,55 +364,6 @@ impl JobSpecRecord {
 }
 
 impl StoredJob {
-    pub fn to_proto(&self) -> v1::Job {
-        let s = &self.spec;
-        v1::Job {
-            id: self.id,
-            spec: Some(v1::JobSpec {
-                name: s.name.clone(),
-                tenant: self.tenant.clone(),
-                gpus: s.gpus,
-                gpus_per_worker: s.gpus_per_worker,
-                gpu_milli: s.gpu_milli,
-                cpu_milli: s.cpu_milli,
-                memory_mib: s.memory_mib,
-                priority: s.priority,
-                qos: u32::from(s.qos),
-                duration_ms: s.duration_ms,
-                deadline_ms: s.deadline_ms,
-                command: s.command.clone(),
-                gpu_models: s.gpu_models.clone(),
-                gpu_memory_mib: s.gpu_memory_mib,
-                gpu_milli_limit: s.gpu_milli_limit,
-                locality: u32::from(s.locality),
-                slo_ms: s.slo_ms,
-                group: s.group.clone(),
-                kind: u32::from(s.kind),
-                min_workers: s.worker_bounds().0,
-                max_workers: s.worker_bounds().1,
-            }),
-            state: self.status.to_proto() as i32,
-            submit_ms: self.submit_ms,
-            start_ms: self.start_ms,
-            end_ms: self.end_ms,
-            node: self
-                .placement
-                .iter()
-                .map(|w| w.node.as_str())
-                .collect::<Vec<_>>()
-                .join(","),
-            gpu_indices: self.placement.iter().flat_map(|w| w.gpus.clone()).collect(),
-            preemptions: self.preemptions,
-            arm: self.arm.clone(),
-            message: self.message.clone(),
-            progress: None,
-            service: self.service.map(ServiceRecord::to_proto),
-            workers: self.placement.len() as u32,
-            waiting_reason: String::new(),
-            metrics: None,
-        }
-    }
-
     /// The name the job has inside a cell's cluster state (unique there).
     pub fn state_name(&self) -> String {
         format!("{}#{}", self.spec.name, self.id)
@@ -501,7 +398,8 @@ fn default_min_effect() -> f64 {
 pub const GUARDRAIL_METRICS: [&str; 4] = ["queue_delay", "jct", "slo_violations", "faults"];
 
 impl GuardrailRecord {
-    pub fn from_proto(g: Option<&v1::Guardrail>) -> Result<GuardrailRecord, String> {
+    /// The guardrail asked for (`None` or zero fields: the defaults), checked.
+    pub fn resolved(g: Option<&GuardrailRecord>) -> Result<GuardrailRecord, String> {
         let metric = match g.map(|g| g.metric.as_str()) {
             None | Some("") => "queue_delay".to_string(),
             Some(m) if GUARDRAIL_METRICS.contains(&m) => m.to_string(),
@@ -596,8 +494,8 @@ pub struct SlotRecord {
 mod tests {
     use super::*;
 
-    fn spec(gpus: u32, per: u32, milli: u32) -> v1::JobSpec {
-        v1::JobSpec {
+    fn spec(gpus: u32, per: u32, milli: u32) -> JobSpecRecord {
+        JobSpecRecord {
             name: "a".into(),
             gpus,
             gpus_per_worker: per,
@@ -608,28 +506,25 @@ mod tests {
 
     #[test]
     fn spec_validation_names_the_field() {
-        assert!(JobSpecRecord::from_proto(&spec(4, 0, 0)).is_ok());
-        assert_eq!(
-            JobSpecRecord::from_proto(&spec(8, 2, 0)).map(|s| s.workers()),
-            Ok(4)
-        );
+        assert!(spec(4, 0, 0).validated().is_ok());
+        assert_eq!(spec(8, 2, 0).validated().map(|s| s.workers()), Ok(4));
+        assert!(spec(3, 2, 0).validated().unwrap_err().contains("multiple"));
         assert!(
-            JobSpecRecord::from_proto(&spec(3, 2, 0))
-                .unwrap_err()
-                .contains("multiple")
-        );
-        assert!(
-            JobSpecRecord::from_proto(&spec(1, 0, 1500))
+            spec(1, 0, 1500)
+                .validated()
                 .unwrap_err()
                 .contains("gpu_milli")
         );
         let mut s = spec(1, 0, 0);
         s.name.clear();
-        assert!(JobSpecRecord::from_proto(&s).unwrap_err().contains("name"));
+        assert!(s.validated().unwrap_err().contains("name"));
         assert!(
-            GuardrailRecord::from_proto(Some(&v1::Guardrail {
+            GuardrailRecord::resolved(Some(&GuardrailRecord {
                 metric: "nope".into(),
-                ..Default::default()
+                alpha: 0.0,
+                min_samples: 0,
+                max_faults: 0,
+                min_effect: 0.0,
             }))
             .is_err()
         );

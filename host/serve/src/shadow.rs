@@ -13,7 +13,6 @@ use arbiter_host::runtime::PolicyInstance;
 use arbiter_policy_sdk::cluster::Cluster;
 use arbiter_policy_sdk::model::{Decision, Delta, RoundInfo, Snapshot, WorkerPlacement};
 use arbiter_policy_sdk::plan::Plan;
-use arbiter_proto::v1;
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -45,15 +44,44 @@ pub struct ShadowState {
     pub candidate_faults: u64,
     pub candidate_invalid: u64,
     pub candidate_latency_ms: BatchMeans,
-    pub recent: VecDeque<v1::PlacementDiff>,
+    pub recent: VecDeque<PlacementDiff>,
     pub last_fault: String,
     /// Jobs (by their unique name in the cell) whose placement differed at least once.
     pub jobs_differing: std::collections::HashSet<String>,
 }
 
+/// What a shadow run found, as experiment reports show it.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ShadowSummary {
+    pub rounds: u64,
+    pub rounds_identical: u64,
+    /// Placements that differed, counted once per round they differed in.
+    pub placements_differing: u64,
+    pub candidate_only: u64,
+    pub incumbent_only: u64,
+    pub incumbent_fragmentation_pct: f64,
+    pub candidate_fragmentation_pct: f64,
+    pub candidate_faults: u64,
+    pub recent: Vec<PlacementDiff>,
+    pub candidate_invalid: u64,
+    /// Distinct jobs whose placement differed at least once.
+    pub jobs_differing: u64,
+}
+
+/// One job placed differently by the incumbent and the candidate in a round.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PlacementDiff {
+    pub epoch: u64,
+    pub job: u64,
+    pub job_name: String,
+    /// Each side's placement in words ("" where that side did not place it).
+    pub incumbent: String,
+    pub candidate: String,
+}
+
 impl ShadowState {
-    pub fn to_proto(&self) -> v1::ShadowSummary {
-        v1::ShadowSummary {
+    pub fn summary(&self) -> ShadowSummary {
+        ShadowSummary {
             rounds: self.rounds,
             rounds_identical: self.rounds_identical,
             placements_differing: self.placements_differing,
@@ -150,7 +178,7 @@ fn run(
 struct Step {
     candidate: Result<Vec<Decision>, String>,
     invalid: bool,
-    diffs: Vec<v1::PlacementDiff>,
+    diffs: Vec<PlacementDiff>,
     candidate_only: u64,
     incumbent_only: u64,
     identical: bool,
@@ -254,7 +282,7 @@ fn shadow_round(
             _ => {}
         }
         let j = cluster.job(job);
-        step.diffs.push(v1::PlacementDiff {
+        step.diffs.push(PlacementDiff {
             epoch: round.epoch,
             job: u64::from(job),
             job_name: j.name().to_string(),

@@ -144,7 +144,7 @@ fn experiment(
         }
     }
     events.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let g = GuardrailRecord::from_proto(None).expect("default guardrail");
+    let g = GuardrailRecord::resolved(None).expect("default guardrail");
     let (mut cand, mut ctrl) = (ArmStats::default(), ArmStats::default());
     let mut evidence = AlwaysValidP::default();
     let (mut naive_cand, mut naive_ctrl) = (Iid::default(), Iid::default());

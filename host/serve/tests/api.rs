@@ -728,6 +728,16 @@ async fn a_random_split_measures_only_its_enrolled_jobs_and_keeps_them_across_a_
     for &id in backlog.iter().chain(&enrolled) {
         wait_state(&admin, id, v1::JobState::Succeeded).await;
     }
+    // The running experiment's status is published with the ticks, at most
+    // one behind the job records.
+    wait_for("the arms to count every enrolled job finished", || {
+        let mut admin = client_clone(&admin);
+        async move {
+            let s = status(&mut admin, "a-a").await;
+            s.arms.iter().map(|a| a.jobs_finished).sum::<u64>() == 24
+        }
+    })
+    .await;
     let s = status(&mut admin, "a-a").await;
     let counts: Vec<(u64, u64, u64)> = s
         .arms
@@ -2186,4 +2196,91 @@ async fn http_get(addr: std::net::SocketAddr, path: &'static str) -> String {
     })
     .await
     .unwrap()
+}
+
+/// Stores written before ended experiments' reports were JSON kept them as
+/// protobuf (`expstatus/`): such a report is still shown after the upgrade,
+/// and rewritten once in the new form.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_final_report_an_earlier_version_stored_is_kept_and_rewritten() {
+    use arbiter_serve::records::{ExperimentRecord, ExperimentState, GuardrailRecord, Mode};
+    use arbiter_serve::store::{Store, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let running = server(dir.path(), 1, Duration::from_secs(600)).await;
+    let admin_token = running.new_admin_token.clone().unwrap();
+    running.shutdown().await.unwrap();
+
+    let record = ExperimentRecord {
+        name: "old".into(),
+        mode: Mode::Split,
+        state: ExperimentState::RolledBack,
+        candidate_slot: "cand".into(),
+        candidate_tenants: Vec::new(),
+        candidate_share: 0.5,
+        guardrail: GuardrailRecord::resolved(None).unwrap(),
+        reason: "rolled back: queue delay worse".into(),
+        started_ms: 1_000,
+        ended_ms: 9_000,
+        seed: 7,
+        first_job: 1,
+    };
+    let legacy = v1::ExperimentStatus {
+        name: "old".into(),
+        mode: v1::ExperimentMode::Split as i32,
+        state: v1::ExperimentState::RolledBack as i32,
+        candidate_slot: "cand".into(),
+        arms: vec![v1::ArmMetrics {
+            arm: "candidate".into(),
+            slot: "cand".into(),
+            generation: 2,
+            jobs_submitted: 41,
+            queue_delay_ms: Some(v1::Estimate {
+                mean: 812.5,
+                ci_low: 700.0,
+                ci_high: 925.0,
+                samples: 41,
+                batches: 4,
+            }),
+            ..Default::default()
+        }],
+        reason: record.reason.clone(),
+        started_ms: 1_000,
+        ended_ms: 9_000,
+        ..Default::default()
+    };
+    {
+        let store = Store::open(dir.path()).unwrap();
+        let writer = store.writer().unwrap();
+        writer
+            .send_durable(vec![
+                Write::Put("exp/old".into(), serde_json::to_vec(&record).unwrap()),
+                Write::Put(
+                    "expstatus/old".into(),
+                    prost::Message::encode_to_vec(&legacy),
+                ),
+            ])
+            .done()
+            .await
+            .unwrap();
+    }
+
+    let running = server(dir.path(), 1, Duration::from_secs(600)).await;
+    let mut admin = client(&running, Some(&admin_token)).await;
+    let shown = status(&mut admin, "old").await;
+    assert_eq!(shown.arms.len(), 1, "{shown:?}");
+    assert_eq!(shown.arms[0].jobs_submitted, 41);
+    assert_eq!(shown.arms[0].queue_delay_ms, legacy.arms[0].queue_delay_ms);
+    assert_eq!(shown.state, v1::ExperimentState::RolledBack as i32);
+    assert_eq!(shown.reason, record.reason);
+    drop(admin);
+    running.shutdown().await.unwrap();
+
+    let contents = Store::open(dir.path()).unwrap().read_all().unwrap();
+    assert!(
+        contents.get("expstatus/old").is_none(),
+        "the old form is gone"
+    );
+    let rewritten: serde_json::Value =
+        serde_json::from_slice(contents.get("expreport/old").expect("rewritten")).unwrap();
+    assert_eq!(rewritten["arms"][0]["jobs_submitted"], 41);
 }

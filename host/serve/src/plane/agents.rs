@@ -1,6 +1,7 @@
 //! Node agents: registration, heartbeats, workload events, launches and stops.
 
 use super::*;
+use crate::link::{AgentReport, SurvivingWorkload, UpdateAck, WorkloadEvent, WorkloadEventKind};
 
 impl Plane {
     /// Registers (or re-registers) a node agent; returns its session id and
@@ -8,8 +9,8 @@ impl Plane {
     pub fn register_node(
         &mut self,
         caller: &Caller,
-        hello: &v1::NodeHello,
-        tx: tokio::sync::mpsc::UnboundedSender<v1::HostMessage>,
+        hello: &AgentHello,
+        tx: tokio::sync::mpsc::UnboundedSender<ToAgent>,
     ) -> Result<u64, ApiError> {
         if let Caller::Tenant(t) = caller {
             return Err(ApiError::PermissionDenied(format!(
@@ -54,11 +55,9 @@ impl Plane {
         self.next_session += 1;
         let now = self.now_ms();
         // The welcome goes first: reconciliation below may already send stops.
-        let _ = tx.send(v1::HostMessage {
-            body: Some(v1::host_message::Body::Welcome(v1::Welcome {
-                heartbeat_ms: self.cfg.heartbeat.as_millis() as u32,
-                lost_after_ms: self.cfg.lost_after.as_millis() as u32,
-            })),
+        let _ = tx.send(ToAgent::Welcome {
+            heartbeat: self.cfg.heartbeat,
+            lost_after: self.cfg.lost_after,
         });
         let link = AgentLink {
             instance: hello.instance.clone(),
@@ -108,7 +107,7 @@ impl Plane {
             self.writer.send(Write::Delete(format!("node/{name}")));
         }
         // Reconcile what the node still runs with what the host believes.
-        let reported: HashMap<u64, &v1::WorkloadReport> =
+        let reported: HashMap<u64, &SurvivingWorkload> =
             hello.workloads.iter().map(|w| (w.job_id, w)).collect();
         let believed: Vec<u64> = self
             .released()
@@ -143,10 +142,10 @@ impl Plane {
             if w.running && !believed.contains(&w.job_id) {
                 self.send_to(
                     &name,
-                    v1::host_message::Body::Stop(v1::Stop {
+                    ToAgent::Stop {
                         job_id: w.job_id,
                         reason: "not running here according to the control plane".into(),
-                    }),
+                    },
                 );
             }
         }
@@ -172,7 +171,7 @@ impl Plane {
     }
 
     /// An agent's answer to an `Update`: counted, and logged when refused.
-    pub fn node_update_ack(&mut self, name: &str, session: u64, ack: &v1::UpdateAck) {
+    pub fn node_update_ack(&mut self, name: &str, session: u64, ack: &UpdateAck) {
         if self.agent_mut(name, session).is_none() {
             return;
         }
@@ -190,8 +189,8 @@ impl Plane {
         }
     }
 
-    /// A heartbeat from a node agent's current session.
-    pub fn node_heartbeat(&mut self, name: &str, session: u64, hb: &v1::Heartbeat) {
+    /// A report (heartbeat) from a node agent's current session.
+    pub fn node_report(&mut self, name: &str, session: u64, hb: &AgentReport) {
         let now = self.now_ms();
         let Some(node) = self.agent_mut(name, session) else {
             return;
@@ -247,7 +246,7 @@ impl Plane {
     }
 
     /// A workload event from a node agent.
-    pub fn node_event(&mut self, name: &str, session: u64, ev: &v1::WorkloadEvent) {
+    pub fn node_event(&mut self, name: &str, session: u64, ev: &WorkloadEvent) {
         if self.agent_mut(name, session).is_none() {
             return;
         }
@@ -270,36 +269,35 @@ impl Plane {
             );
             return;
         }
-        match v1::WorkloadEventKind::try_from(ev.kind) {
-            Ok(v1::WorkloadEventKind::Started) => {
+        match &ev.kind {
+            WorkloadEventKind::Started => {
                 if let Some(j) = self.jobs.get_mut(&ev.job_id) {
                     j.message = format!("running on {name}");
                 }
             }
-            Ok(v1::WorkloadEventKind::Exited) => {
-                let status = if ev.exit_code == 0 {
+            &WorkloadEventKind::Exited { exit_code } => {
+                let status = if exit_code == 0 {
                     JobStatus::Succeeded
                 } else {
                     JobStatus::Failed
                 };
                 self.stop_elsewhere(ev.job_id, name);
                 self.remove_from_cell(ev.job_id);
-                drop(self.finish_job(ev.job_id, status, &format!("exit code {}", ev.exit_code)));
+                drop(self.finish_job(ev.job_id, status, &format!("exit code {exit_code}")));
             }
-            Ok(v1::WorkloadEventKind::FailedToStart) => {
+            WorkloadEventKind::FailedToStart { message } => {
                 self.stop_elsewhere(ev.job_id, name);
                 self.remove_from_cell(ev.job_id);
                 drop(self.finish_job(
                     ev.job_id,
                     JobStatus::Failed,
-                    &format!("failed to start on {name}: {}", ev.message),
+                    &format!("failed to start on {name}: {message}"),
                 ));
             }
-            Ok(v1::WorkloadEventKind::Evicted) => {
+            WorkloadEventKind::Evicted { message } => {
                 self.stop_elsewhere(ev.job_id, name);
-                self.requeue(ev.job_id, &format!("evicted by {name}: {}", ev.message));
+                self.requeue(ev.job_id, &format!("evicted by {name}: {message}"));
             }
-            _ => tracing::warn!(node = name, "workload event of unknown kind"),
         }
     }
 
@@ -376,7 +374,7 @@ impl Plane {
         }
     }
 
-    pub(super) fn send_to(&self, node: &str, body: v1::host_message::Body) {
+    pub(super) fn send_to(&self, node: &str, message: ToAgent) {
         let Some(link) = self
             .nodes
             .iter()
@@ -385,7 +383,7 @@ impl Plane {
         else {
             return;
         };
-        if link.tx.send(v1::HostMessage { body: Some(body) }).is_err() {
+        if link.tx.send(message).is_err() {
             tracing::warn!(node, "node agent stream closed; message dropped");
         }
     }
@@ -406,10 +404,10 @@ impl Plane {
             if w.node != except && self.is_agent(&w.node) && told.insert(w.node.clone()) {
                 self.send_to(
                     &w.node,
-                    v1::host_message::Body::Stop(v1::Stop {
+                    ToAgent::Stop {
                         job_id: id,
                         reason: "stopped by the control plane".into(),
-                    }),
+                    },
                 );
             }
         }
@@ -452,7 +450,7 @@ impl Plane {
                 for mut l in launches {
                     if self.is_agent(&l.node) {
                         l.launch.launch_seq = seq;
-                        self.send_to(&l.node, v1::host_message::Body::Launch(l.launch));
+                        self.send_to(&l.node, ToAgent::Launch(l.launch));
                     }
                 }
             }

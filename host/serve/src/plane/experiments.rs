@@ -213,15 +213,20 @@ impl Plane {
     pub(super) fn persist_experiment_with_status(
         &self,
         record: &ExperimentRecord,
-        status: &v1::ExperimentStatus,
+        status: &views::ExperimentView,
     ) -> Ack {
-        self.persist_experiment_writes(
-            record,
-            Some(Write::Put(
-                format!("{FINISHED_STATUS_PREFIX}{}", record.name),
-                prost::Message::encode_to_vec(status),
+        let report = match serde_json::to_vec(status) {
+            Ok(bytes) => Some(Write::Put(
+                format!("{FINISHED_REPORT_PREFIX}{}", record.name),
+                bytes,
             )),
-        )
+            Err(e) => {
+                // The record is what matters; the report is shown when it can be.
+                tracing::error!(error = %e, "encoding an experiment's final report");
+                None
+            }
+        };
+        self.persist_experiment_writes(record, report)
     }
 
     pub(super) fn persist_experiment(&self, record: &ExperimentRecord) -> Ack {
@@ -330,14 +335,14 @@ impl Plane {
         }
     }
 
-    pub(super) fn experiment_status(&self, name: &str) -> Result<v1::ExperimentStatus, ApiError> {
+    pub(super) fn experiment_status(&self, name: &str) -> Result<views::ExperimentView, ApiError> {
         if let Some(e) = self.experiment.as_ref().filter(|e| e.record.name == name) {
             return Ok(self.status_of(e));
         }
         if let Some(s) = self.finished_status.get(name) {
             let mut s = s.clone();
             if let Some(r) = self.experiments.get(name) {
-                s.state = experiment_state(r.state) as i32;
+                s.state = r.state;
                 s.reason = r.reason.clone();
                 s.ended_ms = r.ended_ms;
             }
@@ -349,7 +354,7 @@ impl Plane {
             .ok_or_else(|| ApiError::NotFound(format!("no experiment `{name}`")))
     }
 
-    pub(super) fn list_experiments(&self) -> Vec<v1::ExperimentStatus> {
+    pub(super) fn list_experiments(&self) -> Vec<views::ExperimentView> {
         let mut names: Vec<&String> = self.experiments.keys().collect();
         if let Some(e) = &self.experiment {
             names.push(&e.record.name);
@@ -360,7 +365,7 @@ impl Plane {
             .collect()
     }
 
-    pub(super) fn status_of(&self, e: &Experiment) -> v1::ExperimentStatus {
+    pub(super) fn status_of(&self, e: &Experiment) -> views::ExperimentView {
         let mut status = status_skeleton(&e.record);
         let arms: Vec<(&str, &str)> = match e.record.mode {
             Mode::Split => vec![
@@ -388,7 +393,7 @@ impl Plane {
                 .arms
                 .push(arm_metrics(arm, slot, generation, nodes, gpus, stats));
         }
-        status.comparison = e.comparison.map(|c| v1::Comparison {
+        status.comparison = e.comparison.map(|c| views::ComparisonView {
             metric: e.record.guardrail.metric.clone(),
             difference: c.difference,
             ci_low: c.low,
@@ -398,7 +403,7 @@ impl Plane {
         status.balance = e.assigner.as_ref().map(|coin| {
             let b = coin.balance;
             let p = coin.sample_ratio_p();
-            v1::Balance {
+            views::BalanceView {
                 control_jobs: b.control_jobs,
                 candidate_jobs: b.candidate_jobs,
                 control_gpu_hours: b.control_work,
@@ -410,7 +415,7 @@ impl Plane {
         });
         if let Some(shadow) = &e.shadow {
             let s = shadow.state.lock();
-            status.shadow = Some(s.to_proto());
+            status.shadow = Some(s.summary());
             let mut stats = ArmStats {
                 rounds: RoundStats {
                     faults: s.candidate_faults,

@@ -1,6 +1,7 @@
 //! The job table: submission, reads, cancellation, progress and service reports, status changes, retention.
 
 use super::*;
+use crate::link::JobSample;
 
 impl Plane {
     pub(super) fn ids(&self, status: JobStatus) -> impl Iterator<Item = u64> + '_ {
@@ -119,7 +120,7 @@ impl Plane {
 
     /// A node's statistics of the jobs it runs: kept per node, combined per job, recorded as
     /// `job-metrics` in each job's cell. Samples for jobs not running there are ignored.
-    pub(super) fn record_job_samples(&mut self, node: &str, samples: &[v1::JobSample]) {
+    pub(super) fn record_job_samples(&mut self, node: &str, samples: &[JobSample]) {
         let mut changed = Vec::new();
         for s in samples {
             let here = self.jobs.get(&s.job_id).is_some_and(|j| {

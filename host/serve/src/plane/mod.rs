@@ -32,14 +32,16 @@ use crate::board::Board;
 use crate::clock::{Clock, SystemClock};
 use crate::journal::{JournalLimits, JournalWriter, Record, RoundRecord};
 use crate::launch;
+use crate::link::{AgentHello, ToAgent};
 use crate::metrics::{Exposition, GaugeValue, Histogram, PolicyMetrics, generation_label};
 use crate::records::*;
 use crate::shadow::{Shadow, ShadowInput};
 use crate::stats::{
-    AlwaysValidP, ArmStats, Assigner, Comparison, JobStats, RoundStats, SRM_ALERT_P, assign,
-    fragmentation_pct, look, pending_demand,
+    AlwaysValidP, ArmStats, Assigner, Comparison, Estimate, JobStats, RoundStats, SRM_ALERT_P,
+    assign, fragmentation_pct, look, pending_demand,
 };
 use crate::store::{Ack, Contents, Store, StoreWriter, Write};
+use crate::views;
 use crate::waiting::{Capacity, Fleet};
 use anyhow::Context;
 use arbiter_host::registry::{Generation, PolicySlot, Registry};
@@ -53,7 +55,6 @@ use arbiter_policy_sdk::model::{
     self, Decision, Role, RoundInfo, TenantJob, TenantView, WorkerPlacement,
 };
 use arbiter_policy_sdk::plan::Plan;
-use arbiter_proto::v1;
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -242,9 +243,13 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-/// Store key prefix of an ended experiment's final status (arm metrics,
-/// shadow summary), kept apart from its record (`exp/`).
-const FINISHED_STATUS_PREFIX: &str = "expstatus/";
+/// Store key prefix of an ended experiment's final report (arm metrics,
+/// shadow summary; JSON of [`views::ExperimentView`]), kept apart from its
+/// record (`exp/`).
+const FINISHED_REPORT_PREFIX: &str = "expreport/";
+/// Where stores written before the reports were JSON kept them (protobuf):
+/// read once at start-up and rewritten under [`FINISHED_REPORT_PREFIX`].
+const LEGACY_FINISHED_STATUS_PREFIX: &str = "expstatus/";
 
 fn node_token_refused() -> ApiError {
     ApiError::PermissionDenied(
@@ -269,6 +274,18 @@ pub enum NodeStatus {
     Reclaimed,
 }
 
+impl NodeStatus {
+    /// The state's name in listings and metric labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            NodeStatus::Ready => "ready",
+            NodeStatus::Draining => "draining",
+            NodeStatus::Lost => "lost",
+            NodeStatus::Reclaimed => "reclaimed",
+        }
+    }
+}
+
 /// How a node's work is carried out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -279,12 +296,22 @@ pub enum NodeKind {
     Agent,
 }
 
+impl NodeKind {
+    /// The kind's name in listings.
+    pub fn name(self) -> &'static str {
+        match self {
+            NodeKind::Simulated => "simulated",
+            NodeKind::Agent => "agent",
+        }
+    }
+}
+
 /// The host's end of a node agent's stream.
 pub struct AgentLink {
     /// The agent's instance id from its hello ("" from an agent that sends none).
     instance: String,
     pub session: u64,
-    pub tx: tokio::sync::mpsc::UnboundedSender<v1::HostMessage>,
+    pub tx: tokio::sync::mpsc::UnboundedSender<ToAgent>,
     /// When the agent was last heard from (the plane's clock, ms).
     pub last_seen_ms: u64,
 }
@@ -423,7 +450,7 @@ pub struct Plane {
     experiment: Option<Experiment>,
     experiments: BTreeMap<String, ExperimentRecord>,
     /// Final arm metrics of experiments that ended in this process.
-    finished_status: BTreeMap<String, v1::ExperimentStatus>,
+    finished_status: BTreeMap<String, views::ExperimentView>,
     events: broadcast::Sender<JobEvent>,
     /// Job events not yet sent: they wait for their changes to be published.
     unsent_events: Vec<JobEvent>,
@@ -526,7 +553,7 @@ fn refuse_a_lost_store(data: &Path, contents: &Contents) -> anyhow::Result<()> {
 }
 
 /// The node an agent describes; the error names the bad field.
-fn hello_request(h: &v1::NodeHello) -> Result<NodeRequest, String> {
+fn hello_request(h: &AgentHello) -> Result<NodeRequest, String> {
     if h.name.is_empty()
         || h.name.len() > 63
         || !h
@@ -675,7 +702,7 @@ pub const DEFAULT_PAGE: usize = 1_000;
 pub const MAX_PAGE: usize = 10_000;
 
 /// Picks one estimate of an arm's metrics.
-type ArmEstimate = fn(&v1::ArmMetrics) -> &Option<v1::Estimate>;
+type ArmEstimate = fn(&views::ArmView) -> &Estimate;
 
 /// One tenant's jobs as admission sees them in a tick.
 #[derive(Default)]
@@ -757,23 +784,11 @@ fn merge(a: &Histogram, b: &Histogram) -> Histogram {
     m
 }
 
-fn experiment_state(s: ExperimentState) -> v1::ExperimentState {
-    match s {
-        ExperimentState::Running => v1::ExperimentState::Running,
-        ExperimentState::Promoted => v1::ExperimentState::Promoted,
-        ExperimentState::Aborted => v1::ExperimentState::Aborted,
-        ExperimentState::RolledBack => v1::ExperimentState::RolledBack,
-    }
-}
-
-fn status_skeleton(r: &ExperimentRecord) -> v1::ExperimentStatus {
-    v1::ExperimentStatus {
+fn status_skeleton(r: &ExperimentRecord) -> views::ExperimentView {
+    views::ExperimentView {
         name: r.name.clone(),
-        mode: match r.mode {
-            Mode::Split => v1::ExperimentMode::Split,
-            Mode::Shadow => v1::ExperimentMode::Shadow,
-        } as i32,
-        state: experiment_state(r.state) as i32,
+        mode: r.mode,
+        state: r.state,
         candidate_slot: r.candidate_slot.clone(),
         arms: Vec::new(),
         shadow: None,
@@ -792,9 +807,9 @@ fn arm_metrics(
     nodes: u32,
     gpus: u32,
     s: &ArmStats,
-) -> v1::ArmMetrics {
+) -> views::ArmView {
     let (j, r) = (&s.jobs, &s.rounds);
-    v1::ArmMetrics {
+    views::ArmView {
         arm: arm.to_string(),
         slot: slot.to_string(),
         generation,
@@ -803,14 +818,14 @@ fn arm_metrics(
         jobs_submitted: j.submitted,
         jobs_started: j.started,
         jobs_finished: j.finished,
-        queue_delay_ms: Some(j.queue_delay_ms.estimate()),
-        jct_ms: Some(j.jct_ms.estimate()),
-        gpu_allocation_pct: Some(r.alloc_pct.estimate()),
-        fragmentation_pct: Some(r.frag_pct.estimate()),
+        queue_delay_ms: j.queue_delay_ms.estimate(),
+        jct_ms: j.jct_ms.estimate(),
+        gpu_allocation_pct: r.alloc_pct.estimate(),
+        fragmentation_pct: r.frag_pct.estimate(),
         preemptions: j.preemptions,
         slo_violations: j.slo_violations,
         policy_faults: r.faults,
-        policy_latency_ms: Some(r.policy_ms.estimate()),
+        policy_latency_ms: r.policy_ms.estimate(),
     }
 }
 

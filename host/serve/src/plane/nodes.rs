@@ -1,6 +1,7 @@
 //! The node pool: listing, draining, lending and reclaiming nodes.
 
 use super::*;
+use crate::link::HostLoad;
 
 impl Plane {
     /// Recomputes the node shapes submissions are checked against.
@@ -8,7 +9,7 @@ impl Plane {
         self.fleet = Fleet::of(self.nodes.iter().map(|n| &n.request));
     }
 
-    pub(super) fn list_nodes(&self) -> Vec<v1::NodeInfo> {
+    pub(super) fn list_nodes(&self) -> Vec<views::NodeView> {
         // One plan per cell, not per node: listing stays linear in the pool.
         let plans: Vec<Plan> = self
             .cells
@@ -31,41 +32,29 @@ impl Plane {
                                 .map(|g| u32::from(g.health()))
                                 .collect();
                             let m = cluster.node_metrics(i);
-                            let host = (m.host_memory_used_mib > 0).then(|| v1::HostLoad {
+                            let host = (m.host_memory_used_mib > 0).then(|| HostLoad {
                                 cpu_utilization_pct: u32::from(m.cpu_utilization_pct),
                                 memory_used_mib: m.host_memory_used_mib,
-                                // Not part of the cluster view's node metric.
-                                memory_total_mib: 0,
                                 swap_in_per_s: m.swap_in_per_s,
                             });
                             (c.arm.clone(), plan.node_idle_gpus(i), health, host)
                         })
                     })
                     .unwrap_or_default();
-                v1::NodeInfo {
+                views::NodeView {
                     name: n.request.name.clone(),
                     pool: n.request.pool.clone(),
                     gpu_model: n.request.gpu_model.clone(),
                     gpus: n.request.gpu_count,
                     gpus_free: free,
-                    state: match n.status {
-                        NodeStatus::Ready => "ready",
-                        NodeStatus::Draining => "draining",
-                        NodeStatus::Lost => "lost",
-                        NodeStatus::Reclaimed => "reclaimed",
-                    }
-                    .into(),
+                    status: n.status,
                     on_loan: n.request.on_loan,
                     arm: if self.experiment.is_some() {
                         arm
                     } else {
                         String::new()
                     },
-                    kind: match n.kind {
-                        NodeKind::Simulated => "simulated",
-                        NodeKind::Agent => "agent",
-                    }
-                    .into(),
+                    kind: n.kind,
                     gpu_health,
                     host,
                 }

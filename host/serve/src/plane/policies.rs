@@ -230,13 +230,13 @@ impl Plane {
             .ok_or_else(|| ApiError::NotFound(format!("no policy slot `{slot}`")))
     }
 
-    pub(super) fn generation_info(&self, slot: &str, g: &Generation) -> v1::GenerationInfo {
+    fn generation_view(&self, slot: &str, g: &Generation) -> views::GenerationView {
         let active = self
             .registry
             .find(slot)
             .and_then(|s| s.active_id())
             .is_some_and(|id| id == g.id);
-        v1::GenerationInfo {
+        views::GenerationView {
             id: g.id,
             name: g.manifest().name.clone(),
             version: g.manifest().version.clone(),
@@ -256,18 +256,6 @@ impl Plane {
                 g.config.clone()
             },
         }
-    }
-
-    pub(super) fn slot_info(&self, caller: &Caller, slot: &str) -> Result<v1::SlotInfo, ApiError> {
-        let s = self.find_slot(caller, slot)?;
-        Ok(v1::SlotInfo {
-            slot: slot.to_string(),
-            generations: s
-                .generations()
-                .iter()
-                .map(|g| self.generation_info(slot, g))
-                .collect(),
-        })
     }
 
     pub fn swap(&mut self, caller: &Caller, slot: &str, generation: u64) -> Result<Ack, ApiError> {
@@ -294,12 +282,9 @@ impl Plane {
         Ok(self.writer.send_durable(vec![self.slot_write(&s)?]))
     }
 
-    pub(super) fn policy_stats(
-        &self,
-        caller: &Caller,
-        slot: &str,
-    ) -> Result<v1::PolicyStats, ApiError> {
-        let info = self.slot_info(caller, slot)?;
+    /// Slot `slot`'s generations and how it has served (`None`: no such slot).
+    pub(super) fn slot_view(&self, slot: &str) -> Option<views::SlotView> {
+        let s = self.registry.find(slot)?;
         let mut merged = Histogram::default();
         let mut any = false;
         for ((s, _), h) in &self.metrics.latency {
@@ -313,8 +298,13 @@ impl Plane {
             .iter()
             .filter(|c| c.slot.name() == slot)
             .collect();
-        Ok(v1::PolicyStats {
+        Some(views::SlotView {
             slot: slot.to_string(),
+            generations: s
+                .generations()
+                .iter()
+                .map(|g| self.generation_view(slot, g))
+                .collect(),
             rounds: cells
                 .iter()
                 .map(|c| self.metrics.rounds.get(&c.arm).copied().unwrap_or(0))
@@ -329,7 +319,6 @@ impl Plane {
             } else {
                 0.0
             },
-            generations: info.generations,
         })
     }
 }

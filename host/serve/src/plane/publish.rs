@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::board::{AdminSnapshot, Credentials, Derived};
+use crate::link::JobSample;
 
 /// How stale the published metrics text may get between ticks.
 const METRICS_FRESHNESS: Duration = Duration::from_millis(200);
@@ -103,9 +104,7 @@ impl Plane {
             .iter()
             .filter_map(|slot| {
                 let name = slot.name();
-                let info = self.slot_info(&Caller::Admin, name).ok()?;
-                let stats = self.policy_stats(&Caller::Admin, name).ok()?;
-                Some((name.to_string(), (info, stats)))
+                Some((name.to_string(), self.slot_view(name)?))
             })
             .collect();
         let mut claimed: HashMap<&str, u32> = HashMap::new();
@@ -117,7 +116,7 @@ impl Plane {
             .keys()
             .map(|name| {
                 let in_use = claimed.get(name.as_str()).copied().unwrap_or(0);
-                (name.clone(), self.tenant_info(name, in_use))
+                (name.clone(), self.tenant_view(name, in_use))
             })
             .collect();
         let running = self.experiment.as_ref().map(|e| e.record.name.clone());
@@ -168,7 +167,7 @@ impl Plane {
                 let m = self.job_metric(id)?;
                 Some((
                     id,
-                    v1::JobSample {
+                    JobSample {
                         job_id: id,
                         iteration_ms: m.iteration_ms,
                         peak_memory_mib: m.peak_memory_mib,

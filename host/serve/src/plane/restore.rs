@@ -228,15 +228,35 @@ impl Plane {
             self.load_generation(DEFAULT_SLOT, compiled, wasm, String::new(), true)
                 .map_err(|e| anyhow::anyhow!("loading built-in `{name}`: {e}"))?;
         }
-        for (name, bytes) in contents.with_prefix(FINISHED_STATUS_PREFIX) {
-            // Final metrics are a report, not state: an unreadable one is
-            // dropped with a warning rather than refusing to start.
-            match <v1::ExperimentStatus as prost::Message>::decode(bytes) {
-                Ok(status) => {
-                    self.finished_status.insert(name.to_string(), status);
-                }
+        // Final metrics are a report, not state: an unreadable one is
+        // dropped with a warning rather than refusing to start.
+        for (name, bytes) in contents.with_prefix(LEGACY_FINISHED_STATUS_PREFIX) {
+            match crate::convert::legacy_experiment_report(bytes) {
+                Ok(report) => match serde_json::to_vec(&report) {
+                    Ok(json) => {
+                        self.writer
+                            .send(Write::Put(format!("{FINISHED_REPORT_PREFIX}{name}"), json));
+                        self.finished_status.insert(name.to_string(), report);
+                    }
+                    Err(e) => {
+                        tracing::warn!(experiment = name, error = %e, "final experiment report not rewritten");
+                    }
+                },
                 Err(e) => {
                     tracing::warn!(experiment = name, error = %e, "unreadable final experiment status; dropped");
+                }
+            }
+            self.writer.send(Write::Delete(format!(
+                "{LEGACY_FINISHED_STATUS_PREFIX}{name}"
+            )));
+        }
+        for (name, bytes) in contents.with_prefix(FINISHED_REPORT_PREFIX) {
+            match serde_json::from_slice(bytes) {
+                Ok(report) => {
+                    self.finished_status.insert(name.to_string(), report);
+                }
+                Err(e) => {
+                    tracing::warn!(experiment = name, error = %e, "unreadable final experiment report; dropped");
                 }
             }
         }

@@ -364,7 +364,7 @@ impl Plane {
                     if self.is_agent(&l.node) {
                         self.update_seq += 1;
                         let update = launch::update_of(&l.launch, self.update_seq);
-                        self.send_to(&l.node, v1::host_message::Body::Update(update));
+                        self.send_to(&l.node, ToAgent::Update(update));
                     }
                 }
             }

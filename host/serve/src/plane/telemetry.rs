@@ -3,7 +3,7 @@
 use super::*;
 
 impl Plane {
-    pub(super) fn view(&self) -> v1::ClusterView {
+    pub(super) fn view(&self) -> views::ClusterView {
         let count = |s: JobStatus| self.count(s);
         let (mut alloc, mut gpus) = (0.0, 0u32);
         for c in &self.cells {
@@ -12,7 +12,7 @@ impl Plane {
             gpus += g;
         }
         let default = self.registry.find(DEFAULT_SLOT);
-        v1::ClusterView {
+        views::ClusterView {
             epoch: self.cells.first().map_or(0, |c| c.state.epoch()),
             now_ms: self.now_ms(),
             nodes: self.nodes.len() as u32,
@@ -48,7 +48,7 @@ impl Plane {
                     slot.generations()
                         .into_iter()
                         .filter(|g| g.is_quarantined())
-                        .map(|g| v1::QuarantinedGeneration {
+                        .map(|g| views::QuarantinedGeneration {
                             slot: slot.name().to_string(),
                             generation: g.id,
                             name: g.manifest().name.clone(),
@@ -184,14 +184,7 @@ impl Plane {
             }),
         );
         // One name per job state, as the API names them.
-        let states = [
-            JobStatus::Queued,
-            JobStatus::Pending,
-            JobStatus::Running,
-            JobStatus::Succeeded,
-            JobStatus::Failed,
-            JobStatus::Cancelled,
-        ];
+        let states = JobStatus::ALL;
         e.gauge(
             "arbiter_jobs",
             "Jobs in the job table by state (ended ones until retention drops them).",
@@ -247,12 +240,12 @@ impl Plane {
             (
                 "arbiter_node_gpus_free",
                 "Idle GPUs on a node, by node and state.",
-                (|n: &v1::NodeInfo| n.gpus_free) as fn(&v1::NodeInfo) -> u32,
+                (|n: &views::NodeView| n.gpus_free) as fn(&views::NodeView) -> u32,
             ),
             (
                 "arbiter_node_gpus",
                 "GPUs on a node, by node and state.",
-                |n: &v1::NodeInfo| n.gpus,
+                |n: &views::NodeView| n.gpus,
             ),
         ] {
             e.gauge(
@@ -260,7 +253,7 @@ impl Plane {
                 help,
                 nodes.iter().map(|n| {
                     (
-                        vec![("node", n.name.as_str()), ("state", n.state.as_str())],
+                        vec![("node", n.name.as_str()), ("state", n.status.name())],
                         GaugeValue::Int(i64::from(value(n))),
                     )
                 }),
@@ -275,12 +268,10 @@ impl Plane {
         if let Some(exp) = &self.experiment {
             // One metric per unit: seconds, ratios and counts never share a gauge.
             let status = self.status_of(exp);
-            let mean = |x: &Option<v1::Estimate>, scale: f64| {
-                GaugeValue::Float(x.as_ref().map_or(0.0, |e| e.mean * scale))
-            };
+            let mean = |x: &Estimate, scale: f64| GaugeValue::Float(x.mean * scale);
             fn arm_labels<'a>(
                 experiment: &'a str,
-                a: &'a v1::ArmMetrics,
+                a: &'a views::ArmView,
             ) -> Vec<(&'static str, &'a str)> {
                 vec![("experiment", experiment), ("arm", a.arm.as_str())]
             }

@@ -148,14 +148,13 @@ impl Plane {
     }
 
     /// What `list_tenants` shows of tenant `name`, holding `gpus_in_use`.
-    pub(super) fn tenant_info(&self, name: &str, gpus_in_use: u32) -> v1::TenantInfo {
+    pub(super) fn tenant_view(&self, name: &str, gpus_in_use: u32) -> views::TenantView {
         let quota = self.tenants.get(name).map_or(0, |t| t.quota_gpus);
         let slot = tenant_slot(name);
-        v1::TenantInfo {
+        views::TenantView {
             name: name.to_string(),
             quota_gpus: quota,
             gpus_in_use,
-            token: String::new(),
             policy_slot: if self
                 .registry
                 .find(&slot)

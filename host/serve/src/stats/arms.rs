@@ -189,7 +189,7 @@ mod tests {
     use super::*;
 
     fn guardrail() -> GuardrailRecord {
-        GuardrailRecord::from_proto(None).unwrap()
+        GuardrailRecord::resolved(None).unwrap()
     }
 
     fn arm_with_delays(delays: impl IntoIterator<Item = f64>) -> ArmStats {

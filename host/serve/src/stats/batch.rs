@@ -128,14 +128,14 @@ impl BatchMeans {
         })
     }
 
-    /// The API form: mean, 95 % interval (collapsed to the mean below two
-    /// full batches — `batches` says so), sample and batch counts.
-    pub fn estimate(&self) -> arbiter_proto::v1::Estimate {
+    /// The reported form: mean, 95 % interval (collapsed to the mean below
+    /// two full batches — `batches` says so), sample and batch counts.
+    pub fn estimate(&self) -> Estimate {
         let mean = self.mean();
         let (low, high) = self
             .interval(0.95)
             .map_or((mean, mean), |i| (i.low, i.high));
-        arbiter_proto::v1::Estimate {
+        Estimate {
             mean,
             ci_low: low,
             ci_high: high,
@@ -143,6 +143,17 @@ impl BatchMeans {
             batches: self.batches.len() as u32,
         }
     }
+}
+
+/// A metric's mean with its 95 % interval, as reports show it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Estimate {
+    pub mean: f64,
+    pub ci_low: f64,
+    pub ci_high: f64,
+    pub samples: u64,
+    /// Full batches behind the interval (below two, the interval is the mean).
+    pub batches: u32,
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ pub mod dist;
 
 pub use arms::{ArmStats, Comparison, JobStats, RoundStats, Verdict, look};
 pub use assign::{Assigner, Balance, SRM_ALERT_P};
-pub use batch::BatchMeans;
+pub use batch::{BatchMeans, Estimate};
 pub use compare::{AlwaysValidP, Difference};
 
 use arbiter_policy_sdk::cluster::Cluster;
