@@ -258,6 +258,15 @@ pub struct ClusterState {
     /// given none run at the reference speed.
     model_speeds: HashMap<String, u32>,
     events: Vec<Event>,
+    /// Where in `events` the pending epoch's `strings-added` event is: every
+    /// string interned later in the epoch joins it, so a round's delta
+    /// carries one event for its new names, not one per name (a thousand
+    /// arrivals were a thousand one-string events, each a list the
+    /// component boundary allocates and copies). Strings are append-only and
+    /// named by position, and nothing but interning adds one, so adding a
+    /// string earlier in the epoch than it was interned changes no id and no
+    /// mirror's result.
+    strings_event: Option<usize>,
     /// The last rounds' deltas, shared with [`DeltaFeed`]s.
     history: Arc<RwLock<DeltaLog>>,
     now_ms: u64,
@@ -289,6 +298,7 @@ impl ClusterState {
             next_job: 1,
             model_speeds: HashMap::new(),
             events: Vec::new(),
+            strings_event: None,
             history: Arc::new(RwLock::new(DeltaLog::default())),
             now_ms: 0,
             string_refs: Vec::new(),
@@ -348,7 +358,20 @@ impl ClusterState {
             return Ok(id);
         }
         let id = self.cluster.strings().len() as u32;
-        self.emit(Event::StringsAdded(vec![s.to_string()]))?;
+        let joined = match self.strings_event.and_then(|i| self.events.get_mut(i)) {
+            Some(Event::StringsAdded(strings)) => {
+                self.cluster
+                    .apply_event(&Event::StringsAdded(vec![s.to_string()]))
+                    .map_err(|e| StateError::Event(e.to_string()))?;
+                strings.push(s.to_string());
+                true
+            }
+            _ => false,
+        };
+        if !joined {
+            self.strings_event = Some(self.events.len());
+            self.emit(Event::StringsAdded(vec![s.to_string()]))?;
+        }
         self.interned.insert(s.to_string(), id);
         self.string_refs.push(0);
         Ok(id)
@@ -766,7 +789,10 @@ impl ClusterState {
             base_epoch,
             epoch,
             now_ms: self.now_ms,
-            events: std::mem::take(&mut self.events),
+            events: {
+                self.strings_event = None;
+                std::mem::take(&mut self.events)
+            },
         });
         self.cluster.set_epoch(epoch, self.now_ms);
         self.history.write().push(delta.clone());
@@ -971,6 +997,7 @@ impl ClusterState {
         self.string_refs = refs;
         self.cluster = cluster;
         self.events.clear();
+        self.strings_event = None;
         self.history.write().reset(epoch, self.now_ms);
         self.resync_epoch = epoch;
         self.compactions += 1;
@@ -1471,6 +1498,40 @@ mod tests {
             s.begin_round(1);
         }
         assert!(s.delta_since(0).is_none());
+    }
+
+    /// An epoch's new names cross in one `strings-added` event, ahead of the
+    /// first event naming them, in the order they were interned; a mirror
+    /// that applies the delta ends where the host is.
+    #[test]
+    fn an_epochs_new_strings_travel_in_one_event() {
+        let mut s = ClusterState::new();
+        s.add_node(node("a", 4)).unwrap();
+        let mut mirror = Cluster::from_snapshot(s.snapshot()).unwrap();
+        let before = s.cluster().strings().len();
+        for (name, tenant) in [("j1", "team-a"), ("j2", "team-b"), ("j3", "team-a")] {
+            s.submit(JobRequest::gpus(name, tenant, 1, 1)).unwrap();
+        }
+        let (delta, _) = s.begin_round(10);
+        let added: Vec<&Vec<String>> = delta
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                Event::StringsAdded(strings) => Some(strings),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(added.len(), 1, "{:?}", delta.events);
+        assert!(matches!(delta.events[0], Event::StringsAdded(_)));
+        assert_eq!(added[0][..], s.cluster().strings()[before..]);
+        mirror.apply(&delta).unwrap();
+        assert_eq!(mirror.to_snapshot(), s.snapshot());
+        // The next epoch opens its own event.
+        s.submit(JobRequest::gpus("j4", "team-c", 1, 1)).unwrap();
+        let (delta, _) = s.begin_round(10);
+        assert!(matches!(&delta.events[0], Event::StringsAdded(v) if v.len() == 2));
+        mirror.apply(&delta).unwrap();
+        assert_eq!(mirror.to_snapshot(), s.snapshot());
     }
 
     #[test]

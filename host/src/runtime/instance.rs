@@ -8,6 +8,7 @@ use super::ticker::Ticker;
 use crate::state::{ClusterState, DeltaFeed};
 use arbiter_policy_sdk::model::*;
 use arbiter_policy_sdk::{Policy, Runtime};
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wasmtime::Store;
@@ -282,12 +283,19 @@ impl PolicyInstance {
 
     /// Applies a delta to the mirror.
     pub fn apply(&mut self, delta: &Delta) -> Result<(), PolicyFault> {
+        self.apply_delta(Cow::Borrowed(delta))
+    }
+
+    /// [`PolicyInstance::apply`] of a delta the caller may give away: a
+    /// component gets it moved into its call, not copied (a round's delta
+    /// holds every arrival).
+    fn apply_delta(&mut self, delta: Cow<'_, Delta>) -> Result<(), PolicyFault> {
         let epoch = delta.epoch;
         let r = if self.is_native() {
-            self.native_call(|p| p.apply(delta))?
+            self.native_call(|p| p.apply(&delta))?
                 .map_err(PolicyFault::from_policy_error)
         } else {
-            let delta = delta.clone();
+            let delta = delta.into_owned();
             let r = self.wasm_call(delta.now_ms, |store, ex| {
                 ex.apply(store, delta)
                     .ok_or_else(|| unsupported(Role::Scheduler))
@@ -304,7 +312,7 @@ impl PolicyInstance {
             return Ok(());
         }
         match self.mirror_epoch.and_then(|e| state.delta_since(e)) {
-            Some(d) => match self.apply(&d) {
+            Some(d) => match self.apply_delta(Cow::Owned(d)) {
                 Err(PolicyFault::Stale(_)) => self.resync_to(state),
                 other => other,
             },

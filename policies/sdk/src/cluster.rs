@@ -1012,7 +1012,9 @@ impl Cluster {
     /// arrival order most schedulers start from.
     pub fn pending_by_arrival(&self) -> Vec<Job<'_>> {
         let mut pending: Vec<Job<'_>> = self.pending_jobs().collect();
-        pending.sort_by_key(|j| (j.submit_ms(), j.index()));
+        // Keys are unique (the index breaks ties), so an unstable sort
+        // gives the one order without a stable sort's scratch buffer.
+        pending.sort_unstable_by_key(|j| (j.submit_ms(), j.index()));
         pending
     }
     pub fn running_jobs(&self) -> impl Iterator<Item = Job<'_>> + '_ {
@@ -1191,7 +1193,12 @@ impl<'a> Gpu<'a> {
         self.cluster.gpus.node[self.i()]
     }
     pub fn model(&self) -> &'a str {
-        self.cluster.string(self.cluster.gpus.model[self.i()])
+        self.cluster.string(self.model_id())
+    }
+    /// The model's interned string id: equal ids, equal models (for
+    /// per-model tables built once instead of comparing names per GPU).
+    pub fn model_id(&self) -> u32 {
+        self.cluster.gpus.model[self.i()]
     }
     /// The model's speed in permille of the reference model (1000 when the
     /// operator gave none).

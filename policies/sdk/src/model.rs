@@ -924,10 +924,22 @@ pub fn gpu_share(
     let memory = if gpu_memory_mib > 0 {
         gpu_memory_mib
     } else {
-        ((u64::from(gpu_total_mib) * u64::from(gpu_milli)).div_ceil(u64::from(FULL_GPU_MILLI)))
-            as u32
+        milli_share_of(gpu_total_mib, gpu_milli)
     };
     (gpu_milli, memory)
+}
+
+/// `ceil(total × milli / 1000)` for `milli` < 1000. In 32 bits whenever the
+/// product fits (every real GPU: up to 4 TiB): a 64-bit division by a
+/// constant is a real `div` in Wasm, which has no 64-bit multiply-high to
+/// turn it into a multiply as native code does, and the placement scans ask
+/// this per GPU.
+#[inline]
+fn milli_share_of(total: u32, milli: u32) -> u32 {
+    match total.checked_mul(milli) {
+        Some(product) => product.div_ceil(FULL_GPU_MILLI),
+        None => (u64::from(total) * u64::from(milli)).div_ceil(u64::from(FULL_GPU_MILLI)) as u32,
+    }
 }
 
 /// What one *shared* worker (qos >= 1 while sharing is on) takes from one
@@ -958,5 +970,28 @@ pub fn model_allowed(mask: u64, model_slot: Option<usize>) -> bool {
     match model_slot {
         Some(slot) if slot < 64 => mask & (1u64 << slot) != 0,
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The 32-bit path gives the 64-bit formula's answer for every GPU
+        /// size, to the largest `u32`.
+        #[test]
+        fn a_shares_memory_is_the_64_bit_formulas(total in any::<u32>(), milli in 1u32..1000) {
+            let wide = (u64::from(total) * u64::from(milli)).div_ceil(1000) as u32;
+            prop_assert_eq!(milli_share_of(total, milli), wide);
+        }
+    }
+
+    #[test]
+    fn a_fractional_worker_without_stated_memory_gets_its_share_rounded_up() {
+        assert_eq!(gpu_share(1, 500, 0, 32_768), (500, 16_384));
+        assert_eq!(gpu_share(1, 333, 0, 16_000), (333, 5_328));
+        assert_eq!(gpu_share(1, 999, 0, u32::MAX), (999, 4_290_672_328));
     }
 }
