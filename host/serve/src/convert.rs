@@ -805,6 +805,24 @@ mod tests {
         assert!(legacy_experiment_report(b"\xff\xff\xff").is_err());
     }
 
+    /// A comparison whose batch means are all equal has a NaN interval:
+    /// stored as JSON (`null`), the report still reads back.
+    #[test]
+    fn a_report_with_a_nan_interval_stays_readable() {
+        let mut report = report();
+        if let Some(c) = report.comparison.as_mut() {
+            c.ci_low = f64::NAN;
+            c.ci_high = f64::INFINITY;
+        }
+        report.arms[0].jct_ms.mean = f64::NAN;
+        let json = serde_json::to_vec(&report).unwrap();
+        let back: ExperimentView = serde_json::from_slice(&json).unwrap();
+        let c = back.comparison.as_ref().unwrap();
+        assert!(c.ci_low.is_nan() && c.ci_high.is_nan(), "{c:?}");
+        assert!(back.arms[0].jct_ms.mean.is_nan());
+        assert_eq!(back.arms[0].queue_delay_ms, report.arms[0].queue_delay_ms);
+    }
+
     #[test]
     fn a_report_round_trips_through_the_stores_json() {
         let report = report();

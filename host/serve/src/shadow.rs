@@ -59,7 +59,9 @@ pub struct ShadowSummary {
     pub placements_differing: u64,
     pub candidate_only: u64,
     pub incumbent_only: u64,
+    #[serde(deserialize_with = "crate::views::nan_if_null")]
     pub incumbent_fragmentation_pct: f64,
+    #[serde(deserialize_with = "crate::views::nan_if_null")]
     pub candidate_fragmentation_pct: f64,
     pub candidate_faults: u64,
     pub recent: Vec<PlacementDiff>,

@@ -13,8 +13,16 @@ use crate::records::{ExperimentState, Mode, StoredJob};
 use crate::shadow::ShadowSummary;
 use crate::stats::Estimate;
 use arbiter_policy_sdk::model::JobProgress;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use std::sync::Arc;
+
+/// Reads a stored report's float back, `null` as NaN. JSON has no NaN or
+/// infinity (serde_json writes them as `null`), and a report can hold one —
+/// the interval of a comparison whose batch means are all equal is NaN — so
+/// without this such a report would be unreadable after a restart.
+pub(crate) fn nan_if_null<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+}
 
 /// A job as reads show it: its record, why it waits, its progress and what
 /// its nodes report.
@@ -169,9 +177,13 @@ pub struct ArmView {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ComparisonView {
     pub metric: String,
+    #[serde(deserialize_with = "nan_if_null")]
     pub difference: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub ci_low: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub ci_high: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub always_valid_p: f64,
 }
 
@@ -180,9 +192,13 @@ pub struct ComparisonView {
 pub struct BalanceView {
     pub control_jobs: u64,
     pub candidate_jobs: u64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub control_gpu_hours: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub candidate_gpu_hours: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub target_share: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub sample_ratio_p: f64,
     pub mismatch: bool,
 }

@@ -148,8 +148,11 @@ impl BatchMeans {
 /// A metric's mean with its 95 % interval, as reports show it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Estimate {
+    #[serde(deserialize_with = "crate::views::nan_if_null")]
     pub mean: f64,
+    #[serde(deserialize_with = "crate::views::nan_if_null")]
     pub ci_low: f64,
+    #[serde(deserialize_with = "crate::views::nan_if_null")]
     pub ci_high: f64,
     pub samples: u64,
     /// Full batches behind the interval (below two, the interval is the mean).
