@@ -358,19 +358,15 @@ impl ClusterState {
             return Ok(id);
         }
         let id = self.cluster.strings().len() as u32;
-        let joined = match self.strings_event.and_then(|i| self.events.get_mut(i)) {
-            Some(Event::StringsAdded(strings)) => {
-                self.cluster
-                    .apply_event(&Event::StringsAdded(vec![s.to_string()]))
-                    .map_err(|e| StateError::Event(e.to_string()))?;
-                strings.push(s.to_string());
-                true
+        self.cluster
+            .apply_event(&Event::StringsAdded(vec![s.to_string()]))
+            .map_err(|e| StateError::Event(e.to_string()))?;
+        match self.strings_event.and_then(|i| self.events.get_mut(i)) {
+            Some(Event::StringsAdded(strings)) => strings.push(s.to_string()),
+            _ => {
+                self.strings_event = Some(self.events.len());
+                self.events.push(Event::StringsAdded(vec![s.to_string()]));
             }
-            _ => false,
-        };
-        if !joined {
-            self.strings_event = Some(self.events.len());
-            self.emit(Event::StringsAdded(vec![s.to_string()]))?;
         }
         self.interned.insert(s.to_string(), id);
         self.string_refs.push(0);
@@ -785,14 +781,12 @@ impl ClusterState {
         }
         let base_epoch = self.cluster.epoch();
         let epoch = base_epoch + 1;
+        self.strings_event = None;
         let delta = Arc::new(Delta {
             base_epoch,
             epoch,
             now_ms: self.now_ms,
-            events: {
-                self.strings_event = None;
-                std::mem::take(&mut self.events)
-            },
+            events: std::mem::take(&mut self.events),
         });
         self.cluster.set_epoch(epoch, self.now_ms);
         self.history.write().push(delta.clone());
