@@ -17,13 +17,17 @@
 #      (scripts/gpu/arbiter_hooks.py) sees arbiter_release_requested() and empties PyTorch's
 #      cache at the next step; the charge falls under the new quota and training goes on;
 #   7. host spill: with a spill allowance, allocations beyond the quota come from host memory
-#      (the GPU's memory.used does not grow by them); bandwidth and step time are measured.
+#      (the GPU's memory.used does not grow by them); bandwidth and step time are measured;
+#   8. hot path on the real driver: the CPU time of cuLaunchKernel (an empty kernel) and of a
+#      cuMemAlloc_v2 + cuMemFree_v2 pair, bare and under the interposer, alternating seven
+#      times (scripts/gpu/launch_rate.c); the launch overhead must stay within 100 ns.
 # The Python pieces and the control-block writer are in scripts/gpu/.
 #
 # Usage: scripts/gpu-smoke.sh            (needs: nvidia driver, python3 with torch+CUDA, cargo)
 # Env:   PYTHON (default python3), QUOTA_GIB (default 2), SHARE_SECONDS (default 20),
 #        ARBITER_INTERPOSE_SO (a built interposer: skips the cargo build),
-#        GPU_CHECK (a built `gpu_check` example: skips `cargo run`) — for machines without cargo.
+#        GPU_CHECK (a built `gpu_check` example: skips `cargo run`) — for machines without cargo,
+#        LAUNCH_RATE (a built scripts/gpu/launch_rate.c: skips compiling it with $CC or cc).
 # Exit status: 0 if every check passed. Record the output in docs/gpu-validation.md.
 # No `set -e`: one failing check is counted and the next still runs.
 set -uo pipefail
@@ -62,7 +66,7 @@ block() { "$PYTHON" "$PY_DIR/block.py" "$@"; }
 # background would be a subshell, and a signal sent to it would miss the workload).
 PRELOAD=(env LD_PRELOAD="$SO")
 # Which checks to run (e.g. CHECKS="3 4" to rerun two of them).
-want() { [[ " ${CHECKS:-1 2 3 4 5 6 7} " == *" $1 "* ]]; }
+want() { [[ " ${CHECKS:-1 2 3 4 5 6 7 8} " == *" $1 "* ]]; }
 
 if want 1; then
   echo "== 1. memory quota (${QUOTA_GIB} GiB)"
@@ -195,6 +199,40 @@ if want 7; then
     pass "host spill: beyond the 4 GiB quota from host memory, GPU memory did not grow"
   else
     fail "host spill"
+  fi
+fi
+
+if want 8; then
+  echo "== 8. hot path on the real driver (CPU time per call, median of batches)"
+  LR="${LAUNCH_RATE:-$WORK/launch_rate}"
+  [ -n "${LAUNCH_RATE:-}" ] || "${CC:-cc}" -O2 -o "$LR" "$PY_DIR/launch_rate.c" -ldl
+  block create "$WORK/l.blk" 18446744073709551615 0
+  : > "$WORK/l.out"
+  # Pinned to one core where taskset exists: the difference sought is far below the
+  # run-to-run spread of an unpinned process. Seven alternations; medians of each arm.
+  PIN=(); command -v taskset > /dev/null && PIN=(taskset -c 1)
+  for RUN in 1 2 3 4 5 6 7; do
+    echo "bare $("${PIN[@]}" "$LR")" | tee -a "$WORK/l.out"
+    echo "hooked $("${PRELOAD[@]}" ARBITER_CONTROL_BLOCK="$WORK/l.blk" "${PIN[@]}" "$LR")" | tee -a "$WORK/l.out"
+  done
+  echo "block: $(block get "$WORK/l.blk" launches) launches, $(block get "$WORK/l.blk" allocs) allocations counted"
+  if "$PYTHON" - "$WORK/l.out" <<'PY'
+import re, statistics, sys
+rows = {"bare": [], "hooked": []}
+for line in open(sys.argv[1]):
+    m = re.match(r"(bare|hooked) launch_ns=([0-9.]+) alloc_free_ns=([0-9.]+)", line)
+    if m: rows[m[1]].append((float(m[2]), float(m[3])))
+if len(rows["bare"]) != 7 or len(rows["hooked"]) != 7: sys.exit("missing runs")
+med = {k: [statistics.median(x[i] for x in v) for i in (0, 1)] for k, v in rows.items()}
+dl, da = med["hooked"][0] - med["bare"][0], med["hooked"][1] - med["bare"][1]
+print(f"launch: bare {med['bare'][0]:.1f} ns, hooked {med['hooked'][0]:.1f} ns, overhead {dl:+.1f} ns")
+print(f"alloc+free pair: bare {med['bare'][1]:.1f} ns, hooked {med['hooked'][1]:.1f} ns, overhead {da:+.1f} ns")
+sys.exit(0 if dl <= 100 else 1)
+PY
+  then
+    pass "hot path: launch overhead within 100 ns on the real driver"
+  else
+    fail "hot path: launch overhead above 100 ns (or a run failed)"
   fi
 fi
 

@@ -11,6 +11,9 @@
 #        scripts/node-gpu-check.sh --nvml-lib /path/to/libnvidia-ml.so.1
 #        scripts/node-gpu-check.sh --mps-client "python3 scripts/gpu/matmul_bench.py 5"
 #          (throughput of a real client under the private daemon at 100 % and 25 % of the SMs)
+#        scripts/node-gpu-check.sh --mps-client "python3 scripts/gpu/matmul_bench.py 8" \
+#            --mps-fault "python3 scripts/gpu/fault.py"
+#          (a client faults beside that one; health is polled; the enforcer's restart; a fresh client)
 # Needs: an NVIDIA driver (libnvidia-ml.so.1), cargo — or GPU_CHECK=/path/to/a/built/gpu_check.
 # Run a GPU job meanwhile (e.g. a PyTorch loop) to see processes and per-process utilization.
 # Exit status: that of gpu_check.

@@ -5,6 +5,7 @@
 //! Usage: gpu_check [--nvml-lib PATH] [--samples N] [--interval-ms MS]
 //!                  [--mps-binary PATH | --no-mps] [--mps-dir DIR]
 //!                  [--block PATH] [--mps-client CMD] [--mps-client-pcts 100,25]
+//!                  [--mps-fault CMD]
 //!
 //! `--block PATH` reconciles a workload's control block with NVML as the node does every
 //! period (`ControlBlock::reconcile`): the NVML memory of the processes in the block's slots
@@ -14,14 +15,21 @@
 //! `--mps-client CMD` runs `sh -c CMD` as a client of the private MPS daemon once per
 //! percentage in `--mps-client-pcts` (`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`), to measure what a
 //! thread percentage does to a real kernel's throughput.
+//!
+//! `--mps-fault CMD` then checks the node's recovery from a fatal GPU fault under MPS: the
+//! `--mps-client` command runs in the background as a bystander, `sh -c CMD` (a client that
+//! faults, e.g. a device-side assert) runs beside it, the daemon's health is polled, and
+//! [`arbiter_node::mps::restart`] — what the enforcer's `RestartMps` action does — brings the
+//! GPU back; a fresh client must then run.
 
 use anyhow::{Context, Result, bail};
 use arbiter_interpose::control::MappedBlock;
 use arbiter_node::NvmlBackend;
 use arbiter_node::gpu::{GpuBackend, throttle_reason_names};
-use arbiter_node::mps::{MpsConfig, MpsControl, MpsDaemon, find_on_path};
+use arbiter_node::mps::{self, MpsConfig, MpsControl, MpsDaemon, find_on_path};
 use std::path::PathBuf;
-use std::time::Duration;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 #[derive(Debug)]
 struct Args {
@@ -34,6 +42,7 @@ struct Args {
     block: Option<PathBuf>,
     mps_client: Option<String>,
     mps_client_pcts: Vec<u8>,
+    mps_fault: Option<String>,
 }
 
 fn parse_args() -> Result<Args> {
@@ -47,6 +56,7 @@ fn parse_args() -> Result<Args> {
         block: None,
         mps_client: None,
         mps_client_pcts: vec![100, 25],
+        mps_fault: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -63,6 +73,7 @@ fn parse_args() -> Result<Args> {
             "--no-mps" => a.no_mps = true,
             "--block" => a.block = Some(value("--block")?.into()),
             "--mps-client" => a.mps_client = Some(value("--mps-client")?),
+            "--mps-fault" => a.mps_fault = Some(value("--mps-fault")?),
             "--mps-client-pcts" => {
                 a.mps_client_pcts = value("--mps-client-pcts")?
                     .split(',')
@@ -73,7 +84,7 @@ fn parse_args() -> Result<Args> {
                 println!(
                     "gpu_check [--nvml-lib PATH] [--samples N] [--interval-ms MS] \
                      [--mps-binary PATH | --no-mps] [--mps-dir DIR] [--block PATH] \
-                     [--mps-client CMD] [--mps-client-pcts 100,25]"
+                     [--mps-client CMD] [--mps-client-pcts 100,25] [--mps-fault CMD]"
                 );
                 std::process::exit(0);
             }
@@ -84,6 +95,11 @@ fn parse_args() -> Result<Args> {
 }
 
 fn main() -> Result<()> {
+    // The backend's warnings (an XID event with its code, among them) on stderr.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(tracing::Level::WARN)
+        .init();
     let args = parse_args()?;
     let nvml = NvmlBackend::open(args.nvml_lib.as_deref()).context("initialising NVML")?;
     println!("== NVML");
@@ -198,6 +214,9 @@ fn main() -> Result<()> {
                 run_mps_client(cmd, &d.client_env(), *pct)?;
             }
         }
+        if let Some(fault) = &args.mps_fault {
+            mps_fault_check(&nvml, gpu, &d, args.mps_client.as_deref(), fault)?;
+        }
         Ok(())
     })();
     if let Err(e) = d.quit() {
@@ -277,5 +296,138 @@ fn run_mps_client(cmd: &str, env: &[(String, String)], pct: u8) -> Result<()> {
             .take(3)
             .collect::<Vec<_>>()
     );
+    Ok(())
+}
+
+/// `sh -c cmd` as a client of the private daemon, in the background.
+fn spawn_mps_client(cmd: &str, env: &[(String, String)]) -> Result<Child> {
+    Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting the MPS client {cmd:?}"))
+}
+
+/// The daemon's servers, their states and their clients, on one line.
+fn describe_health(d: &MpsDaemon) -> String {
+    let h = d.health();
+    let servers: Vec<String> = h
+        .servers
+        .iter()
+        .map(|(pid, status)| {
+            let clients = d.client_list(*pid).unwrap_or_default();
+            format!("server {pid} {status:?} clients {clients:?}")
+        })
+        .collect();
+    format!(
+        "daemon running {}, healthy {}, [{}]",
+        h.daemon_running,
+        h.is_healthy(),
+        servers.join("; ")
+    )
+}
+
+/// A client faults beside a bystander; the health poll sees what MPS does with it; the
+/// enforcer's restart brings the GPU back and a fresh client runs.
+fn mps_fault_check(
+    nvml: &NvmlBackend,
+    gpu: u32,
+    d: &MpsDaemon,
+    bystander: Option<&str>,
+    fault: &str,
+) -> Result<()> {
+    println!("== MPS fault and restart");
+    let xids = || nvml.sample(gpu).map(|s| s.xid_errors).unwrap_or(0);
+    println!("XID errors counted before: {}", xids());
+    let env = d.client_env();
+    let mut victim = match bystander {
+        Some(cmd) => {
+            let child = spawn_mps_client(cmd, &env)?;
+            // The fault must find the bystander connected (a client that connects after it
+            // never sees it): wait until the server lists a client.
+            let started = Instant::now();
+            while started.elapsed() < Duration::from_secs(60)
+                && !d
+                    .server_list()
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|server| !d.client_list(*server).unwrap_or_default().is_empty())
+            {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            println!(
+                "bystander running (+{:?}): {}",
+                started.elapsed(),
+                describe_health(d)
+            );
+            Some(child)
+        }
+        None => None,
+    };
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(fault)
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .output()
+        .with_context(|| format!("running the faulting client {fault:?}"))?;
+    println!(
+        "faulting client: status {}, stdout {:?}, stderr tail {:?}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout).trim(),
+        String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .rev()
+            .take(3)
+            .collect::<Vec<_>>()
+    );
+    let mut last = String::new();
+    let poll = Instant::now();
+    while poll.elapsed() < Duration::from_secs(3) {
+        let now = describe_health(d);
+        if now != last {
+            println!("after the fault (+{:?}): {now}", poll.elapsed());
+            last = now;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    println!("XID errors counted after the fault: {}", xids());
+    let t0 = Instant::now();
+    let terminated = mps::restart(d).context("restarting MPS as the enforcer does")?;
+    println!(
+        "restart: {terminated} client(s) terminated, daemon quit and started in {:?}; {}",
+        t0.elapsed(),
+        describe_health(d)
+    );
+    if let Some(child) = victim.as_mut() {
+        let waited = Instant::now();
+        while child.try_wait()?.is_none() && waited.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if child.try_wait()?.is_none() {
+            println!("bystander still running 30 s after the restart; killing it");
+            child.kill()?;
+        }
+    }
+    if let Some(child) = victim {
+        let out = child.wait_with_output()?;
+        println!(
+            "bystander: status {}, stdout {:?}, stderr tail {:?}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout).trim(),
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .rev()
+                .take(2)
+                .collect::<Vec<_>>()
+        );
+    }
+    if let Some(cmd) = bystander {
+        println!("a fresh client after the restart:");
+        run_mps_client(cmd, &env, 100)?;
+    }
+    println!("after the fresh client: {}", describe_health(d));
     Ok(())
 }

@@ -24,7 +24,7 @@
 use crate::gpu::{GpuBackend, GpuError, GpuSample};
 use crate::hostload::HostSampler;
 use crate::jobstats::{Enforced, StatsSample, WorkloadStats};
-use crate::mps::MpsManager;
+use crate::mps::{self, MpsManager};
 use crate::procfs;
 use crate::supervisor::{ExitReport, Supervisor, SupervisorError, Workload, WorkloadSpec};
 use arbiter_interpose::control::FLAG_FREEZE;
@@ -573,16 +573,7 @@ impl Node {
                     .as_ref()
                     .and_then(|m| m.for_gpu(gpu))
                     .ok_or(ActionError::NoSuchGpu(gpu))?;
-                // Stop the clients' outstanding work first so the old
-                // server exits, then a fresh daemon with the defaults.
-                for server in daemon.server_list().unwrap_or_default() {
-                    for client in daemon.client_list(server).unwrap_or_default() {
-                        if let Err(e) = daemon.terminate_client(server, client) {
-                            tracing::warn!(gpu, server, client, error = %e, "terminating MPS client");
-                        }
-                    }
-                }
-                daemon.quit().and_then(|()| daemon.start()).map_err(|e| {
+                mps::restart(daemon).map_err(|e| {
                     ActionError::Invalid(format!("restarting MPS on GPU {gpu}: {e}"))
                 })?;
                 self.mps_health.remove(&gpu);

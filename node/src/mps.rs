@@ -533,6 +533,29 @@ impl MpsManager {
     }
 }
 
+/// Restart one GPU's MPS after a fault: terminate every client's outstanding work so the old
+/// server can exit (a server in `FAULT` refuses new clients until its affected clients are
+/// gone), `quit` the daemon and start it afresh with the configured defaults. Clients must
+/// reconnect. Returns how many clients were terminated. A client that cannot be terminated is
+/// logged and does not stop the restart: `quit` and `start` are what bring the GPU back.
+pub fn restart(daemon: &dyn MpsControl) -> Result<usize, MpsError> {
+    let gpu = daemon.gpu();
+    let mut terminated = 0;
+    for server in daemon.server_list().unwrap_or_default() {
+        for client in daemon.client_list(server).unwrap_or_default() {
+            match daemon.terminate_client(server, client) {
+                Ok(()) => terminated += 1,
+                Err(e) => {
+                    tracing::warn!(gpu, server, client, error = %e, "terminating MPS client")
+                }
+            }
+        }
+    }
+    daemon.quit()?;
+    daemon.start()?;
+    Ok(terminated)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -150,3 +150,69 @@ fn the_mps_client_runs_once_per_thread_percentage_with_the_daemons_environment()
     }
     assert!(stdout.contains("daemon stopped (quit)"), "{stdout}");
 }
+
+#[test]
+fn a_fault_under_mps_is_seen_and_the_enforcers_restart_terminates_clients_and_starts_afresh() {
+    let dir = common::test_dir("gpu-check-mps-fault");
+    let lib = common::install_fake_nvml(
+        &dir,
+        &json!({ "gpus": [{ "name": "Fake", "uuid": "GPU-fake-0000", "memory_total_mib": 1024,
+                  "timeline": [{ "t": 0 }] }] }),
+    );
+    let mps_dir = dir.join("mps");
+    let mps_binary = common::fake_mps_binary();
+    // The bystander connects (the fake daemon lists what the test writes), and the "faulting
+    // client" does to the fake daemon what a fatal fault does to a real one: the server goes to
+    // FAULT with the bystander still attached.
+    let bystander = "P=$CUDA_MPS_PIPE_DIRECTORY; echo 777 > $P/servers; echo 4242 > $P/clients.777; \
+                     echo bystander pct=${CUDA_MPS_ACTIVE_THREAD_PERCENTAGE:-unset}";
+    let fault = "echo FAULT > $CUDA_MPS_PIPE_DIRECTORY/status.777; echo faulted";
+    let stdout = gpu_check(
+        &lib,
+        &[
+            OsStr::new("--samples"),
+            OsStr::new("1"),
+            OsStr::new("--mps-binary"),
+            mps_binary.as_os_str(),
+            OsStr::new("--mps-dir"),
+            mps_dir.as_os_str(),
+            OsStr::new("--mps-client"),
+            OsStr::new(bystander),
+            OsStr::new("--mps-client-pcts"),
+            OsStr::new("50"),
+            OsStr::new("--mps-fault"),
+            OsStr::new(fault),
+        ],
+    );
+    assert!(
+        stdout.contains("faulting client: status exit status: 0, stdout \"faulted\""),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("healthy false, [server 777 Fault clients [4242]]"),
+        "the poll must see the faulted server and its client:\n{stdout}"
+    );
+    assert!(
+        stdout.contains("restart: 1 client(s) terminated"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("bystander: status exit status: 0, stdout \"bystander pct=unset\""),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("a fresh client after the restart:\nmps client at 100%"),
+        "{stdout}"
+    );
+    let log = std::fs::read_to_string(mps_dir.join("gpu0").join("log").join("commands.log"))
+        .expect("the fake daemon's command log");
+    let terminate = log.find("CMD terminate_client 777 4242").expect(&log);
+    let quit = log[terminate..]
+        .find("CMD quit")
+        .map(|i| i + terminate)
+        .expect(&log);
+    assert!(
+        log[quit..].contains("START "),
+        "the daemon is started again after the quit:\n{log}"
+    );
+}

@@ -1,8 +1,9 @@
 """Check 6: the node asks a PyTorch job for memory back and gets it at an iteration boundary.
 
-The job trains the check-5 model with `arbiter_hooks` installed after caching 3 GiB (a tensor
-allocated and dropped: PyTorch's caching allocator keeps the segment). It prints `ready` and
-trains on; the driving script then lowers the quota below what the job holds, as a node's
+The job trains the check-5 model with `arbiter_hooks` installed, runs a few steps so that
+what every step needs is allocated (cuBLAS creates a handle and workspace on the autograd
+thread at the first backward), caches 3 GiB (a tensor allocated and dropped: PyTorch's caching
+allocator keeps the segment), prints `ready` and trains on; the driving script then lowers the quota below what the job holds, as a node's
 `set-memory-limit` does. At the next optimizer step the hook sees arbiter_release_requested()
 > 0 and empties the cache; it passes once the request is met (the charge is within the new
 quota) and 50 more steps ran. It gives up after 200 unanswered requests.
@@ -18,6 +19,11 @@ model = torch.nn.Sequential(torch.nn.Linear(2048, 2048), torch.nn.ReLU(), torch.
 opt = torch.optim.SGD(model.parameters(), lr=1e-3)
 hooks = install(opt)
 x = torch.randn(512, 2048, device="cuda")
+for _ in range(3):  # a running job, not one still setting up (see the docstring)
+    model(x).square().mean().backward()
+    opt.step()
+    opt.zero_grad()
+torch.cuda.synchronize()
 cache = torch.empty(3 << 30, dtype=torch.uint8, device="cuda")
 del cache
 print(f"ready reserved={torch.cuda.memory_reserved()}", flush=True)
