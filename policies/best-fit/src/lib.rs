@@ -37,6 +37,17 @@ fn order_key(plan: &Plan<'_>, node: u32) -> u128 {
         | u128::from(node)
 }
 
+/// For a node keyed `key` that did not fit: if it has less free CPU than the
+/// worker asks, every node after it with the same free milli-GPU and less
+/// free CPU cannot fit either — the walk goes on at (that milli-GPU, the
+/// worker's CPU). Without this, a CPU-only worker walks past every node whose
+/// GPUs are all allocated and whose CPU is short, and there are as many of
+/// those as the cluster is large.
+fn past_short_of_cpu(key: u128, cpu_milli: u32) -> Option<u128> {
+    let free_cpu = (key >> 32) as u32;
+    (free_cpu < cpu_milli).then(|| (key >> 64 << 64) | (u128::from(cpu_milli) << 32))
+}
+
 /// The best-fit node by a scan of every node.
 fn best_by_scan(plan: &Plan<'_>, fit: &JobFit, need_milli: u32) -> Option<u32> {
     let mut best: Option<((u32, u32), u32)> = None;
@@ -94,11 +105,13 @@ fn plan_round(cluster: &Cluster, max_decisions: u32, indexed: Option<bool>) -> V
         let need_milli = per_gpu.saturating_mul(fit.gpus);
         let node = match index.as_mut() {
             // Nodes with less free capacity than the worker needs cannot fit.
-            Some(index) => {
-                index.first_fit(plan, &fit, (u128::from(need_milli) << 64)..u128::MAX, |n| {
-                    order_key(plan, n)
-                })
-            }
+            Some(index) => index.first_fit_skipping(
+                plan,
+                &fit,
+                (u128::from(need_milli) << 64)..u128::MAX,
+                |n| order_key(plan, n),
+                |k| past_short_of_cpu(k, fit.cpu_milli),
+            ),
             None => best_by_scan(plan, &fit, need_milli),
         }?;
         Some(worker_on(plan, job, node))
@@ -158,7 +171,9 @@ mod tests {
 
     /// The index and the scan decide alike: random clusters (mixed GPU
     /// counts, cordoned nodes, partly used GPUs) and queues of whole-GPU,
-    /// fractional, CPU-only and gang jobs, several rounds each.
+    /// fractional, CPU-only and gang jobs, several rounds each. CPU-only
+    /// jobs on nodes short of CPU exercise the walk's skipping; the large
+    /// clusters, the merging of moved keys.
     #[test]
     fn the_node_index_decides_as_the_scan_does() {
         use arbiter_policy_sdk::rng::SplitMix64;
@@ -166,7 +181,15 @@ mod tests {
         for seed in 0..40u64 {
             let mut rng = SplitMix64::new(seed);
             let mut c = TestCluster::new();
-            for n in 0..20 + rng.below(40) {
+            // Every eighth cluster is large enough for a round to merge its
+            // order's moved keys into the base (past √nodes, at least 64).
+            let large = seed % 8 == 0;
+            let nodes = if large {
+                200 + rng.below(200)
+            } else {
+                20 + rng.below(40)
+            };
+            for n in 0..nodes {
                 let gpus = [0, 1, 2, 4, 8][rng.below(5) as usize];
                 let cpu = 8_000 * (1 + rng.below(8) as u32);
                 let node = c.node(&format!("n{n}"), "p", cpu, 256_000, "T4", 16_000, gpus);
@@ -175,7 +198,7 @@ mod tests {
                 }
             }
             let add_jobs = |c: &mut TestCluster, round: u64| {
-                for j in 0..10 + rng.below(60) {
+                for j in 0..10 + u64::from(large) * 200 + rng.below(60) {
                     let (gpus, milli) = match rng.below(4) {
                         0 => (0, 0),
                         1 => (1, [250, 500, 700][rng.below(3) as usize]),

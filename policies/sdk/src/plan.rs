@@ -245,7 +245,7 @@ pub struct Plan<'a> {
     node_version: Vec<u64>,
     phase: Vec<u8>,
     /// Workers of jobs whose placement this plan changed.
-    workers: HashMap<u32, Vec<WorkerPlacement>>,
+    workers: HashMap<u32, ChangedWorkers>,
     /// Per job: [`UNDECIDED`], [`QOS_SET`] (a `set-qos` was taken; one more
     /// decision may follow) or [`DECIDED`].
     decided: Vec<u8>,
@@ -253,6 +253,19 @@ pub struct Plan<'a> {
     tenant_used_milli: HashMap<u32, u64>,
     max_decisions: u32,
     decisions: Vec<Decision>,
+}
+
+/// Where a [`Plan`] keeps the workers of a job whose placement it changed.
+#[derive(Clone, Debug)]
+enum ChangedWorkers {
+    /// Those of the plan's decision at this index, a place or a migrate —
+    /// read there, not copied: a round places thousands of jobs, and a copy
+    /// of each placement (a vector per job and one per worker) was a tenth of
+    /// a PAI-scale round, allocating and freeing.
+    InDecision(usize),
+    /// Derived by the plan: a scale-out's or scale-in's result, or none after
+    /// a preemption.
+    Derived(Vec<WorkerPlacement>),
 }
 
 impl<'a> Plan<'a> {
@@ -708,7 +721,7 @@ impl<'a> Plan<'a> {
                     self.charge(job, w, true);
                 }
                 self.charge_quota(job, added.len() as i64);
-                self.workers.insert(job, all);
+                self.workers.insert(job, ChangedWorkers::Derived(all));
             }
             Decision::ScaleIn(_, positions) => {
                 self.expect_phase(job, &[job_phase::RUNNING], "scale-in")?;
@@ -742,7 +755,7 @@ impl<'a> Plan<'a> {
                     }
                 }
                 self.charge_quota(job, kept.len() as i64 - current.len() as i64);
-                self.workers.insert(job, kept);
+                self.workers.insert(job, ChangedWorkers::Derived(kept));
             }
             Decision::Preempt(_) => {
                 self.expect_phase(job, &[job_phase::RUNNING], "preempt")?;
@@ -751,7 +764,8 @@ impl<'a> Plan<'a> {
                     self.charge(job, w, false);
                 }
                 self.charge_quota(job, -(old.len() as i64));
-                self.workers.insert(job, Vec::new());
+                self.workers
+                    .insert(job, ChangedWorkers::Derived(Vec::new()));
                 self.phase[job as usize] = job_phase::PENDING;
             }
             Decision::Reserve(_, nodes) => {
@@ -899,9 +913,22 @@ impl<'a> Plan<'a> {
     }
 
     fn current_workers(&self, job: u32) -> Vec<WorkerPlacement> {
-        match self.workers.get(&job) {
-            Some(w) => w.clone(),
-            None => self.cluster.job(job).placement().to_vec(),
+        self.changed_workers(job)
+            .unwrap_or_else(|| self.cluster.job(job).placement())
+            .to_vec()
+    }
+
+    /// The workers of `job` if this plan changed its placement.
+    fn changed_workers(&self, job: u32) -> Option<&[WorkerPlacement]> {
+        match self.workers.get(&job)? {
+            ChangedWorkers::Derived(w) => Some(w),
+            ChangedWorkers::InDecision(i) => match self.decisions.get(*i) {
+                Some(Decision::Place(_, w) | Decision::Migrate(_, w)) => Some(w),
+                other => {
+                    debug_assert!(false, "job {job}'s workers at decision {i}: {other:?}");
+                    None
+                }
+            },
         }
     }
 
@@ -1002,7 +1029,10 @@ impl<'a> Plan<'a> {
             }
             self.charge(job, w, true);
         }
-        self.workers.insert(job, workers.to_vec());
+        // The caller (`apply`, for a place or a migrate) pushes the decision
+        // holding `workers` next, with nothing fallible in between.
+        self.workers
+            .insert(job, ChangedWorkers::InDecision(self.decisions.len()));
         Ok(())
     }
 
