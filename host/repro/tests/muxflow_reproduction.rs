@@ -236,6 +236,27 @@ fn print_sensitivity() {
             },
         ),
         (
+            "time slicing as measured on an H200: switching cost 0.42, interference 0.61",
+            TraceSetup {
+                physics: Physics {
+                    switch_cost: 0.42,
+                    time_slice_interference: 0.61,
+                    ..Physics::default()
+                },
+                ..base.clone()
+            },
+        ),
+        (
+            "MPS interference 1.0, the model's most (an H200 measured 1.4 to 2.8)",
+            TraceSetup {
+                physics: Physics {
+                    mps_interference: 1.0,
+                    ..Physics::default()
+                },
+                ..base.clone()
+            },
+        ),
+        (
             "predictor fitted to the simulator's profiles (default: analytic)",
             TraceSetup {
                 muxflow_config: arbiter_repro::muxflow::fitted_predictor_config(
