@@ -276,18 +276,20 @@ fn reconcile_block(nvml: &NvmlBackend, path: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
-/// Runs `sh -c cmd` as a client of the private MPS daemon limited to `pct` % of the SMs and
-/// prints its output.
-fn run_mps_client(cmd: &str, env: &[(String, String)], pct: u8) -> Result<()> {
-    let out = std::process::Command::new("sh")
+/// `sh -c cmd` with the private daemon's client environment.
+fn mps_client_command(cmd: &str, env: &[(String, String)]) -> Command {
+    let mut command = Command::new("sh");
+    command
         .arg("-c")
         .arg(cmd)
-        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", pct.to_string())
-        .output()
-        .with_context(|| format!("running the MPS client {cmd:?}"))?;
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    command
+}
+
+/// Prints how a client ended: its status, its stdout and the last lines of its stderr.
+fn print_exit(label: &str, out: &std::process::Output) {
     println!(
-        "mps client at {pct}%: status {}, stdout {:?}, stderr tail {:?}",
+        "{label}: status {}, stdout {:?}, stderr tail {:?}",
         out.status,
         String::from_utf8_lossy(&out.stdout).trim(),
         String::from_utf8_lossy(&out.stderr)
@@ -296,15 +298,22 @@ fn run_mps_client(cmd: &str, env: &[(String, String)], pct: u8) -> Result<()> {
             .take(3)
             .collect::<Vec<_>>()
     );
+}
+
+/// Runs `sh -c cmd` as a client of the private MPS daemon limited to `pct` % of the SMs and
+/// prints its output.
+fn run_mps_client(cmd: &str, env: &[(String, String)], pct: u8) -> Result<()> {
+    let out = mps_client_command(cmd, env)
+        .env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", pct.to_string())
+        .output()
+        .with_context(|| format!("running the MPS client {cmd:?}"))?;
+    print_exit(&format!("mps client at {pct}%"), &out);
     Ok(())
 }
 
 /// `sh -c cmd` as a client of the private daemon, in the background.
 fn spawn_mps_client(cmd: &str, env: &[(String, String)]) -> Result<Child> {
-    Command::new("sh")
-        .arg("-c")
-        .arg(cmd)
-        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+    mps_client_command(cmd, env)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -367,22 +376,10 @@ fn mps_fault_check(
         }
         None => None,
     };
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(fault)
-        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+    let out = mps_client_command(fault, &env)
         .output()
         .with_context(|| format!("running the faulting client {fault:?}"))?;
-    println!(
-        "faulting client: status {}, stdout {:?}, stderr tail {:?}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout).trim(),
-        String::from_utf8_lossy(&out.stderr)
-            .lines()
-            .rev()
-            .take(3)
-            .collect::<Vec<_>>()
-    );
+    print_exit("faulting client", &out);
     let mut last = String::new();
     let poll = Instant::now();
     while poll.elapsed() < Duration::from_secs(3) {
@@ -412,17 +409,7 @@ fn mps_fault_check(
         }
     }
     if let Some(child) = victim {
-        let out = child.wait_with_output()?;
-        println!(
-            "bystander: status {}, stdout {:?}, stderr tail {:?}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout).trim(),
-            String::from_utf8_lossy(&out.stderr)
-                .lines()
-                .rev()
-                .take(2)
-                .collect::<Vec<_>>()
-        );
+        print_exit("bystander", &child.wait_with_output()?);
     }
     if let Some(cmd) = bystander {
         println!("a fresh client after the restart:");

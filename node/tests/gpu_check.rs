@@ -118,25 +118,39 @@ fn a_block_whose_processes_nvml_does_not_report_is_left_alone() {
     assert_eq!(block.device(0).unseen_bytes.load(Ordering::Relaxed), 0);
 }
 
-#[test]
-fn the_mps_client_runs_once_per_thread_percentage_with_the_daemons_environment() {
-    let dir = common::test_dir("gpu-check-mps");
+/// A fake NVML with one GPU, and where the fake MPS daemon keeps its directories.
+fn one_fake_gpu_with_mps(dir: &Path) -> (PathBuf, PathBuf) {
     let lib = common::install_fake_nvml(
-        &dir,
+        dir,
         &json!({ "gpus": [{ "name": "Fake", "uuid": "GPU-fake-0000", "memory_total_mib": 1024,
                   "timeline": [{ "t": 0 }] }] }),
     );
-    let mps_dir = dir.join("mps");
+    (lib, dir.join("mps"))
+}
+
+/// [`gpu_check`] with one sample and the fake MPS daemon under `mps_dir`, then `args`.
+fn gpu_check_with_mps(lib: &Path, mps_dir: &Path, args: &[&OsStr]) -> String {
     let mps_binary = common::fake_mps_binary();
-    let stdout = gpu_check(
+    let mut all = vec![
+        OsStr::new("--samples"),
+        OsStr::new("1"),
+        OsStr::new("--mps-binary"),
+        mps_binary.as_os_str(),
+        OsStr::new("--mps-dir"),
+        mps_dir.as_os_str(),
+    ];
+    all.extend_from_slice(args);
+    gpu_check(lib, &all)
+}
+
+#[test]
+fn the_mps_client_runs_once_per_thread_percentage_with_the_daemons_environment() {
+    let dir = common::test_dir("gpu-check-mps");
+    let (lib, mps_dir) = one_fake_gpu_with_mps(&dir);
+    let stdout = gpu_check_with_mps(
         &lib,
+        &mps_dir,
         &[
-            OsStr::new("--samples"),
-            OsStr::new("1"),
-            OsStr::new("--mps-binary"),
-            mps_binary.as_os_str(),
-            OsStr::new("--mps-dir"),
-            mps_dir.as_os_str(),
             OsStr::new("--mps-client"),
             OsStr::new("echo pct=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE pipe=$CUDA_MPS_PIPE_DIRECTORY"),
             OsStr::new("--mps-client-pcts"),
@@ -154,28 +168,17 @@ fn the_mps_client_runs_once_per_thread_percentage_with_the_daemons_environment()
 #[test]
 fn a_fault_under_mps_is_seen_and_the_enforcers_restart_terminates_clients_and_starts_afresh() {
     let dir = common::test_dir("gpu-check-mps-fault");
-    let lib = common::install_fake_nvml(
-        &dir,
-        &json!({ "gpus": [{ "name": "Fake", "uuid": "GPU-fake-0000", "memory_total_mib": 1024,
-                  "timeline": [{ "t": 0 }] }] }),
-    );
-    let mps_dir = dir.join("mps");
-    let mps_binary = common::fake_mps_binary();
+    let (lib, mps_dir) = one_fake_gpu_with_mps(&dir);
     // The bystander connects (the fake daemon lists what the test writes), and the "faulting
     // client" does to the fake daemon what a fatal fault does to a real one: the server goes to
     // FAULT with the bystander still attached.
     let bystander = "P=$CUDA_MPS_PIPE_DIRECTORY; echo 777 > $P/servers; echo 4242 > $P/clients.777; \
                      echo bystander pct=${CUDA_MPS_ACTIVE_THREAD_PERCENTAGE:-unset}";
     let fault = "echo FAULT > $CUDA_MPS_PIPE_DIRECTORY/status.777; echo faulted";
-    let stdout = gpu_check(
+    let stdout = gpu_check_with_mps(
         &lib,
+        &mps_dir,
         &[
-            OsStr::new("--samples"),
-            OsStr::new("1"),
-            OsStr::new("--mps-binary"),
-            mps_binary.as_os_str(),
-            OsStr::new("--mps-dir"),
-            mps_dir.as_os_str(),
             OsStr::new("--mps-client"),
             OsStr::new(bystander),
             OsStr::new("--mps-client-pcts"),

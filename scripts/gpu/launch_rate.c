@@ -14,28 +14,10 @@
 #include <stdlib.h>
 #include <time.h>
 
-typedef int CUresult;
-typedef int CUdevice;
-typedef void *CUcontext;
-typedef void *CUmodule;
-typedef void *CUfunction;
-typedef unsigned long long CUdeviceptr;
-typedef CUresult (*init_t)(unsigned);
-typedef CUresult (*device_get_t)(CUdevice *, int);
-typedef CUresult (*ctx_retain_t)(CUcontext *, CUdevice);
-typedef CUresult (*ctx_set_t)(CUcontext);
-typedef CUresult (*module_load_t)(CUmodule *, const void *);
-typedef CUresult (*get_function_t)(CUfunction *, CUmodule, const char *);
-typedef CUresult (*launch_t)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
-                             unsigned, unsigned, void *, void **, void **);
-typedef CUresult (*sync_t)(void);
-typedef CUresult (*alloc_t)(CUdeviceptr *, size_t);
-typedef CUresult (*free_t)(CUdeviceptr);
+#include "cuda_driver.h"
 
 static const char PTX[] =
-    ".version 7.0\n"
-    ".target sm_75\n"
-    ".address_size 64\n"
+    PTX_HEADER
     ".visible .entry noop() { ret; }\n";
 
 #define BATCH 256

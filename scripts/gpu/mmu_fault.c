@@ -6,25 +6,10 @@
 #include <dlfcn.h>
 #include <stdio.h>
 
-typedef int CUresult;
-typedef int CUdevice;
-typedef void *CUcontext;
-typedef void *CUmodule;
-typedef void *CUfunction;
-typedef CUresult (*init_t)(unsigned);
-typedef CUresult (*device_get_t)(CUdevice *, int);
-typedef CUresult (*ctx_retain_t)(CUcontext *, CUdevice);
-typedef CUresult (*ctx_set_t)(CUcontext);
-typedef CUresult (*module_load_t)(CUmodule *, const void *);
-typedef CUresult (*get_function_t)(CUfunction *, CUmodule, const char *);
-typedef CUresult (*launch_t)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
-                             unsigned, unsigned, void *, void **, void **);
-typedef CUresult (*sync_t)(void);
+#include "cuda_driver.h"
 
 static const char PTX[] =
-    ".version 7.0\n"
-    ".target sm_75\n"
-    ".address_size 64\n"
+    PTX_HEADER
     ".visible .entry poke(.param .u64 p) {\n"
     "  .reg .u64 %a;\n"
     "  .reg .u32 %v;\n"
