@@ -2,20 +2,22 @@
 request latency and an offline training job's throughput change when the two share a GPU by
 time slicing (two CUDA contexts, no MPS) or by MPS with an SM limit on the offline job.
 
-  sharing.py service START END THINK_MS   requests of 32 x 1024^2 fp32 matmuls, each followed
-                                          by THINK_MS of idle (the service's duty cycle);
-                                          prints lat_ms (mean), p99_ms, duty
+  sharing.py service START END THINK_MS   requests of 32 x N^2 fp32 matmuls (N: $SERVICE_N,
+                                          default 1024), each followed by THINK_MS of idle
+                                          (the service's duty cycle); prints lat_ms (mean),
+                                          p99_ms, duty
   sharing.py offline START END            4096^2 fp32 matmuls back to back; prints its_per_s
 
 START and END are CLOCK_REALTIME seconds: both sides measure only inside that window, so a
 pair's numbers cover the same interval. Each side warms up before START.
 """
-import sys, time, torch
+import os, sys, time, torch
 
 role, start, end = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
 if role == "service":
     think = float(sys.argv[4]) / 1000.0
-    a = torch.randn(1024, 1024, device="cuda"); b = torch.randn(1024, 1024, device="cuda")
+    n = int(os.environ.get("SERVICE_N", "1024"))
+    a = torch.randn(n, n, device="cuda"); b = torch.randn(n, n, device="cuda")
     def request():
         for _ in range(32):
             a @ b

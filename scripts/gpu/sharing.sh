@@ -6,6 +6,8 @@
 # Usage: scripts/gpu/sharing.sh [SECONDS] [THINK_MS]   (defaults 8 and 3.5: a request of 32
 #        1024^2 matmuls takes about 1.2 ms alone on an H200, so the service is busy ~26 % of
 #        the time, the production average MuxFlow §7.5 reports)
+# Env:   SERVICE_N (the service's matmul size, default 1024), MPS_ONLY=1 (only the MPS runs
+#        with the offline job at 50 and 25 %, and the service alone under MPS).
 # Needs: an NVIDIA GPU, python3 with torch, nvidia-cuda-mps-control (for the MPS part).
 set -uo pipefail
 DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -30,12 +32,16 @@ run() { # label, then "service" and/or "offline" with env prefixes
   echo "RESULT $label service: ${out_s:--} offline: ${out_o:--}"
 }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-run "service alone" "X=1" none
-run "offline alone" none "X=1"
-run "time slicing" "X=1" "X=1"
+echo "service: 32 x ${SERVICE_N:-1024}^2 matmuls per request, ${THINK} ms idle after each"
+if [ -z "${MPS_ONLY:-}" ]; then
+  run "service alone" "X=1" none
+  run "offline alone" none "X=1"
+  run "time slicing" "X=1" "X=1"
+fi
 nvidia-cuda-mps-control -d || { echo "no MPS"; exit 1; }
-for P in 100 50 25; do
-  run "mps offline alone at $P%" none "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$P"
+PCTS="100 50 25"; [ -n "${MPS_ONLY:-}" ] && PCTS="50 25"
+for P in $PCTS; do
+  [ -z "${MPS_ONLY:-}" ] && run "mps offline alone at $P%" none "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$P"
   run "mps pair, offline at $P%" "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100" "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$P"
 done
 run "mps service alone" "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100" none
