@@ -247,7 +247,7 @@ fn print_sensitivity() {
             },
         ),
         (
-            "MPS interference 1.0, the model's most (an H200 measured 1.4 to 2.8)",
+            "MPS interference 1.0, the model's most (an H200: 0.1 to 3.7 by service)",
             TraceSetup {
                 physics: Physics {
                     mps_interference: 1.0,
