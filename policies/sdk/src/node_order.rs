@@ -29,7 +29,7 @@
 //! linear pass): a packing policy charges the nodes at the front of its
 //! order, so without it every query would walk past the stale base entries
 //! of every node placed on so far — a round of `p` placements would cost
-//! `p²`, which is what made a 10× cluster's round grow 15× instead of 10×.
+//! `p²` (with the merge, about `p·√nodes`; BENCHMARKS.md, scaling round).
 //!
 //! ```
 //! use arbiter_policy_sdk::node_order::NodeOrder;
