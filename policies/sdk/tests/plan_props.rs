@@ -285,3 +285,63 @@ fn scale_in_names_a_repeated_position_as_such() {
         })
     );
 }
+
+/// A plan answers `workers_of` with the workers its own decisions gave a job — read from the
+/// decision for a place or a migrate, derived for a preemption — and with the committed
+/// placement for a job it has not touched.
+#[test]
+fn workers_of_follows_the_plans_own_decisions() {
+    let mut c = TestCluster::new();
+    let a = c.node("a", "p", 64_000, 512_000, "T4", 16_000, 2);
+    let b = c.node("b", "p", 64_000, 512_000, "T4", 16_000, 2);
+    let (ga, gb) = (
+        c.cluster().node(a).gpu_range().start,
+        c.cluster().node(b).gpu_range().start,
+    );
+    let running = c.job("running", "t", 1, 1);
+    let on_a = vec![WorkerPlacement {
+        node: a,
+        gpus: vec![ga],
+    }];
+    c.run(running, on_a.clone());
+    let moved = c.job("moved", "t", 1, 1);
+    c.run(
+        moved,
+        vec![WorkerPlacement {
+            node: a,
+            gpus: vec![ga + 1],
+        }],
+    );
+    let stopped = c.job("stopped", "t", 1, 1);
+    c.run(
+        stopped,
+        vec![WorkerPlacement {
+            node: b,
+            gpus: vec![gb + 1],
+        }],
+    );
+    let pending = c.job("pending", "t", 1, 1);
+
+    let mut plan = Plan::new(c.cluster());
+    let placed = vec![WorkerPlacement {
+        node: b,
+        gpus: vec![gb],
+    }];
+    plan.apply(Decision::Place(pending, placed.clone()))
+        .expect("place");
+    plan.apply(Decision::Preempt(stopped)).expect("preempt");
+    let migrated = vec![WorkerPlacement {
+        node: b,
+        gpus: vec![gb + 1],
+    }];
+    plan.apply(Decision::Migrate(moved, migrated.clone()))
+        .expect("migrate");
+    assert_eq!(plan.workers_of(pending), placed);
+    assert_eq!(plan.workers_of(moved), migrated);
+    assert_eq!(plan.workers_of(stopped), Vec::<WorkerPlacement>::new());
+    assert_eq!(
+        plan.workers_of(running),
+        on_a,
+        "untouched: the committed placement"
+    );
+}
