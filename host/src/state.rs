@@ -523,10 +523,16 @@ impl ClusterState {
 
     /// Emits `progress` for its job if it differs from what the job has.
     fn set_progress(&mut self, progress: model::JobProgress) -> Result<(), StateError> {
-        if progress != self.cluster.job(progress.job).progress() {
-            self.emit(Event::JobProgress(vec![progress]))?;
+        self.set_progresses(vec![progress])
+    }
+
+    /// [`ClusterState::set_progress`] for several jobs, in one event.
+    fn set_progresses(&mut self, mut progress: Vec<model::JobProgress>) -> Result<(), StateError> {
+        progress.retain(|p| *p != self.cluster.job(p.job).progress());
+        if progress.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        self.emit(Event::JobProgress(progress))
     }
 
     /// The progress event of job `index` starting (`true`) or stopping now.
@@ -1139,74 +1145,97 @@ impl ClusterState {
     }
 
     /// Carries out decisions that passed [`ClusterState::validate`] at this epoch.
+    ///
+    /// The jobs a round starts get their progress in one `job-progress` event
+    /// after the round's placements, not one event each beside its placement:
+    /// a placement changes no job's progress, so the mirror ends the same,
+    /// and a thousand starts cross the policy boundary as one list instead of
+    /// a thousand one-element lists.
     pub fn apply(&mut self, decisions: Vec<Decision>) -> Result<Applied, StateError> {
         let mut applied = Applied::default();
+        let mut started = Vec::new();
         for d in decisions {
-            let job = d.job();
-            let Some(record) = self.jobs.get(job as usize) else {
-                return Err(StateError::Event(format!(
-                    "decision for unknown job index {job}"
-                )));
-            };
-            let id = record.id;
-            match d {
-                Decision::Place(j, workers) | Decision::Migrate(j, workers) => {
-                    let starting = self.cluster.job(j).phase() != job_phase::RUNNING;
-                    self.emit(Event::JobPlaced(j, workers))?;
-                    if starting {
-                        self.set_progress(self.run_changed(j, true))?;
-                        let rec = &mut self.jobs[j as usize];
-                        rec.first_start_ms.get_or_insert(self.now_ms);
-                        rec.last_start_ms = Some(self.now_ms);
-                        applied.started.push(id);
-                    } else {
-                        applied.migrated.push(id);
-                    }
-                }
-                Decision::ScaleOut(j, added) => {
-                    let mut workers = self.cluster.job(j).placement().to_vec();
-                    workers.extend(added);
-                    self.emit(Event::JobPlaced(j, workers))?;
-                    applied.resized.push(id);
-                }
-                Decision::ScaleIn(j, positions) => {
-                    let workers = self
-                        .cluster
-                        .job(j)
-                        .placement()
-                        .iter()
-                        .enumerate()
-                        .filter(|(i, _)| !positions.contains(&(*i as u32)))
-                        .map(|(_, w)| w.clone())
-                        .collect();
-                    self.emit(Event::JobPlaced(j, workers))?;
-                    applied.resized.push(id);
-                }
-                Decision::Preempt(j) => {
-                    self.stop_job(j)?;
-                    self.jobs[j as usize].preemptions += 1;
-                    applied.preempted.push(id);
-                }
-                Decision::Reserve(j, nodes) => {
-                    self.emit(Event::JobReserved(j, nodes))?;
-                    applied.other += 1;
-                }
-                Decision::Unreserve(j) => {
-                    self.emit(Event::JobReserved(j, Vec::new()))?;
-                    self.emit(Event::JobReservedGpus(j, Vec::new()))?;
-                    applied.other += 1;
-                }
-                Decision::ReserveGpus(j, gpus) => {
-                    self.emit(Event::JobReservedGpus(j, gpus))?;
-                    applied.other += 1;
-                }
-                Decision::SetQos(j, q) => {
-                    self.emit(Event::JobQosChanged(j, q))?;
-                    applied.qos_changed.push(id);
-                }
+            if let Err(e) = self.apply_one(d, &mut applied, &mut started) {
+                self.set_progresses(started)?;
+                return Err(e);
             }
         }
+        self.set_progresses(started)?;
         Ok(applied)
+    }
+
+    /// One decision of [`ClusterState::apply`]; the progress of a job it
+    /// starts goes to `started`.
+    fn apply_one(
+        &mut self,
+        d: Decision,
+        applied: &mut Applied,
+        started: &mut Vec<model::JobProgress>,
+    ) -> Result<(), StateError> {
+        let job = d.job();
+        let Some(record) = self.jobs.get(job as usize) else {
+            return Err(StateError::Event(format!(
+                "decision for unknown job index {job}"
+            )));
+        };
+        let id = record.id;
+        match d {
+            Decision::Place(j, workers) | Decision::Migrate(j, workers) => {
+                let starting = self.cluster.job(j).phase() != job_phase::RUNNING;
+                self.emit(Event::JobPlaced(j, workers))?;
+                if starting {
+                    started.push(self.run_changed(j, true));
+                    let rec = &mut self.jobs[j as usize];
+                    rec.first_start_ms.get_or_insert(self.now_ms);
+                    rec.last_start_ms = Some(self.now_ms);
+                    applied.started.push(id);
+                } else {
+                    applied.migrated.push(id);
+                }
+            }
+            Decision::ScaleOut(j, added) => {
+                let mut workers = self.cluster.job(j).placement().to_vec();
+                workers.extend(added);
+                self.emit(Event::JobPlaced(j, workers))?;
+                applied.resized.push(id);
+            }
+            Decision::ScaleIn(j, positions) => {
+                let workers = self
+                    .cluster
+                    .job(j)
+                    .placement()
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| !positions.contains(&(*i as u32)))
+                    .map(|(_, w)| w.clone())
+                    .collect();
+                self.emit(Event::JobPlaced(j, workers))?;
+                applied.resized.push(id);
+            }
+            Decision::Preempt(j) => {
+                self.stop_job(j)?;
+                self.jobs[j as usize].preemptions += 1;
+                applied.preempted.push(id);
+            }
+            Decision::Reserve(j, nodes) => {
+                self.emit(Event::JobReserved(j, nodes))?;
+                applied.other += 1;
+            }
+            Decision::Unreserve(j) => {
+                self.emit(Event::JobReserved(j, Vec::new()))?;
+                self.emit(Event::JobReservedGpus(j, Vec::new()))?;
+                applied.other += 1;
+            }
+            Decision::ReserveGpus(j, gpus) => {
+                self.emit(Event::JobReservedGpus(j, gpus))?;
+                applied.other += 1;
+            }
+            Decision::SetQos(j, q) => {
+                self.emit(Event::JobQosChanged(j, q))?;
+                applied.qos_changed.push(id);
+            }
+        }
+        Ok(())
     }
 
     // ---- queries ----
