@@ -1194,21 +1194,12 @@ impl ClusterState {
                 }
             }
             Decision::ScaleOut(j, added) => {
-                let mut workers = self.cluster.job(j).placement().to_vec();
-                workers.extend(added);
+                let workers = self.cluster.job(j).placement_with(&added);
                 self.emit(Event::JobPlaced(j, workers))?;
                 applied.resized.push(id);
             }
             Decision::ScaleIn(j, positions) => {
-                let workers = self
-                    .cluster
-                    .job(j)
-                    .placement()
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| !positions.contains(&(*i as u32)))
-                    .map(|(_, w)| w.clone())
-                    .collect();
+                let workers = self.cluster.job(j).placement_without(&positions);
                 self.emit(Event::JobPlaced(j, workers))?;
                 applied.resized.push(id);
             }

@@ -1375,6 +1375,22 @@ impl<'a> Job<'a> {
     pub fn placement(&self) -> &'a [WorkerPlacement] {
         &self.cluster.job_workers[self.i()]
     }
+    /// The placement after a `scale-out` adding `added` (appended, so the
+    /// existing workers keep their positions).
+    pub fn placement_with(&self, added: &[WorkerPlacement]) -> Vec<WorkerPlacement> {
+        let mut workers = self.placement().to_vec();
+        workers.extend_from_slice(added);
+        workers
+    }
+    /// The placement after a `scale-in` removing the workers at `positions`.
+    pub fn placement_without(&self, positions: &[u32]) -> Vec<WorkerPlacement> {
+        self.placement()
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !positions.contains(&(*i as u32)))
+            .map(|(_, w)| w.clone())
+            .collect()
+    }
     /// Nodes reserved for this job.
     pub fn reserved_nodes(&self) -> &'a [u32] {
         &self.cluster.job_reserved[self.i()]

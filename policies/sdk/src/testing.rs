@@ -309,20 +309,11 @@ impl TestCluster {
                     }
                 }
                 Decision::ScaleOut(j, added) => {
-                    let mut workers = self.cluster.job(j).placement().to_vec();
-                    workers.extend(added);
+                    let workers = self.cluster.job(j).placement_with(&added);
                     self.event(Event::JobPlaced(j, workers));
                 }
                 Decision::ScaleIn(j, positions) => {
-                    let workers = self
-                        .cluster
-                        .job(j)
-                        .placement()
-                        .iter()
-                        .enumerate()
-                        .filter(|(i, _)| !positions.contains(&(*i as u32)))
-                        .map(|(_, w)| w.clone())
-                        .collect();
+                    let workers = self.cluster.job(j).placement_without(&positions);
                     self.event(Event::JobPlaced(j, workers));
                 }
                 Decision::Preempt(j) => {
