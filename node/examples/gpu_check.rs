@@ -352,7 +352,7 @@ fn mps_fault_check(
     let xids = || nvml.sample(gpu).map(|s| s.xid_errors).unwrap_or(0);
     println!("XID errors counted before: {}", xids());
     let env = d.client_env();
-    let mut victim = match bystander {
+    let victim = match bystander {
         Some(cmd) => {
             let child = spawn_mps_client(cmd, &env)?;
             // The fault must find the bystander connected (a client that connects after it
@@ -398,7 +398,7 @@ fn mps_fault_check(
         t0.elapsed(),
         describe_health(d)
     );
-    if let Some(child) = victim.as_mut() {
+    if let Some(mut child) = victim {
         let waited = Instant::now();
         while child.try_wait()?.is_none() && waited.elapsed() < Duration::from_secs(30) {
             std::thread::sleep(Duration::from_millis(100));
@@ -407,8 +407,6 @@ fn mps_fault_check(
             println!("bystander still running 30 s after the restart; killing it");
             child.kill()?;
         }
-    }
-    if let Some(child) = victim {
         print_exit("bystander", &child.wait_with_output()?);
     }
     if let Some(cmd) = bystander {

@@ -248,8 +248,8 @@ impl<K: OrderKey> NodeOrder<K> {
             }
             walked += 1;
             if let Some(next) = skip(k).filter(|&next| next > k) {
-                b = b.max(self.base.partition_point(|&x| x < next));
-                m = m.max(self.moved.partition_point(|&x| x < next));
+                b += self.base[b..].partition_point(|&x| x < next);
+                m += self.moved[m..].partition_point(|&x| x < next);
             }
         };
         self.touch(node);

@@ -298,42 +298,27 @@ fn workers_of_follows_the_plans_own_decisions() {
         c.cluster().node(a).gpu_range().start,
         c.cluster().node(b).gpu_range().start,
     );
+    // One worker on one GPU.
+    let on = |node: u32, gpu: u32| {
+        vec![WorkerPlacement {
+            node,
+            gpus: vec![gpu],
+        }]
+    };
     let running = c.job("running", "t", 1, 1);
-    let on_a = vec![WorkerPlacement {
-        node: a,
-        gpus: vec![ga],
-    }];
-    c.run(running, on_a.clone());
+    c.run(running, on(a, ga));
     let moved = c.job("moved", "t", 1, 1);
-    c.run(
-        moved,
-        vec![WorkerPlacement {
-            node: a,
-            gpus: vec![ga + 1],
-        }],
-    );
+    c.run(moved, on(a, ga + 1));
     let stopped = c.job("stopped", "t", 1, 1);
-    c.run(
-        stopped,
-        vec![WorkerPlacement {
-            node: b,
-            gpus: vec![gb + 1],
-        }],
-    );
+    c.run(stopped, on(b, gb + 1));
     let pending = c.job("pending", "t", 1, 1);
 
     let mut plan = Plan::new(c.cluster());
-    let placed = vec![WorkerPlacement {
-        node: b,
-        gpus: vec![gb],
-    }];
+    let placed = on(b, gb);
     plan.apply(Decision::Place(pending, placed.clone()))
         .expect("place");
     plan.apply(Decision::Preempt(stopped)).expect("preempt");
-    let migrated = vec![WorkerPlacement {
-        node: b,
-        gpus: vec![gb + 1],
-    }];
+    let migrated = on(b, gb + 1);
     plan.apply(Decision::Migrate(moved, migrated.clone()))
         .expect("migrate");
     assert_eq!(plan.workers_of(pending), placed);
@@ -341,7 +326,7 @@ fn workers_of_follows_the_plans_own_decisions() {
     assert_eq!(plan.workers_of(stopped), Vec::<WorkerPlacement>::new());
     assert_eq!(
         plan.workers_of(running),
-        on_a,
+        on(a, ga),
         "untouched: the committed placement"
     );
 }
