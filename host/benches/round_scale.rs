@@ -17,8 +17,9 @@
 mod common;
 
 use arbiter_host::registry::PolicySlot;
-use arbiter_host::roles::scheduler::{RoundDriver, Served};
+use arbiter_host::roles::scheduler::{RoundDriver, RoundReport, Served};
 use arbiter_host::runtime::{CompiledPolicy, PolicyEngine, RuntimeConfig};
+use arbiter_host::state::ClusterState;
 use arbiter_policy_sdk::Runtime;
 use common::{PaiScenario, arg, describe, median_ms, rss_kib, verdict};
 use policy_best_fit::BestFit;
@@ -30,6 +31,16 @@ fn wasm_driver(compiled: &CompiledPolicy) -> RoundDriver {
     slot.swap(compiled.clone(), None, None, None)
         .expect("load best-fit");
     RoundDriver::with_native(slot, Box::new(Runtime::<BestFit>::new()))
+}
+
+/// The measured round, never inlined so that a profiler can select it by
+/// name (`valgrind --tool=callgrind --collect-atstart=no
+/// --toggle-collect='*measured_round*'`: instructions and simulated cache
+/// misses of the measured rounds alone, not of the scenario's generation or
+/// its warm-up round).
+#[inline(never)]
+fn measured_round(driver: &mut RoundDriver, state: &mut ClusterState) -> RoundReport {
+    driver.run_round(state)
 }
 
 fn native_driver() -> RoundDriver {
@@ -57,14 +68,21 @@ fn main() {
         .filter_map(|s| s.trim().parse().ok())
         .collect();
     let pairs: usize = arg("--pairs").and_then(|s| s.parse().ok()).unwrap_or(5);
-    let engine = PolicyEngine::new(RuntimeConfig {
-        deadline: Duration::from_secs(60),
-        ..common::runtime_config()
-    })
-    .expect("engine");
-    let compiled = engine
-        .compile(arbiter_policies::get("best-fit").expect("best-fit bytes"))
-        .expect("compile");
+    // `--native-only`: the native rounds alone (the host part is then the
+    // native round's), for a profiler that should not see a Wasm engine.
+    let native_only = std::env::args().any(|a| a == "--native-only");
+    // Not made for `--native-only`: the engine reserves its pooling
+    // allocator's address space up front, which valgrind refuses.
+    let compiled = (!native_only).then(|| {
+        let engine = PolicyEngine::new(RuntimeConfig {
+            deadline: Duration::from_secs(60),
+            ..common::runtime_config()
+        })
+        .expect("engine");
+        engine
+            .compile(arbiter_policies::get("best-fit").expect("best-fit bytes"))
+            .expect("compile")
+    });
     let mut points = Vec::new();
     for &scale in &scales {
         let t = Instant::now();
@@ -78,28 +96,39 @@ fn main() {
         let mut described = String::new();
         let mut rss_mib: f64 = 0.0;
         for _ in 0..pairs.max(1) {
-            let (mut state, mut driver) = scenario.ready_round(wasm_driver(&compiled));
+            if let Some(compiled) = &compiled {
+                let (mut state, mut driver) = scenario.ready_round(wasm_driver(compiled));
+                let t = Instant::now();
+                let r = measured_round(&mut driver, &mut state);
+                w.push(t.elapsed());
+                h.push(r.latency.saturating_sub(r.policy_time));
+                assert!(matches!(r.served, Served::Active(_)), "{:?}", r.faults);
+                placed = r.decisions.len();
+                // Live state and the Wasm mirror of the measured round.
+                rss_mib = rss_mib.max(rss_kib().0 as f64 / 1024.0);
+                drop((state, driver, r));
+            }
+            let (mut state, mut driver) = scenario.ready_round(native_driver());
             described = describe(&state);
             let t = Instant::now();
-            let r = driver.run_round(&mut state);
-            w.push(t.elapsed());
-            h.push(r.latency.saturating_sub(r.policy_time));
-            assert!(matches!(r.served, Served::Active(_)), "{:?}", r.faults);
-            placed = r.decisions.len();
-            // Live state and the Wasm mirror of the measured round.
-            rss_mib = rss_mib.max(rss_kib().0 as f64 / 1024.0);
-            drop((state, driver, r));
-            let (mut state, mut driver) = scenario.ready_round(native_driver());
-            let t = Instant::now();
-            let r = driver.run_round(&mut state);
+            let r = measured_round(&mut driver, &mut state);
             n.push(t.elapsed());
             assert_eq!(r.served, Served::Native);
+            if native_only {
+                placed = r.decisions.len();
+                h.push(r.latency.saturating_sub(r.policy_time));
+                rss_mib = rss_mib.max(rss_kib().0 as f64 / 1024.0);
+            }
             assert_eq!(r.decisions.len(), placed, "same answer natively");
         }
         points.push(Point {
             scale,
             described,
-            wasm_ms: median_ms(&mut w),
+            wasm_ms: if w.is_empty() {
+                f64::NAN
+            } else {
+                median_ms(&mut w)
+            },
             native_ms: median_ms(&mut n),
             host_ms: median_ms(&mut h),
             placed,
@@ -111,7 +140,8 @@ fn main() {
     println!("## round_scale (medians of {pairs} interleaved Wasm/native rounds per scale)");
     println!();
     println!(
-        "| scale | state | placed | Wasm round | native round | ratio | Wasm / 1× | native / 1× | host part (Wasm round) | host part / 1× | VmRSS |"
+        "| scale | state | placed | Wasm round | native round | ratio | Wasm / 1× | native / 1× | host part ({} round) | host part / 1× | VmRSS |",
+        if native_only { "native" } else { "Wasm" }
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let base = points.iter().find(|p| p.scale == 1);
