@@ -1,7 +1,7 @@
 //! The exported driver entry points.
 //!
 //! Each export is `#[no_mangle] extern "C"` with the driver's exact ABI, runs its body under
-//! [`crate::guard`] (a panic becomes `CUDA_ERROR_UNKNOWN`, never an unwind into C), and calls
+//! `crate::guard` (a panic becomes `CUDA_ERROR_UNKNOWN`, never an unwind into C), and calls
 //! the real driver through the pointer table in `real`. The same functions are reached three
 //! ways: plain symbol interposition (programs linked with `-lcuda`), `dlsym` substitution,
 //! and `cuGetProcAddress{,_v2}` substitution (how cudart ≥ 11.3 resolves everything).

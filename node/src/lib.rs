@@ -2,9 +2,9 @@
 //!
 //! Module map:
 //! * [`agent`] — the node agent: the gRPC link to the control plane (`arbiter node`);
-//! * [`gpu`] — the [`GpuBackend`](gpu::GpuBackend) trait, sample types and the simulated
+//! * [`gpu`] — the [`gpu::GpuBackend`] trait, sample types and the simulated
 //!   backend; [`nvml`] — the NVML backend (`nvml-wrapper`);
-//! * [`mps`] — one `nvidia-cuda-mps-control` daemon per GPU behind [`MpsControl`](mps::MpsControl);
+//! * [`mps`] — one `nvidia-cuda-mps-control` daemon per GPU behind [`mps::MpsControl`];
 //! * [`supervisor`] — launch under `LD_PRELOAD` of the interposer with a per-workload control
 //!   block, persist, adopt after a restart, reap, evict;
 //! * [`coordinator`] — the node-local policy runtime: a `coordinator` policy (Wasm through

@@ -14,7 +14,7 @@
 //! Demand is read from the counters the interposer reports: no launches for `idle_periods`
 //! periods is **idle**; pacing delay above `throttled_delay_pct` of the period is
 //! **throttled** (the pacer made it wait: it would use more); anything else is **satisfied**.
-//! The arithmetic is in [`allocate`].
+//! The arithmetic is in [`allocate`](mod@allocate).
 //!
 //! **How this compares with DynamoML's mechanism.** DynamoML (through KubeShare/Gemini)
 //! blocks intercepted calls until a token arrives and passes the token among containers in

@@ -18,7 +18,7 @@
 //!
 //! The **persona** changes what the component is before any configuration
 //! reaches it: its manifest, and how `configure` answers. It is read from
-//! [`PERSONA`], a fixed-size string in the component's data segment that a
+//! `PERSONA`, a fixed-size string in the component's data segment that a
 //! test patches in the `.wasm` bytes (see `arbiter-hostile`), so one build
 //! yields a whole corpus of hostile components. `none` is the plain fixture.
 

@@ -12,7 +12,7 @@
 //! method: the smaller side is the "row" side (`n ≤ m`), each row is added in
 //! turn and the potentials `u`, `v` keep every reduced cost non-negative, so
 //! one row costs `O(n·m)` and the whole matching `O(n²·m)` ⊆ `O(|V|³)`, as the
-//! paper states (see [`hungarian`] for the form of the search). It minimises
+//! paper states (see `hungarian` for the form of the search). It minimises
 //! the cost `−max(w, 0)`: a missing edge costs 0, the same as leaving its row
 //! unassigned, so a complete assignment of the smaller side at minimum cost
 //! is a maximum-weight matching once its zero-weight pairs are dropped.

@@ -5,7 +5,7 @@
 //! * [`km`] — Kuhn–Munkres maximum-weight bipartite matching, `O(|V|³)`, on a
 //!   rectangular weight matrix with unmatched rows and columns allowed (§5,
 //!   Alg. 1 l. 9–10, Fig. 9).
-//! * [`dynamic_sm`] — the offline SM percentage complementary to the online
+//! * [`dynamic_sm`](mod@dynamic_sm) — the offline SM percentage complementary to the online
 //!   partner's SM activity, within bounds (§4.3, Fig. 8; Alg. 1 l. 5–6).
 //! * [`predictor`] — the edge weight, the offline job's predicted normalised
 //!   throughput (Alg. 1 l. 7). The paper's per-GPU-type MLP is unpublished;

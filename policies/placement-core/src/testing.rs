@@ -99,7 +99,7 @@ impl<R: PlacementRule> PlacementRule for NoMemo<R> {
 }
 
 /// Drives `Greedy<R>` and `Greedy<NoMemo<R>>` through the same 300 rounds of
-/// [`churn`] and asserts that every round's decisions are identical and that
+/// `churn` and asserts that every round's decisions are identical and that
 /// the memo was actually used. Returns the memo hits.
 pub fn assert_memo_is_transparent<R: PlacementRule>(config: &str) -> u64 {
     let mut memo = Greedy::<R>::create();
@@ -120,7 +120,7 @@ pub fn assert_memo_is_transparent<R: PlacementRule>(config: &str) -> u64 {
 
 /// Asserts that whatever `R` carries from round to round (caches kept in
 /// step incrementally) changes no decision: one instance kept for 300 rounds
-/// of [`churn`] decides every round as a fresh instance does. For rules
+/// of `churn` decides every round as a fresh instance does. For rules
 /// that keep no random state across rounds (configure `tie_break = "first"`
 /// or `"node-order"`).
 pub fn assert_kept_state_is_transparent<R: PlacementRule>(config: &str) {

@@ -167,7 +167,7 @@ const WARM_PREFIX: &str = "warm-";
 /// 37 hours and a quarter in jobs over a week, so a cluster started empty
 /// fills for weeks — over a run of 20,000 tasks it never reaches the
 /// offered load. So the run starts where an uncongested cluster (M/G/∞)
-/// stands in steady state: λ·E[S] tasks in the system, their run times
+/// stands in steady state: λ·E\[S\] tasks in the system, their run times
 /// length-biased (a long task is more likely to be running) and each some
 /// uniform fraction of the way through. They are placed by the policy under
 /// test in the first round, like any arrival; their queueing is not

@@ -44,7 +44,7 @@ impl Plane {
 
     /// Everything, and what the reads derive from the cells (why jobs
     /// wait, their progress and samples). At the end of every tick (`end_tick`); the
-    /// metrics text at most every [`METRICS_FRESHNESS`].
+    /// metrics text at most every `METRICS_FRESHNESS`.
     pub fn publish_tick(&mut self) {
         self.publish_all_but_jobs_derived(false);
         self.publish_jobs_derived();

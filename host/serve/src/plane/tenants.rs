@@ -93,7 +93,7 @@ impl Plane {
         ]))
     }
 
-    /// A new token for `subject` ("admin", "node" or "tenant:<name>"); the
+    /// A new token for `subject` ("admin", "node" or `tenant:<name>`); the
     /// old one stops working at once. The admin's and the nodes' are also
     /// written to their files in the data directory.
     pub fn rotate_token(
