@@ -5,7 +5,9 @@
 use anyhow::Context;
 use arbiter_sim::core::RunPolicy;
 use arbiter_sim::models::ModelConfigFile;
-use arbiter_sim::models::dynamoml::{DynamoMetrics, DynamoSimConfig, ServiceDemand, run_dynamoml};
+use arbiter_sim::models::dynamoml::{
+    DynamoMetrics, DynamoSimConfig, ServiceDemand, TrainingRuntime, run_dynamoml,
+};
 use arbiter_sim::parallel_map;
 use std::time::Duration;
 
@@ -23,6 +25,9 @@ pub struct Setting {
     pub policy: &'static str,
     /// Configuration beyond the policy's default.
     pub config: &'static str,
+    /// The training jobs' runtime in this setting, unless the scenario
+    /// sets one for all (`DynamoSimConfig::training_runtime`).
+    pub runtime: TrainingRuntime,
 }
 
 /// Table 2, in the paper's order.
@@ -31,21 +36,25 @@ pub const SETTINGS: [Setting; 4] = [
         label: "DynamoML",
         policy: "dynamoml",
         config: "",
+        runtime: TrainingRuntime::Elastic,
     },
     Setting {
         label: "K8S+Sharing",
         policy: "k8s",
         config: "gpu_sharing = true",
+        runtime: TrainingRuntime::Synchronous,
     },
     Setting {
         label: "K8S+Scaling",
         policy: "k8s",
         config: "inference_scaling = true",
+        runtime: TrainingRuntime::Synchronous,
     },
     Setting {
         label: "Native K8S",
         policy: "k8s",
         config: "",
+        runtime: TrainingRuntime::Synchronous,
     },
 ];
 
@@ -99,8 +108,18 @@ impl Comparison {
 
 /// Runs the four settings of Table 2 on `cfg` (in parallel).
 pub fn compare(cfg: &DynamoSimConfig, demand: &ServiceDemand) -> anyhow::Result<Comparison> {
+    compare_settings(&SETTINGS, cfg, demand)
+}
+
+/// Runs `settings` on `cfg` (in parallel); [`compare`] with other
+/// configurations of the same settings (the sensitivity table's).
+pub fn compare_settings(
+    settings: &[Setting],
+    cfg: &DynamoSimConfig,
+    demand: &ServiceDemand,
+) -> anyhow::Result<Comparison> {
     let engine = arbiter_sim::engine(Duration::from_secs(30))?;
-    let policies = SETTINGS
+    let policies = settings
         .iter()
         .map(|s| {
             Ok(RunPolicy {
@@ -109,10 +128,22 @@ pub fn compare(cfg: &DynamoSimConfig, demand: &ServiceDemand) -> anyhow::Result<
             })
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
+    let runs: Vec<(RunPolicy, DynamoSimConfig)> = policies
+        .into_iter()
+        .zip(settings)
+        .map(|(p, s)| {
+            let runtime = cfg.training_runtime.unwrap_or(s.runtime);
+            let cfg = DynamoSimConfig {
+                training_runtime: Some(runtime),
+                ..cfg.clone()
+            };
+            (p, cfg)
+        })
+        .collect();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let metrics = parallel_map(&policies, threads, |p| run_dynamoml(p, cfg, demand))?;
+    let metrics = parallel_map(&runs, threads, |(p, cfg)| run_dynamoml(p, cfg, demand))?;
     Ok(Comparison {
-        runs: SETTINGS.iter().map(|s| s.label).zip(metrics).collect(),
+        runs: settings.iter().map(|s| s.label).zip(metrics).collect(),
     })
 }
 

@@ -1,8 +1,8 @@
 //! DynamoML (CLOSER '21) reproduced on its scenario: see
 //! `docs/reproductions/dynamoml.md`.
 
-use arbiter_repro::dynamoml::{compare, trace_demand};
-use arbiter_sim::models::dynamoml::DynamoSimConfig;
+use arbiter_repro::dynamoml::{SETTINGS, compare, compare_settings, trace_demand};
+use arbiter_sim::models::dynamoml::{DynamoSimConfig, TrainingRuntime};
 
 use arbiter_repro::dynamoml::{Comparison, PAPER_INFERENCE_GPUS_0_7};
 use std::sync::OnceLock;
@@ -105,7 +105,13 @@ fn dynamoml_trains_and_waits_less_than_native_kubernetes() {
             .count()
             >= 3
     );
-    assert_eq!(run("Native K8S").worker_time, vec![0.0, 1.0]);
+    // Kubernetes' jobs never get more workers than they asked for; under
+    // K8S+Scaling they spent time a pod short, holding GPUs while they wait
+    // for the rest (§5: "blocked or running with few GPUs").
+    for label in ["Native K8S", "K8S+Scaling", "K8S+Sharing"] {
+        assert!(run(label).worker_time.len() <= 2, "{label}");
+    }
+    assert!(run("K8S+Scaling").worker_time[0] > 0.0);
 }
 
 /// The numbers behind the doc's sensitivity table (`--ignored`, prints only).
@@ -144,6 +150,24 @@ fn print_sensitivity() {
         c.demand.start_of_day_s = s;
         cases.push((format!("start_of_day_s={s}"), c));
     }
+    cases.push((
+        "kubernetes jobs elastic".into(),
+        DynamoSimConfig {
+            training_runtime: Some(TrainingRuntime::Elastic),
+            ..base.clone()
+        },
+    ));
+    // Kubernetes with a gang plugin (kube-batch, Volcano): pods all or none.
+    let mut gang = SETTINGS;
+    for (s, config) in gang.iter_mut().skip(1).zip([
+        "gpu_sharing = true\nk8s_gang_scheduling = true",
+        "inference_scaling = true\nk8s_gang_scheduling = true",
+        "k8s_gang_scheduling = true",
+    ]) {
+        s.config = config;
+    }
+    let c = compare_settings(&gang, &base, &demand).expect("compare");
+    print_case("kubernetes gang-scheduled", &c);
     for (label, cfg) in cases {
         let d = if label.starts_with("start") {
             trace_demand(&cfg).expect("d")
@@ -151,19 +175,23 @@ fn print_sensitivity() {
             demand.clone()
         };
         let c = compare(&cfg, &d).expect("compare");
-        let g = |l: &str| c.get(l).expect("run");
-        eprintln!(
-            "{label:28} ratio {:.2} cut_train {:.0}% cut_total {:.0}% | dyn mk {:.1} slo {:.3} inf07 {} | k8s+sc mk {:.1} inf07 {} slo {:.3} | native train {:.1}",
-            c.makespan_ratio().unwrap(),
-            c.cut_vs_native_pct(|m| m.mean_training_min).unwrap(),
-            c.cut_vs_native_pct(|m| m.mean_total_min).unwrap(),
-            g("DynamoML").makespan_min,
-            g("DynamoML").over_slo,
-            g("DynamoML").inference_gpus_0_7,
-            g("K8S+Scaling").makespan_min,
-            g("K8S+Scaling").inference_gpus_0_7,
-            g("K8S+Scaling").over_slo,
-            g("Native K8S").mean_training_min
-        );
+        print_case(&label, &c);
     }
+}
+
+fn print_case(label: &str, c: &Comparison) {
+    let g = |l: &str| c.get(l).expect("run");
+    eprintln!(
+        "{label:28} ratio {:.2} cut_train {:.0}% cut_total {:.0}% | dyn mk {:.1} slo {:.3} inf07 {} | k8s+sc mk {:.1} inf07 {} slo {:.3} | native train {:.1}",
+        c.makespan_ratio().unwrap(),
+        c.cut_vs_native_pct(|m| m.mean_training_min).unwrap(),
+        c.cut_vs_native_pct(|m| m.mean_total_min).unwrap(),
+        g("DynamoML").makespan_min,
+        g("DynamoML").over_slo,
+        g("DynamoML").inference_gpus_0_7,
+        g("K8S+Scaling").makespan_min,
+        g("K8S+Scaling").inference_gpus_0_7,
+        g("K8S+Scaling").over_slo,
+        g("Native K8S").mean_training_min
+    );
 }

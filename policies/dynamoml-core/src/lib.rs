@@ -14,9 +14,15 @@
 //!   maximum; a waiting job is started by taking back the workers others got
 //!   beyond what they were submitted with; a checkpointed job that has run
 //!   `preempt_after_s` gives way to one that has waited as long
-//!   (monopolisation, §2.2). Without it each worker goes to the
-//!   least-allocated node, as Kubernetes' default scoring does, so a job's
-//!   workers spread over nodes.
+//!   (monopolisation, §2.2). Without it Kubernetes' default scheduler
+//!   places a job's worker pods one by one, each on the least-allocated
+//!   node (its default scoring), so a job's workers spread over nodes, and
+//!   a job starts with the pods that fit: it runs on fewer workers than it
+//!   asked for until the rest are placed, oldest job first (§5: under
+//!   K8S+Scaling training jobs are "blocked or running with few GPUs").
+//!   `k8s_gang_scheduling` makes that all-or-nothing instead (a gang
+//!   plugin such as kube-batch or Volcano). Only elastic jobs can start
+//!   short: the contract places an inelastic job whole or not at all.
 //! * **Inference autoscaling** (§3.3): HPA on requests per second and the
 //!   response time against the job's objective ([`autoscale`]); replicas
 //!   are whole GPUs. Inference has the highest priority: with
@@ -68,6 +74,10 @@ pub struct Config {
     /// A checkpointed training job that has run this long may be preempted
     /// for one that has waited this long; 0: never (ours: 1800 s).
     pub preempt_after_s: u64,
+    /// Without the training scheduler: a job's pods start all together or
+    /// not at all (a gang-scheduling plugin) rather than one by one
+    /// (Kubernetes' default scheduler; the default, false).
+    pub k8s_gang_scheduling: bool,
 }
 
 impl Default for Config {
@@ -82,6 +92,7 @@ impl Default for Config {
             tolerance_pct: 10,
             scale_down_delay_s: 60,
             preempt_after_s: 1800,
+            k8s_gang_scheduling: false,
         }
     }
 }
@@ -323,12 +334,7 @@ impl<P: Preset> Dynamo<P> {
             .filter(|j| j.kind() == job_kind::TRAINING)
             .collect();
         if !self.cfg.training_scheduler {
-            for job in waiting {
-                let mut rooms = Rooms::of(plan, job.index());
-                if let Some(workers) = rooms.spread(job.workers()) {
-                    let _ = plan.apply(Decision::Place(job.index(), workers));
-                }
-            }
+            self.schedule_pods(plan);
             return;
         }
         let mut still_waiting = false;
@@ -343,6 +349,48 @@ impl<P: Preset> Dynamo<P> {
         }
         if !still_waiting {
             self.grow(plan);
+        }
+    }
+
+    /// Kubernetes without the training scheduler: training pods in the order
+    /// the scheduling queue holds them (equal priority: by creation, so a
+    /// running job's pods still pending come before a later job's), each on
+    /// the least-allocated node. A waiting job starts with the pods that fit
+    /// (all of them, or none, with `k8s_gang_scheduling` or when the job is
+    /// inelastic); a running job gets its missing pods as room appears, up
+    /// to the workers it was submitted with, never more.
+    fn schedule_pods(&self, plan: &mut Plan<'_>) {
+        let cluster = plan.cluster();
+        let mut queue: Vec<Job<'_>> = cluster
+            .jobs()
+            .filter(|j| j.kind() == job_kind::TRAINING)
+            .filter(|j| j.is_pending() || (j.is_running() && j.workers() < self.initial_workers(j)))
+            .collect();
+        queue.sort_by_key(|j| (j.submit_ms(), j.index()));
+        for job in queue {
+            let index = job.index();
+            if plan.is_decided(index) {
+                continue;
+            }
+            let mut rooms = Rooms::of(plan, index);
+            if job.is_pending() {
+                let want = job.workers();
+                let whole = self.cfg.k8s_gang_scheduling || !job.is_elastic();
+                let workers = if whole {
+                    rooms.spread(want).unwrap_or_default()
+                } else {
+                    rooms.spread_up_to(want)
+                };
+                if workers.len() as u32 >= job.min_workers().max(1) {
+                    let _ = plan.apply(Decision::Place(index, workers));
+                }
+            } else if !self.cfg.k8s_gang_scheduling {
+                let missing = self.initial_workers(&job) - job.workers();
+                let added = rooms.spread_up_to(missing);
+                if !added.is_empty() {
+                    let _ = plan.apply(Decision::ScaleOut(index, added));
+                }
+            }
         }
     }
 

@@ -246,6 +246,75 @@ fn kubernetes_spreads_a_jobs_workers_over_the_least_allocated_nodes() {
     assert_eq!(nodes, vec![0, 1]);
 }
 
+/// Kubernetes' default scheduler places pods, not gangs: with three GPUs
+/// free, the first two-worker job starts whole and the second with the one
+/// pod that fits; when a GPU comes free the older job's missing pod goes
+/// first, and a job never gets more pods than it asked for. With a gang
+/// plugin the second job waits; DynamoML's training scheduler starts only
+/// whole gangs too.
+#[test]
+fn kubernetes_places_a_jobs_pods_one_by_one_unless_it_gang_schedules() {
+    let setup = || {
+        let mut c = partly_free(2, 2);
+        // One more GPU of node 0 held by a one-GPU job: three GPUs free.
+        let small = spec(&mut c, "small", job_kind::TRAINING, (1, 1, 1), 1000);
+        c.run(
+            small,
+            vec![WorkerPlacement {
+                node: 0,
+                gpus: vec![6],
+            }],
+        );
+        let a = training(&mut c, "tf-a");
+        let b = training(&mut c, "tf-b");
+        (c, a, b)
+    };
+    let mut p = k8s_scaling();
+    let (mut c, a, b) = setup();
+    c.run_round(&mut p, 1_000);
+    assert_eq!((workers(&c, a), workers(&c, b)), (2, 1));
+    // A later job arrives, then the one-GPU job ends.
+    training(&mut c, "tf-late");
+    c.apply(Event::JobRemoved(c.index_of("small")));
+    c.run_round(&mut p, 16_000);
+    let (b, late) = (c.index_of("tf-b"), c.index_of("tf-late"));
+    assert_eq!(workers(&c, b), 2, "the older job's missing pod first");
+    assert!(c.cluster().job(late).is_pending());
+    // Node 1's filler ends: six GPUs free, the later job starts, and the
+    // others stay at the two pods they asked for.
+    c.apply(Event::JobRemoved(c.index_of("fill1")));
+    c.run_round(&mut p, 31_000);
+    let (a, b, late) = (
+        c.index_of("tf-a"),
+        c.index_of("tf-b"),
+        c.index_of("tf-late"),
+    );
+    assert_eq!(
+        (workers(&c, a), workers(&c, b), workers(&c, late)),
+        (2, 2, 2),
+        "never beyond the request"
+    );
+
+    let mut gang = Dynamo::<Full>::create();
+    gang.configure(
+        "training_scheduler = false\ngpu_sharing = false\nborrow_from_training = false\n\
+         k8s_gang_scheduling = true",
+    )
+    .expect("config");
+    let (mut c, a, b) = setup();
+    c.run_round(&mut gang, 1_000);
+    assert_eq!(workers(&c, a), 2);
+    assert!(c.cluster().job(b).is_pending(), "all pods or none");
+
+    let (mut c, a, b) = setup();
+    c.run_round(&mut dynamoml(), 1_000);
+    assert_eq!(workers(&c, a), 2);
+    assert!(
+        c.cluster().job(b).is_pending(),
+        "DynamoML starts whole gangs"
+    );
+}
+
 #[test]
 fn when_inference_falls_training_grows_back_on_its_own_nodes() {
     let mut p = dynamoml();

@@ -1,6 +1,7 @@
 //! `k8s`: Kubernetes as the DynamoML paper runs it (Table 2) — whole GPUs
-//! from the device plugin, each worker on the least-allocated node (a job's
-//! workers spread), no elastic training, no preemption for inference. Two
+//! from the device plugin, worker pods placed one by one, each on the
+//! least-allocated node (a job's workers spread; a job starts with the pods
+//! that fit), no elastic training, no preemption for inference. Two
 //! switches give the paper's other baselines: `inference_scaling = true` is
 //! K8S+Scaling (HPA into free GPUs only), `gpu_sharing = true` K8S+Sharing
 //! (fractional notebooks). The body is `dynamoml-core`.
@@ -22,6 +23,7 @@ latency_target_pct = 80
 tolerance_pct = 10
 scale_down_delay_s = 60
 preempt_after_s = 0
+k8s_gang_scheduling = false
 "#;
 }
 

@@ -12,8 +12,11 @@
 //!   times [`ModelTruth::cross_node`] when its workers span nodes (the
 //!   communication overhead §3.2 packs against). A job whose workers change
 //!   pauses for `rescale_pause_ms` (the job re-forms); a preempted one
-//!   restarts from its checkpoint after `restart_overhead_ms`. The parameter
-//!   server runs on CPU and is not modelled.
+//!   restarts from its checkpoint after `restart_overhead_ms`. What a job
+//!   does on fewer workers than it was submitted with is its runtime's
+//!   ([`TrainingRuntime`]): an elastic job computes with them, a plain
+//!   synchronous one waits for the rest. The parameter server runs on CPU and
+//!   is not modelled.
 //! * **Inference.** Closed-loop clients ([`service`]): each minute's active
 //!   clients come from the demand curve ([`ServiceDemand`]); the replicas
 //!   that are ready (`replica_start_ms` after they were placed) serve them
@@ -96,6 +99,22 @@ impl ModelTruth {
     }
 }
 
+/// The runtime the training jobs run on, which decides what a job does with
+/// fewer workers than it was submitted with (the scheduler cannot tell: to
+/// the contract both are a job placed with fewer workers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TrainingRuntime {
+    /// DynamoML's elastic training (§3.2, after Lin et al. 2019): a job
+    /// re-forms at whatever worker count it is given and computes with it.
+    Elastic,
+    /// Plain synchronous TFJobs: a job computes only while it has all the
+    /// workers it was submitted with; workers that start before the rest
+    /// wait for them, holding their GPUs — "the idle resource problem of
+    /// synchronous computations" that §3.2's gang scheduling avoids.
+    Synchronous,
+}
+
 /// A group of training jobs arriving together.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -137,6 +156,11 @@ pub struct DynamoSimConfig {
     pub rescale_pause_ms: u64,
     /// After a preemption (ours: 60 s).
     pub restart_overhead_ms: u64,
+    /// The training jobs' runtime; unset, each setting's own (the
+    /// comparison runs DynamoML's jobs elastic and Kubernetes' as plain
+    /// synchronous TFJobs, as the paper does: Table 2's Kubernetes settings
+    /// lack its training scheduling). A single run with it unset: elastic.
+    pub training_runtime: Option<TrainingRuntime>,
     /// Rounds (the autoscaler's sync period; Kubernetes' HPA default 15 s).
     pub round_interval_ms: u64,
     pub demand: DemandShape,
@@ -194,6 +218,7 @@ impl Default for DynamoSimConfig {
             replica_start_ms: 30_000,
             rescale_pause_ms: 30_000,
             restart_overhead_ms: 60_000,
+            training_runtime: None,
             round_interval_ms: 15_000,
             demand: DemandShape::default(),
             horizon_ms: 6 * 3_600_000,
@@ -238,6 +263,20 @@ impl DynamoSimConfig {
         }
     }
 
+    /// Work per ms of a training job of `model` on `placement`: nothing
+    /// under the synchronous runtime while it has fewer workers than it was
+    /// submitted with, else its workers' throughput over their nodes.
+    fn training_rate(&self, model: TrainingModel, placement: &[WorkerPlacement]) -> f64 {
+        let short = placement.len() < self.initial_workers as usize;
+        if short && self.training_runtime == Some(TrainingRuntime::Synchronous) {
+            return 0.0;
+        }
+        let mut nodes: Vec<u32> = placement.iter().map(|w| w.node).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        self.truth(model).rate(placement.len(), nodes.len())
+    }
+
     /// Clients that keep one replica at its target utilisation.
     pub fn clients_per_replica(&self) -> f64 {
         self.replica_target_utilization * (self.service_ms + self.think_ms) / self.service_ms
@@ -256,6 +295,9 @@ pub struct TrainingRow {
     pub name: String,
     pub model: String,
     pub submit_min: f64,
+    /// When it first computed: placed, and under the synchronous runtime
+    /// with all its workers (§5.2's training time is "the actual running
+    /// time for training"; until then it waits, pods placed or not).
     pub start_min: Option<f64>,
     pub end_min: Option<f64>,
 }
@@ -277,8 +319,9 @@ pub struct DynamoMetrics {
     pub policy: String,
     /// Time the last training job finished (the paper's "overall execution time").
     pub makespan_min: f64,
+    /// Mean submit → first computing ("waiting time").
     pub mean_wait_min: f64,
-    /// Mean first start → end ("training time").
+    /// Mean first computing → end ("training time").
     pub mean_training_min: f64,
     /// Mean submit → end ("total execution time").
     pub mean_total_min: f64,
@@ -336,6 +379,8 @@ struct DynamoModel<'a> {
     over_slo: f64,
     bins: [f64; 4],
     worker_ms: Vec<f64>,
+    /// Per job: when it first computed (see [`TrainingRow::start_min`]).
+    computing_from: Vec<Option<u64>>,
     m: DynamoMetrics,
 }
 
@@ -516,12 +561,7 @@ impl core::WorkloadModel for DynamoModel<'_> {
 
     fn rate(&self, _ctx: &SimCtx, job: usize, placement: &[WorkerPlacement]) -> f64 {
         match self.jobs[job].kind {
-            Kind::Training(model) => {
-                let mut nodes: Vec<u32> = placement.iter().map(|w| w.node).collect();
-                nodes.sort_unstable();
-                nodes.dedup();
-                self.cfg.truth(model).rate(placement.len(), nodes.len())
-            }
+            Kind::Training(model) => self.cfg.training_rate(model, placement),
             Kind::Service | Kind::Notebook => 1.0,
         }
     }
@@ -545,6 +585,14 @@ impl core::WorkloadModel for DynamoModel<'_> {
                 && matches!(self.jobs[k].kind, Kind::Training(_))
             {
                 ctx.progress.pause_until(k, now, until);
+            }
+        }
+        // Placements change only in rounds: a job computes from the first
+        // round that leaves it a positive rate.
+        for (k, from) in self.computing_from.iter_mut().enumerate() {
+            let track = ctx.progress.track(k);
+            if from.is_none() && track.running && track.rate > 0.0 {
+                *from = Some(now);
             }
         }
         // The service's replicas: new ones start, removed ones are gone.
@@ -672,6 +720,7 @@ pub fn run_dynamoml(
         .iter()
         .filter(|j| matches!(j.kind, Kind::Training(_)))
         .count();
+    let training_jobs_and_others = jobs.len();
     let mut model = DynamoModel {
         cfg,
         demand,
@@ -689,6 +738,7 @@ pub fn run_dynamoml(
         over_slo: 0.0,
         bins: [0.0; 4],
         worker_ms: Vec::new(),
+        computing_from: vec![None; training_jobs_and_others],
         m: DynamoMetrics {
             policy: name.clone(),
             ..DynamoMetrics::default()
@@ -715,10 +765,10 @@ pub fn run_dynamoml(
             name: job.name.clone(),
             model: format!("{tm:?}"),
             submit_min: minutes(job.arrival_ms),
-            start_min: track.first_start.map(minutes),
+            start_min: model.computing_from[k].map(minutes),
             end_min: track.end.map(minutes),
         };
-        if let (Some(s), Some(e)) = (track.first_start, track.end) {
+        if let (Some(s), Some(e)) = (model.computing_from[k], track.end) {
             waits.push(minutes(s.saturating_sub(job.arrival_ms)));
             trainings.push(minutes(e.saturating_sub(s)));
             totals.push(minutes(e.saturating_sub(job.arrival_ms)));
@@ -772,6 +822,30 @@ mod tests {
         assert_eq!(cfg.mnist.rate(6, 1), 2.5, "past the table: its last value");
         assert_eq!(cfg.mnist.rate(2, 2), 1.8 * 0.5);
         assert_eq!(cfg.resnet50.rate(0, 0), 0.0);
+    }
+
+    /// A job placed one worker short computes under the elastic runtime
+    /// (unset: elastic) and waits under the synchronous one; whole, both
+    /// compute alike.
+    #[test]
+    fn a_synchronous_job_computes_only_with_all_its_workers() {
+        let worker = |node: u32, gpu: u32| WorkerPlacement {
+            node,
+            gpus: vec![gpu],
+        };
+        let short = [worker(0, 0)];
+        let whole = [worker(0, 0), worker(1, 8)];
+        let mut cfg = DynamoSimConfig::default();
+        for runtime in [None, Some(TrainingRuntime::Elastic)] {
+            cfg.training_runtime = runtime;
+            assert_eq!(cfg.training_rate(TrainingModel::Mnist, &short), 1.0);
+            assert_eq!(cfg.training_rate(TrainingModel::Mnist, &whole), 1.8 * 0.5);
+        }
+        cfg.training_runtime = Some(TrainingRuntime::Synchronous);
+        assert_eq!(cfg.training_rate(TrainingModel::Mnist, &short), 0.0);
+        assert_eq!(cfg.training_rate(TrainingModel::Mnist, &whole), 1.8 * 0.5);
+        let toml = DynamoSimConfig::from_toml("training_runtime = \"synchronous\"").expect("toml");
+        assert_eq!(toml.training_runtime, Some(TrainingRuntime::Synchronous));
     }
 
     #[test]
