@@ -17,7 +17,7 @@
 //!   (monopolisation, §2.2). Without it Kubernetes' default scheduler
 //!   places a job's worker pods one by one, each on the least-allocated
 //!   node (its default scoring), so a job's workers spread over nodes, and
-//!   a job starts with the pods that fit: it runs on fewer workers than it
+//!   a job starts with the pods that fit: it holds fewer workers than it
 //!   asked for until the rest are placed, oldest job first (§5: under
 //!   K8S+Scaling training jobs are "blocked or running with few GPUs").
 //!   `k8s_gang_scheduling` makes that all-or-nothing instead (a gang
@@ -327,16 +327,16 @@ impl<P: Preset> Dynamo<P> {
     // ---- training ----
 
     fn schedule_training(&self, plan: &mut Plan<'_>, now: u64) {
+        if !self.cfg.training_scheduler {
+            self.schedule_pods(plan);
+            return;
+        }
         let cluster = plan.cluster();
         let waiting: Vec<Job<'_>> = cluster
             .pending_by_arrival()
             .into_iter()
             .filter(|j| j.kind() == job_kind::TRAINING)
             .collect();
-        if !self.cfg.training_scheduler {
-            self.schedule_pods(plan);
-            return;
-        }
         let mut still_waiting = false;
         for job in waiting {
             if plan.is_decided(job.index()) {

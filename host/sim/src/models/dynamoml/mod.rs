@@ -720,7 +720,7 @@ pub fn run_dynamoml(
         .iter()
         .filter(|j| matches!(j.kind, Kind::Training(_)))
         .count();
-    let training_jobs_and_others = jobs.len();
+    let job_count = jobs.len();
     let mut model = DynamoModel {
         cfg,
         demand,
@@ -738,7 +738,7 @@ pub fn run_dynamoml(
         over_slo: 0.0,
         bins: [0.0; 4],
         worker_ms: Vec::new(),
-        computing_from: vec![None; training_jobs_and_others],
+        computing_from: vec![None; job_count],
         m: DynamoMetrics {
             policy: name.clone(),
             ..DynamoMetrics::default()
