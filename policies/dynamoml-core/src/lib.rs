@@ -358,7 +358,11 @@ impl<P: Preset> Dynamo<P> {
     /// the least-allocated node. A waiting job starts with the pods that fit
     /// (all of them, or none, with `k8s_gang_scheduling` or when the job is
     /// inelastic); a running job gets its missing pods as room appears, up
-    /// to the workers it was submitted with, never more.
+    /// to the workers it was submitted with, never more. The submitted
+    /// counts live in this instance (`initial`, learned while jobs wait): an
+    /// instance swapped in after a job started short does not know it is
+    /// short and leaves it with the pods it has — the contract has no
+    /// pending pods, only jobs placed with fewer workers.
     fn schedule_pods(&self, plan: &mut Plan<'_>) {
         let cluster = plan.cluster();
         let mut queue: Vec<Job<'_>> = cluster
