@@ -1156,7 +1156,11 @@ impl ClusterState {
         let mut started = Vec::new();
         for d in decisions {
             if let Err(e) = self.apply_one(d, &mut applied, &mut started) {
-                self.set_progresses(started)?;
+                // The jobs started before the failed decision still get their
+                // progress; the decision's error is the one to report.
+                if let Err(progress) = self.set_progresses(started) {
+                    tracing::error!(error = %progress, "recording the progress of the jobs started before a failed decision");
+                }
                 return Err(e);
             }
         }
