@@ -148,7 +148,7 @@ fn core_module_is_refused() {
 fn foreign_world_is_refused() {
     let msg = refusal(arbiter_policies::fixture("foreign-world").unwrap());
     assert!(
-        msg.contains("does not export `arbiter:policy/meta@0.3.0` or `arbiter:policy/meta@0.2.0`"),
+        msg.contains("does not export `arbiter:policy/meta@0.4.0` or `arbiter:policy/meta@0.3.0`"),
         "{msg}"
     );
 }
@@ -157,8 +157,8 @@ fn foreign_world_is_refused() {
 fn older_contract_version_is_refused_naming_the_versions() {
     let msg = refusal(arbiter_policies::fixture("old-contract").unwrap());
     assert!(
-        msg.contains("arbiter:policy/meta@0.3.0")
-            && msg.contains("arbiter:policy/meta@0.2.0")
+        msg.contains("arbiter:policy/meta@0.4.0")
+            && msg.contains("arbiter:policy/meta@0.3.0")
             && msg.contains("@0.0.9"),
         "{msg}"
     );

@@ -1,5 +1,5 @@
-//! The host serves the current contract (0.3) and the previous minor (0.2,
-//! through its adapter); the policies it ships are built against 0.3.
+//! The host serves the current contract (0.4) and the previous minor (0.3,
+//! through its adapter); the policies it ships are built against 0.4.
 
 use arbiter_host::runtime::{PolicyEngine, RuntimeConfig, SERVED_VERSIONS};
 use arbiter_host::state::{ClusterState, JobRequest, NodeRequest};
@@ -22,27 +22,27 @@ fn placed_jobs(decisions: &[Decision]) -> Vec<u32> {
 #[test]
 fn builtins_are_built_against_the_current_contract() {
     let engine = engine();
-    assert_eq!(SERVED_VERSIONS, ["0.3.0", "0.2.0"]);
+    assert_eq!(SERVED_VERSIONS, ["0.4.0", "0.3.0"]);
     for name in arbiter_policies::names() {
         let compiled = engine
             .compile(arbiter_policies::get(name).unwrap())
             .unwrap();
-        assert_eq!(compiled.contract_version(), "0.3.0", "{name}");
+        assert_eq!(compiled.contract_version(), "0.4.0", "{name}");
     }
 }
 
-/// A 0.2 component keeps working while the host emits what only 0.3 has:
-/// sharing rules, quotas, GPU health, job metrics. Its mirror is fed by
-/// snapshot and by delta (both lowered by the adapter), shared work shows as
-/// used, and its decisions are validated and applied like any other.
+/// A 0.3 component keeps working: its mirror is fed by snapshot and by
+/// delta, arrivals reach it as 0.3's one `job-added` per job (0.4 sends them
+/// as `jobs-added` columns), and its one-`place`-per-job answers are
+/// validated and applied like any other.
 #[test]
-fn a_v0_2_component_is_served_through_the_adapter() {
+fn a_v0_3_component_is_served_through_the_adapter() {
     let engine = engine();
     let compiled = engine
-        .compile(arbiter_policies::fixture("contract-v0-2").unwrap())
+        .compile(arbiter_policies::fixture("contract-v0-3").unwrap())
         .unwrap();
-    assert_eq!(compiled.contract_version(), "0.2.0");
-    assert_eq!(compiled.manifest.name, "contract-v0-2");
+    assert_eq!(compiled.contract_version(), "0.3.0");
+    assert_eq!(compiled.manifest.name, "contract-v0-3");
 
     let mut state = ClusterState::new();
     state
@@ -85,16 +85,17 @@ fn a_v0_2_component_is_served_through_the_adapter() {
         }])
         .unwrap();
     state.submit(JobRequest::gpus("d", "t", 1, 2)).unwrap();
+    state.submit(JobRequest::gpus("e", "t", 1, 4)).unwrap();
 
-    // Round 2: the mirror catches up by delta; `d` fits only on the T4 node.
+    // Round 2: the mirror catches up by delta; `d` fits only on the T4
+    // node, `e` nowhere.
     let (delta, round) = state.begin_round(100);
-    assert!(
-        delta
-            .events
-            .iter()
-            .any(|e| matches!(e, Event::GpuHealthChanged(..) | Event::JobMetrics(_))),
-        "the round must carry 0.3-only events for this test to mean anything"
-    );
+    let arrivals = delta
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::JobAdded(_)))
+        .count();
+    assert_eq!(arrivals, 2, "a run of arrivals, which 0.4 sends as columns");
     instance.sync_to(&state).unwrap();
     assert_eq!(instance.mirror_epoch(), Some(state.epoch()));
     let decisions = instance.schedule(round).unwrap();

@@ -445,14 +445,14 @@ mod matcher {
         let mut state = colocation();
         state.set_sharing(SharingRules::default()).unwrap();
         let gpu = state.cluster().job(0).placement()[0].gpus[0];
-        let mut refused = [Pairing {
+        let refused = [Pairing {
             online: 0,
             offline: 2,
             gpu,
             sm_percent: 50,
         }];
         assert!(matches!(
-            pairing_decisions(&state, &mut refused),
+            pairing_decisions(&state, &refused),
             Err(PolicyFault::InvalidDecision { .. })
         ));
         let out = MatcherDriver::new(slot_of("greedy-matcher")).match_workloads(

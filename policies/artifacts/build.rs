@@ -53,7 +53,7 @@ fn run() -> Result<(), String> {
     // The directory itself catches new crates; every file below it, edits
     // (cargo does not look inside a watched directory's subdirectories).
     println!("cargo:rerun-if-changed={}", policies_dir.display());
-    for wit in [["policy.wit"].as_slice(), &["v0.2", "policy.wit"]] {
+    for wit in [["policy.wit"].as_slice(), &["v0.3", "policy.wit"]] {
         let path = wit
             .iter()
             .fold(workspace.join("wit"), |p, part| p.join(part));

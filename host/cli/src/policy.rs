@@ -314,15 +314,15 @@ mod tests {
     #[test]
     fn the_report_names_the_contract_a_policy_was_built_against() {
         let current = check_bytes(arbiter_policies::get("fifo").unwrap());
-        assert_eq!(current.contract.as_deref(), Some("0.3.0"));
-        let old = check_bytes(arbiter_policies::fixture("contract-v0-2").unwrap());
+        assert_eq!(current.contract.as_deref(), Some("0.4.0"));
+        let old = check_bytes(arbiter_policies::fixture("contract-v0-3").unwrap());
         assert!(old.ok, "{:?}", old.error);
-        assert_eq!(old.contract.as_deref(), Some("0.2.0"));
+        assert_eq!(old.contract.as_deref(), Some("0.3.0"));
         let refused = check_bytes(arbiter_policies::fixture("old-contract").unwrap());
         assert!(!refused.ok);
         let error = refused.error.unwrap_or_default();
         assert!(
-            error.contains("@0.3.0") && error.contains("@0.2.0"),
+            error.contains("@0.4.0") && error.contains("@0.3.0"),
             "{error}"
         );
     }

@@ -258,7 +258,7 @@ fn many_component_types(count: u32) -> Vec<u8> {
 fn extra_host_function(function: &str) -> Vec<u8> {
     wat::parse_str(format!(
         r#"(component
-             (import "arbiter:policy/host@0.2.0" (instance
+             (import "arbiter:policy/host@0.4.0" (instance
                (export "log" (func (param "msg" string)))
                (export "{function}" (func (param "cmd" string) (result string))))))"#
     ))

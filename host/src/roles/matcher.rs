@@ -20,7 +20,7 @@
 
 use super::{RoundFaults, Served, ask_chain};
 use crate::registry::{FaultInput, PolicySlot};
-use crate::runtime::{LEGACY_PAIRING_GPU, PolicyFault};
+use crate::runtime::PolicyFault;
 use crate::state::ClusterState;
 use arbiter_policy_sdk::model::{
     Decision, MatchRequest, Pairing, WorkerPlacement, WorkloadProfile, job_phase,
@@ -88,9 +88,9 @@ impl MatcherDriver {
             || FaultInput::Match(request.clone()),
             |instance| {
                 instance.sync_to(state)?;
-                let mut pairings = instance.match_workloads(request.clone())?;
+                let pairings = instance.match_workloads(request.clone())?;
                 validate_pairings(&request, &pairings)?;
-                let decisions = pairing_decisions(state, &mut pairings)?;
+                let decisions = pairing_decisions(state, &pairings)?;
                 Ok((pairings, decisions))
             },
         );
@@ -138,15 +138,14 @@ pub fn validate_pairings(request: &MatchRequest, pairings: &[Pairing]) -> Result
 }
 
 /// The placements that carry out `pairings` (see the module doc), checked by
-/// the validator at the state's epoch; a 0.2 pairing's missing GPU becomes
-/// the online job's first GPU here.
+/// the validator at the state's epoch.
 pub fn pairing_decisions(
     state: &ClusterState,
-    pairings: &mut [Pairing],
+    pairings: &[Pairing],
 ) -> Result<Vec<Decision>, PolicyFault> {
     let cluster = state.cluster();
     let mut decisions = Vec::new();
-    for (i, p) in pairings.iter_mut().enumerate() {
+    for (i, p) in pairings.iter().enumerate() {
         let bad = |why: String| Err(PolicyFault::BadAnswer(format!("pairing #{i}: {why}")));
         if p.online as usize >= cluster.job_count() || p.offline as usize >= cluster.job_count() {
             return bad("names a job that does not exist".into());
@@ -157,12 +156,6 @@ pub fn pairing_decisions(
             .iter()
             .flat_map(|w| w.gpus.iter().copied())
             .collect();
-        if p.gpu == LEGACY_PAIRING_GPU {
-            match gpus.first() {
-                Some(&first) => p.gpu = first,
-                None => return bad(format!("online job {} is not running", p.online)),
-            }
-        }
         if !gpus.contains(&p.gpu) {
             return bad(format!(
                 "GPU {} is not one online job {} runs on",

@@ -1,8 +1,8 @@
 //! The contract versions a component may be built against, behind one API.
 //!
-//! The host serves the current minor (`0.3`) and the previous one (`0.2`,
-//! through the adapter in [`super::bindings::v0_2`]). At load,
-//! [`ContractIndices::find`] looks for `meta@0.3.x` first, then `meta@0.2.x`;
+//! The host serves the current minor (`0.4`) and the previous one (`0.3`,
+//! through the adapter in [`super::bindings::v0_3`]). At load,
+//! [`ContractIndices::find`] looks for `meta@0.4.x` first, then `meta@0.3.x`;
 //! from then on an instance's calls take and return SDK model types whatever
 //! its version, so the round driver, the validator and the journal have one
 //! path. Anything else is refused with an error naming every version served.
@@ -13,7 +13,13 @@ use wasmtime::Store;
 use wasmtime::component::{Instance, InstancePre};
 
 /// Contract versions the host serves, newest first.
-pub const SERVED_VERSIONS: [&str; 2] = ["0.3.0", "0.2.0"];
+pub const SERVED_VERSIONS: [&str; 2] = ["0.4.0", "0.3.0"];
+
+/// An answer the conversions could not read (a malformed `place-batch`):
+/// the policy's own failure, handled like any other.
+fn malformed(why: String) -> PolicyError {
+    PolicyError::Failed(format!("malformed answer: {why}"))
+}
 
 /// A guest call's outcome: a trap or host error outside, the policy's own
 /// answer inside.
@@ -25,7 +31,9 @@ macro_rules! versioned {
     ($m:ident = $v:ident) => {
         pub(crate) mod $m {
             use super::*;
-            use crate::runtime::bindings::$v::{roles, wit};
+            use crate::runtime::bindings::$v::{
+                lift_decisions, lift_reclaim_plan, lower_delta, roles, wit,
+            };
 
             #[derive(Clone)]
             pub(crate) struct Indices {
@@ -50,6 +58,18 @@ macro_rules! versioned {
 
             fn lift<T, W: Into<T>>(r: wasmtime::Result<Result<W, wit::PolicyError>>) -> Call<T> {
                 r.map(|inner| inner.map(Into::into).map_err(Into::into))
+            }
+
+            /// A decision list: how it crosses is the version's business, and
+            /// a malformed one is the policy's fault.
+            fn lift_decision_list(
+                r: wasmtime::Result<Result<Vec<wit::Decision>, wit::PolicyError>>,
+            ) -> Call<Vec<Decision>> {
+                r.map(|inner| {
+                    inner
+                        .map_err(Into::into)
+                        .and_then(|d| lift_decisions(d).map_err(malformed))
+                })
             }
 
             fn lift_list<T, W: Into<T>>(
@@ -139,7 +159,7 @@ macro_rules! versioned {
                     store: &mut Store<HostState>,
                     delta: Delta,
                 ) -> Option<Call<()>> {
-                    let d: wit::Delta = delta.into();
+                    let d = lower_delta(delta);
                     Some(lift(self.sync.as_ref()?.call_apply(store, &d)))
                 }
                 pub(crate) fn schedule(
@@ -148,7 +168,7 @@ macro_rules! versioned {
                     round: RoundInfo,
                 ) -> Option<Call<Vec<Decision>>> {
                     let r = self.scheduler.as_ref()?.call_schedule(store, round.into());
-                    Some(lift_list(r))
+                    Some(lift_decision_list(r))
                 }
                 pub(crate) fn reclaim(
                     &self,
@@ -156,7 +176,12 @@ macro_rules! versioned {
                     request: ReclaimRequest,
                 ) -> Option<Call<ReclaimPlan>> {
                     let r: wit::ReclaimRequest = request.into();
-                    Some(lift(self.reclaim.as_ref()?.call_reclaim(store, &r)))
+                    let r = self.reclaim.as_ref()?.call_reclaim(store, &r);
+                    Some(r.map(|inner| {
+                        inner
+                            .map_err(Into::into)
+                            .and_then(|p| lift_reclaim_plan(p).map_err(malformed))
+                    }))
                 }
                 pub(crate) fn match_workloads(
                     &self,
@@ -189,30 +214,30 @@ macro_rules! versioned {
     };
 }
 
+versioned!(serve_v0_4 = v0_4);
 versioned!(serve_v0_3 = v0_3);
-versioned!(serve_v0_2 = v0_2);
 
 /// The roles a component exports, under the contract version it was built for.
 #[derive(Clone)]
 pub(crate) enum ContractIndices {
+    V0_4(serve_v0_4::Indices),
     V0_3(serve_v0_3::Indices),
-    V0_2(serve_v0_2::Indices),
 }
 
 /// A loaded instance's exports, under its contract version.
 pub(crate) enum ContractExports {
+    V0_4(serve_v0_4::Exports),
     V0_3(serve_v0_3::Exports),
-    V0_2(serve_v0_2::Exports),
 }
 
 impl ContractIndices {
     /// The newest served version the component exports `meta` of; the
     /// error says what it exports instead.
     pub(crate) fn find(pre: &InstancePre<HostState>, exported: &[&String]) -> Result<Self, String> {
-        match serve_v0_3::Indices::new(pre) {
-            Ok(i) => Ok(ContractIndices::V0_3(i)),
-            Err(newest) => match serve_v0_2::Indices::new(pre) {
-                Ok(i) => Ok(ContractIndices::V0_2(i)),
+        match serve_v0_4::Indices::new(pre) {
+            Ok(i) => Ok(ContractIndices::V0_4(i)),
+            Err(newest) => match serve_v0_3::Indices::new(pre) {
+                Ok(i) => Ok(ContractIndices::V0_3(i)),
                 Err(_) => {
                     let served: Vec<String> = SERVED_VERSIONS
                         .iter()
@@ -230,15 +255,15 @@ impl ContractIndices {
     /// The contract version the component was built against.
     pub(crate) fn version(&self) -> &'static str {
         match self {
-            ContractIndices::V0_3(_) => SERVED_VERSIONS[0],
-            ContractIndices::V0_2(_) => SERVED_VERSIONS[1],
+            ContractIndices::V0_4(_) => SERVED_VERSIONS[0],
+            ContractIndices::V0_3(_) => SERVED_VERSIONS[1],
         }
     }
 
     pub(crate) fn exports(&self, role: Role) -> bool {
         match self {
+            ContractIndices::V0_4(i) => i.exports(role),
             ContractIndices::V0_3(i) => i.exports(role),
-            ContractIndices::V0_2(i) => i.exports(role),
         }
     }
 
@@ -248,8 +273,8 @@ impl ContractIndices {
         instance: &Instance,
     ) -> wasmtime::Result<ContractExports> {
         Ok(match self {
+            ContractIndices::V0_4(i) => ContractExports::V0_4(i.load(store, instance)?),
             ContractIndices::V0_3(i) => ContractExports::V0_3(i.load(store, instance)?),
-            ContractIndices::V0_2(i) => ContractExports::V0_2(i.load(store, instance)?),
         })
     }
 }
@@ -261,8 +286,8 @@ macro_rules! forward {
             $(
                 pub(crate) fn $name(&self, store: &mut Store<HostState>, $($arg: $ty),*) -> $out {
                     match self {
+                        ContractExports::V0_4(e) => e.$name(store, $($arg),*),
                         ContractExports::V0_3(e) => e.$name(store, $($arg),*),
-                        ContractExports::V0_2(e) => e.$name(store, $($arg),*),
                     }
                 }
             )*

@@ -1,6 +1,6 @@
 //! The engine: configuration, compilation (cached), and what each store holds.
 
-use super::bindings::{v0_2, v0_3};
+use super::bindings::{v0_3, v0_4};
 use super::budget::{MemoryAccount, SandboxLimiter};
 use super::contract::ContractIndices;
 use super::fault::PolicyFault;
@@ -213,8 +213,8 @@ macro_rules! host_import {
     };
 }
 
+host_import!(v0_4);
 host_import!(v0_3);
-host_import!(v0_2);
 
 /// A compiled, linked policy, ready to instantiate in microseconds.
 #[derive(Clone)]
@@ -244,8 +244,8 @@ impl CompiledPolicy {
         self.roles().contains(&role)
     }
 
-    /// The contract version the component was built against (`"0.3.0"`,
-    /// or `"0.2.0"` for one served through the adapter).
+    /// The contract version the component was built against (`"0.4.0"`,
+    /// or `"0.3.0"` for one served through the adapter).
     pub fn contract_version(&self) -> &'static str {
         self.roles.version()
     }
@@ -507,12 +507,12 @@ impl PolicyEngine {
         };
         self.check_host_imports(&component, &inspection)?;
         let mut linker: Linker<HostState> = Linker::new(&self.inner.engine);
-        v0_3::arbiter::policy::host::add_to_linker::<
+        v0_4::arbiter::policy::host::add_to_linker::<
             HostState,
             wasmtime::component::HasSelf<HostState>,
         >(&mut linker, |s| s)
         .and_then(|()| {
-            v0_2::arbiter::policy::host::add_to_linker::<
+            v0_3::arbiter::policy::host::add_to_linker::<
                 HostState,
                 wasmtime::component::HasSelf<HostState>,
             >(&mut linker, |s| s)

@@ -22,7 +22,6 @@ mod inspect;
 mod instance;
 mod ticker;
 
-pub use bindings::LEGACY_PAIRING_GPU;
 pub use budget::{BudgetExceeded, MemoryAccount, TABLE_ELEMENT_BYTES};
 pub use contract::SERVED_VERSIONS;
 pub use engine::{CompiledPolicy, PolicyEngine, RuntimeConfig};

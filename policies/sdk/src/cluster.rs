@@ -240,41 +240,7 @@ impl Cluster {
                 gc.health.len(),
             ],
         )?;
-        let j = s.jobs.name.len();
-        let jc = &s.jobs;
-        check_len(
-            "jobs",
-            j,
-            &[
-                jc.tenant.len(),
-                jc.phase.len(),
-                jc.kind.len(),
-                jc.qos.len(),
-                jc.priority.len(),
-                jc.workers.len(),
-                jc.min_workers.len(),
-                jc.max_workers.len(),
-                jc.cpu_milli.len(),
-                jc.memory_mib.len(),
-                jc.gpus_per_worker.len(),
-                jc.gpu_milli.len(),
-                jc.gpu_memory_mib.len(),
-                jc.gpu_model_mask.len(),
-                jc.submit_ms.len(),
-                jc.estimate_ms.len(),
-                jc.deadline_ms.len(),
-                jc.checkpointed.len(),
-                jc.started_ms.len(),
-                jc.attained_ms.len(),
-                jc.remaining_ms.len(),
-                jc.remaining_workers.len(),
-                jc.reported_ms.len(),
-                jc.gpu_milli_limit.len(),
-                jc.locality.len(),
-                jc.slo_ms.len(),
-                jc.group.len(),
-            ],
-        )?;
+        let j = s.jobs.rows().ok_or(MirrorError::Ragged("jobs"))?;
         check_len(
             "tenants",
             s.tenants.name.len(),
@@ -702,39 +668,55 @@ impl Cluster {
         self.node_version.push(fresh_version());
     }
 
-    fn add_job(&mut self, s: &JobSpec) {
+    /// Appends arriving jobs given as columns (the contract's `jobs-added`),
+    /// as [`Event::JobAdded`] would one by one, without a per-row detour.
+    /// Their phase and progress are taken as a fresh arrival's, whatever
+    /// the columns say. On error the mirror is unchanged.
+    pub fn add_jobs(&mut self, c: &JobColumns) -> Result<(), MirrorError> {
+        let rows = c.rows().ok_or(MirrorError::Ragged("jobs-added"))?;
+        let first = self.job_count();
         let j = &mut self.jobs;
-        j.name.push(s.name);
-        j.tenant.push(s.tenant);
-        j.phase.push(job_phase::PENDING);
-        j.kind.push(s.kind);
-        j.qos.push(s.qos);
-        j.priority.push(s.priority);
-        j.workers.push(s.workers);
-        j.min_workers.push(s.min_workers);
-        j.max_workers.push(s.max_workers);
-        j.cpu_milli.push(s.cpu_milli);
-        j.memory_mib.push(s.memory_mib);
-        j.gpus_per_worker.push(s.gpus_per_worker);
-        j.gpu_milli.push(s.gpu_milli);
-        j.gpu_memory_mib.push(s.gpu_memory_mib);
-        j.gpu_model_mask.push(s.gpu_model_mask);
-        j.submit_ms.push(s.submit_ms);
-        j.estimate_ms.push(s.estimate_ms);
-        j.deadline_ms.push(s.deadline_ms);
-        j.checkpointed.push(s.checkpointed);
-        j.gpu_milli_limit.push(s.gpu_milli_limit);
-        j.locality.push(s.locality);
-        j.slo_ms.push(s.slo_ms);
-        j.group.push(s.group);
+        j.name.extend_from_slice(&c.name);
+        j.tenant.extend_from_slice(&c.tenant);
+        j.phase
+            .extend(std::iter::repeat_n(job_phase::PENDING, rows));
+        j.kind.extend_from_slice(&c.kind);
+        j.qos.extend_from_slice(&c.qos);
+        j.priority.extend_from_slice(&c.priority);
+        j.workers.extend_from_slice(&c.workers);
+        j.min_workers.extend_from_slice(&c.min_workers);
+        j.max_workers.extend_from_slice(&c.max_workers);
+        j.cpu_milli.extend_from_slice(&c.cpu_milli);
+        j.memory_mib.extend_from_slice(&c.memory_mib);
+        j.gpus_per_worker.extend_from_slice(&c.gpus_per_worker);
+        j.gpu_milli.extend_from_slice(&c.gpu_milli);
+        j.gpu_memory_mib.extend_from_slice(&c.gpu_memory_mib);
+        j.gpu_model_mask.extend_from_slice(&c.gpu_model_mask);
+        j.submit_ms.extend_from_slice(&c.submit_ms);
+        j.estimate_ms.extend_from_slice(&c.estimate_ms);
+        j.deadline_ms.extend_from_slice(&c.deadline_ms);
+        j.checkpointed.extend_from_slice(&c.checkpointed);
+        j.gpu_milli_limit.extend_from_slice(&c.gpu_milli_limit);
+        j.locality.extend_from_slice(&c.locality);
+        j.slo_ms.extend_from_slice(&c.slo_ms);
+        j.group.extend_from_slice(&c.group);
         // Until the host reports progress, what is left is the estimate.
-        let row = j.name.len() as u32 - 1;
-        j.push_progress(&JobProgress::submitted(
-            row,
-            s.estimate_ms,
-            s.workers,
-            s.submit_ms,
-        ));
+        j.started_ms.extend(std::iter::repeat_n(0, rows));
+        j.attained_ms.extend(std::iter::repeat_n(0, rows));
+        j.remaining_ms.extend_from_slice(&c.estimate_ms);
+        j.remaining_workers.extend_from_slice(&c.workers);
+        j.reported_ms.extend_from_slice(&c.submit_ms);
+        let end = first + rows;
+        self.job_workers.resize_with(end, Vec::new);
+        self.job_reserved.resize_with(end, Vec::new);
+        self.job_reserved_gpus.resize_with(end, Vec::new);
+        self.job_metrics.resize_with(end, JobMetric::default);
+        self.job_service.resize_with(end, ServiceMetric::default);
+        Ok(())
+    }
+
+    fn add_job(&mut self, s: &JobSpec) {
+        self.jobs.push_arrival(s);
         self.job_workers.push(Vec::new());
         self.job_reserved.push(Vec::new());
         self.job_reserved_gpus.push(Vec::new());

@@ -35,13 +35,203 @@ impl<A: Conv<B>, B> Conv<Vec<B>> for Vec<A> {
     }
 }
 
-/// Implements `From` both ways between `$crate::model` and a generated
-/// `types` module of the current contract that must be in scope as `wit` at
-/// the call site.
+/// Implements the conversions between `$crate::model` and a generated
+/// `types` module of the current contract (0.4) that must be in scope as
+/// `wit` at the call site.
+///
+/// Records convert field for field with `From`, both ways. Two streams
+/// change shape at the boundary: the model's one `JobAdded` per arrival
+/// crosses as `jobs-added` columns, and a scheduler's `Place` decisions may
+/// cross as one `place-batch`. So deltas, decision lists and reclaim plans
+/// convert through functions, not `From`, and the direction that expands
+/// columns back into per-job items checks them and can fail:
+///
+/// * `lower_delta` (host → guest): runs of `JobAdded` become one
+///   `jobs-added`; `lift_delta` (in the guest) expands them back;
+/// * `lower_decisions` (guest → host): runs of two or more `Place` become
+///   one `place-batch`; `lift_decisions` (in the host) expands them back;
+///   `lower_reclaim_plan` / `lift_reclaim_plan` do the same for a plan's
+///   decisions.
 #[macro_export]
 macro_rules! wit_conversions {
     () => {
         $crate::wit_conversions_shared!();
+        $crate::__wit_variant! { Event @partial(lower_event, lift_event) {
+            StringsAdded(a), GpuModelsAdded(a), NodeAdded(a), JobRemoved(a), JobEvicted(a),
+            GpuMetrics(a), JobProgress(a), TenantQuotaRemoved(a), SharingChanged(a), JobMetrics(a),
+            ServiceMetrics(a), NodeMetrics(a);
+            GpuModelSpeedChanged(a, b), NodeStateChanged(a, b), NodeLoanChanged(a, b), JobPlaced(a, b),
+            JobQosChanged(a, b), JobReserved(a, b), TenantQuotaChanged(a, b), GpuHealthChanged(a, b),
+            JobReservedGpus(a, b)
+        } }
+        $crate::__wit_variant! { Decision @partial(lower_decision, lift_decision) {
+            Unreserve(a), Preempt(a);
+            Place(a, b), Reserve(a, b), ScaleOut(a, b), ScaleIn(a, b), SetQos(a, b), Migrate(a, b),
+            ReserveGpus(a, b)
+        } }
+
+        /// The 0.4 form of a delta: each run of arrivals as one `jobs-added`.
+        #[allow(dead_code)]
+        pub fn lower_delta(d: $crate::model::Delta) -> wit::Delta {
+            let mut events = Vec::with_capacity(d.events.len());
+            let mut arrivals: Option<$crate::model::JobColumns> = None;
+            for e in d.events {
+                if let $crate::model::Event::JobAdded(spec) = &e {
+                    arrivals.get_or_insert_with(Default::default).push_arrival(spec);
+                    continue;
+                }
+                if let Some(columns) = arrivals.take() {
+                    events.push(wit::Event::JobsAdded(columns.into()));
+                }
+                // Every case but `JobAdded`, handled above.
+                if let Some(e) = lower_event(e) {
+                    events.push(e);
+                }
+            }
+            if let Some(columns) = arrivals {
+                events.push(wit::Event::JobsAdded(columns.into()));
+            }
+            wit::Delta { base_epoch: d.base_epoch, epoch: d.epoch, now_ms: d.now_ms, events }
+        }
+
+        /// The model form of a 0.4 delta: `jobs-added` as one `JobAdded` per
+        /// row. `Err` when its columns disagree on the row count.
+        #[allow(dead_code)]
+        pub fn lift_delta(d: wit::Delta) -> Result<$crate::model::Delta, String> {
+            let mut events = Vec::with_capacity(d.events.len());
+            for e in d.events {
+                match e {
+                    wit::Event::JobsAdded(columns) => {
+                        let columns: $crate::model::JobColumns = columns.into();
+                        let rows = columns
+                            .rows()
+                            .ok_or("the columns of `jobs-added` have different lengths")?;
+                        events.extend((0..rows).map(|r| $crate::model::Event::JobAdded(columns.arrival(r))));
+                    }
+                    other => events.extend(lift_event(other)),
+                }
+            }
+            Ok($crate::model::Delta { base_epoch: d.base_epoch, epoch: d.epoch, now_ms: d.now_ms, events })
+        }
+
+        /// The 0.4 form of a decision list: each run of two or more `Place`
+        /// as one `place-batch`.
+        #[allow(dead_code)]
+        pub fn lower_decisions(decisions: Vec<$crate::model::Decision>) -> Vec<wit::Decision> {
+            let mut out: Vec<wit::Decision> = Vec::with_capacity(decisions.len());
+            let mut run: Vec<$crate::model::Decision> = Vec::new();
+            let flush = |run: &mut Vec<$crate::model::Decision>, out: &mut Vec<wit::Decision>| {
+                if run.len() < 2 {
+                    out.extend(run.drain(..).filter_map(lower_decision));
+                    return;
+                }
+                let mut batch = $crate::model::PlacementColumns::default();
+                for d in run.iter() {
+                    if let $crate::model::Decision::Place(job, workers) = d {
+                        if !batch.push_job(*job, workers) {
+                            // A worker too wide for a row: send the run one by one.
+                            out.extend(run.drain(..).filter_map(lower_decision));
+                            return;
+                        }
+                    }
+                }
+                run.clear();
+                out.push(wit::Decision::PlaceBatch(batch.into()));
+            };
+            for d in decisions {
+                if matches!(d, $crate::model::Decision::Place(..)) {
+                    run.push(d);
+                    continue;
+                }
+                flush(&mut run, &mut out);
+                out.extend(lower_decision(d));
+            }
+            flush(&mut run, &mut out);
+            out
+        }
+
+        /// The model form of a 0.4 decision list: a `place-batch` as one
+        /// `Place` per run of its rows. `Err` when its columns are malformed.
+        #[allow(dead_code)]
+        pub fn lift_decisions(decisions: Vec<wit::Decision>) -> Result<Vec<$crate::model::Decision>, String> {
+            let mut out = Vec::with_capacity(decisions.len());
+            for d in decisions {
+                match d {
+                    wit::Decision::PlaceBatch(columns) => {
+                        let columns: $crate::model::PlacementColumns = columns.into();
+                        let runs = columns.job_runs().map_err(|e| format!("`place-batch`: {e}"))?;
+                        out.extend(runs.into_iter().map(|(job, w)| $crate::model::Decision::Place(job, w)));
+                    }
+                    other => out.extend(lift_decision(other)),
+                }
+            }
+            Ok(out)
+        }
+
+        #[allow(dead_code)]
+        pub fn lower_reclaim_plan(p: $crate::model::ReclaimPlan) -> wit::ReclaimPlan {
+            wit::ReclaimPlan { nodes: p.nodes, decisions: lower_decisions(p.decisions) }
+        }
+
+        #[allow(dead_code)]
+        pub fn lift_reclaim_plan(p: wit::ReclaimPlan) -> Result<$crate::model::ReclaimPlan, String> {
+            Ok($crate::model::ReclaimPlan { nodes: p.nodes, decisions: lift_decisions(p.decisions)? })
+        }
+    };
+}
+
+/// The conversions of contract 0.3 (served by the host through its adapter):
+/// the types 0.3 and 0.4 share, plus 0.3's own one-`job-added`-per-job
+/// events and `place`-only decisions, all with `From`, field for field and
+/// case for case. The model is 0.3's shape for these streams, so lowering
+/// and lifting never reshape.
+#[macro_export]
+macro_rules! wit_conversions_v0_3 {
+    () => {
+        $crate::wit_conversions_shared!();
+        $crate::__wit_records! {
+            JobSpec { name, tenant, kind, qos, priority, workers, min_workers, max_workers, cpu_milli, memory_mib,
+                gpus_per_worker, gpu_milli, gpu_memory_mib, gpu_model_mask, submit_ms, estimate_ms, deadline_ms,
+                checkpointed, gpu_milli_limit, locality, slo_ms, group }
+            Delta { base_epoch, epoch, now_ms, events }
+            ReclaimPlan { nodes, decisions }
+        }
+        $crate::__wit_variant! { Event {
+            StringsAdded(a), GpuModelsAdded(a), NodeAdded(a), JobAdded(a), JobRemoved(a), JobEvicted(a),
+            GpuMetrics(a), JobProgress(a), TenantQuotaRemoved(a), SharingChanged(a), JobMetrics(a),
+            ServiceMetrics(a), NodeMetrics(a);
+            GpuModelSpeedChanged(a, b), NodeStateChanged(a, b), NodeLoanChanged(a, b), JobPlaced(a, b),
+            JobQosChanged(a, b), JobReserved(a, b), TenantQuotaChanged(a, b), GpuHealthChanged(a, b),
+            JobReservedGpus(a, b)
+        } }
+        $crate::__wit_variant! { Decision {
+            Unreserve(a), Preempt(a);
+            Place(a, b), Reserve(a, b), ScaleOut(a, b), ScaleIn(a, b), SetQos(a, b), Migrate(a, b),
+            ReserveGpus(a, b)
+        } }
+
+        /// 0.3's decisions are the model's, case for case.
+        #[allow(dead_code)]
+        pub fn lift_decisions(decisions: Vec<wit::Decision>) -> Result<Vec<$crate::model::Decision>, String> {
+            Ok(decisions.into_iter().map(Into::into).collect())
+        }
+
+        #[allow(dead_code)]
+        pub fn lift_reclaim_plan(p: wit::ReclaimPlan) -> Result<$crate::model::ReclaimPlan, String> {
+            Ok(p.into())
+        }
+
+        #[allow(dead_code)]
+        pub fn lower_delta(d: $crate::model::Delta) -> wit::Delta {
+            d.into()
+        }
+    };
+}
+
+/// The conversions of the types contract 0.3 and 0.4 share, field for field.
+#[macro_export]
+macro_rules! wit_conversions_shared {
+    () => {
         $crate::__wit_records! {
             NodeColumns { name, pool, state, cpu_milli, memory_mib, cpu_used_milli, memory_used_mib, first_gpu,
                 gpu_count, on_loan, fabric }
@@ -57,16 +247,11 @@ macro_rules! wit_conversions {
             Snapshot { epoch, now_ms, strings, gpu_models, gpu_model_speed, sharing, tenants, metric_window_ms,
                 nodes, gpus, jobs, placements, reservations }
             NodeSpec { name, pool, cpu_milli, memory_mib, gpu_model, gpu_memory_mib, gpu_count, on_loan, fabric }
-            JobSpec { name, tenant, kind, qos, priority, workers, min_workers, max_workers, cpu_milli, memory_mib,
-                gpus_per_worker, gpu_milli, gpu_memory_mib, gpu_model_mask, submit_ms, estimate_ms, deadline_ms,
-                checkpointed, gpu_milli_limit, locality, slo_ms, group }
             GpuMetric { gpu, utilization_pct, sm_activity_pct, memory_used_mib, sm_occupancy_pct }
             JobMetric { job, iteration_ms, peak_memory_mib, min_memory_mib, host_memory_mib, utilization_pct,
                 sm_activity_pct }
             ServiceMetric { job, requests_per_s, p50_latency_ms, p99_latency_ms }
             NodeMetric { node, cpu_utilization_pct, host_memory_used_mib, swap_in_per_s }
-            Delta { base_epoch, epoch, now_ms, events }
-            ReclaimPlan { nodes, decisions }
             WorkloadProfile { job, utilization_pct, sm_activity_pct, memory_mib, throughput, sm_occupancy_pct,
                 solo_iteration_ms }
             MatchRequest { epoch, online, offline, profiles }
@@ -78,34 +263,6 @@ macro_rules! wit_conversions {
                 memory_unseen_mib }
             NodeView { now_ms, gpus, workloads, monotonic_ms, host_memory_used_mib, host_memory_total_mib,
                 swap_in_per_s, cpu_utilization_pct }
-        }
-        $crate::__wit_variant! { Event {
-            StringsAdded(a), GpuModelsAdded(a), NodeAdded(a), JobAdded(a), JobRemoved(a), JobEvicted(a),
-            GpuMetrics(a), JobProgress(a), TenantQuotaRemoved(a), SharingChanged(a), JobMetrics(a),
-            ServiceMetrics(a), NodeMetrics(a);
-            GpuModelSpeedChanged(a, b), NodeStateChanged(a, b), NodeLoanChanged(a, b), JobPlaced(a, b),
-            JobQosChanged(a, b), JobReserved(a, b), TenantQuotaChanged(a, b), GpuHealthChanged(a, b),
-            JobReservedGpus(a, b)
-        } }
-        $crate::__wit_variant! { Decision {
-            Unreserve(a), Preempt(a);
-            Place(a, b), Reserve(a, b), ScaleOut(a, b), ScaleIn(a, b), SetQos(a, b), Migrate(a, b),
-            ReserveGpus(a, b)
-        } }
-        $crate::__wit_variant! { NodeAction {
-            Freeze(a), Resume(a), Evict(a), RestartMps(a);
-            SetMemoryLimit(a, b), SetComputeShare(a, b), SetMpsThreadPct(a, b), SetHealth(a, b)
-        } }
-    };
-}
-
-/// The conversions of the types contract 0.2 and 0.3 share, field for field.
-/// [`wit_conversions!`](crate::wit_conversions) uses them; the host's 0.2
-/// adapter uses them alone and writes the changed types' conversions itself.
-#[macro_export]
-macro_rules! wit_conversions_shared {
-    () => {
-        $crate::__wit_records! {
             WorkerPlacement { node, gpus }
             PlacementColumns { job, node, gpu_start, gpu_len, gpus }
             RoundInfo { epoch, now_ms, max_decisions }
@@ -116,12 +273,15 @@ macro_rules! wit_conversions_shared {
             TenantVerdict { order, hold }
             Manifest { name, version, roles, description, default_config }
         }
+        $crate::__wit_variant! { NodeAction {
+            Freeze(a), Resume(a), Evict(a), RestartMps(a);
+            SetMemoryLimit(a, b), SetComputeShare(a, b), SetMpsThreadPct(a, b), SetHealth(a, b)
+        } }
         $crate::__wit_variant! { PolicyError { Stale(a), Unsupported(a), Failed(a); } }
     };
 }
 
-/// For an adapter of an older contract: `From<model>` for the old record
-/// with the listed fields (the model's other fields are left out).
+/// `From<model>` for a record with the listed fields.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __wit_lower_records {
@@ -137,30 +297,7 @@ macro_rules! __wit_lower_records {
     )* };
 }
 
-/// For an adapter of an older contract: `From<old record>` for the model,
-/// with the listed fields and the model's defaults for the others.
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __wit_lift_records {
-    ($( $name:ident { $($field:ident),* $(,)? } )*) => { $(
-        impl From<wit::$name> for $crate::model::$name {
-            // Records whose fields did not change list them all.
-            #[allow(clippy::needless_update)]
-            fn from(v: wit::$name) -> Self {
-                $crate::model::$name {
-                    $($field: $crate::convert::Conv::conv(v.$field),)*
-                    ..Default::default()
-                }
-            }
-        }
-        impl $crate::convert::Conv<$crate::model::$name> for wit::$name {
-            fn conv(self) -> $crate::model::$name { self.into() }
-        }
-    )* };
-}
-
-/// For an adapter of an older contract: `From<old variant>` for the model's
-/// (a superset of its cases).
+/// `From<wit variant>` for the model's (a superset of its cases).
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __wit_lift_variant {
@@ -207,6 +344,32 @@ macro_rules! __wit_records {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __wit_variant {
+    // The cases both sides have, as two functions (`None` for a case the
+    // other side lacks: the caller reshapes those).
+    ($name:ident @partial($lower:ident, $lift:ident) {
+        $($one:ident($a:ident)),* ; $($two:ident($x:ident, $y:ident)),* $(,)?
+    }) => {
+        #[allow(dead_code, unreachable_patterns)]
+        fn $lower(v: $crate::model::$name) -> Option<wit::$name> {
+            Some(match v {
+                $($crate::model::$name::$one($a) => wit::$name::$one($crate::convert::Conv::conv($a)),)*
+                $($crate::model::$name::$two($x, $y) => wit::$name::$two((
+                    $crate::convert::Conv::conv($x), $crate::convert::Conv::conv($y)
+                )),)*
+                _ => return None,
+            })
+        }
+        #[allow(dead_code, unreachable_patterns)]
+        fn $lift(v: wit::$name) -> Option<$crate::model::$name> {
+            Some(match v {
+                $(wit::$name::$one($a) => $crate::model::$name::$one($crate::convert::Conv::conv($a)),)*
+                $(wit::$name::$two(($x, $y)) => $crate::model::$name::$two(
+                    $crate::convert::Conv::conv($x), $crate::convert::Conv::conv($y)
+                ),)*
+                _ => return None,
+            })
+        }
+    };
     ($name:ident { $($one:ident($a:ident)),* ; $($two:ident($x:ident, $y:ident)),* $(,)? }) => {
         impl From<$crate::model::$name> for wit::$name {
             fn from(v: $crate::model::$name) -> Self {

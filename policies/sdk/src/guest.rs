@@ -66,22 +66,39 @@ impl<P: Policy> exports::sync::Guest for Export<P> {
         with_runtime::<P, _>(|rt| rt.resync(snapshot.into())).map_err(Into::into)
     }
     fn apply(delta: wit::Delta) -> Result<(), wit::PolicyError> {
-        let delta: model::Delta = delta.into();
-        with_runtime::<P, _>(|rt| rt.apply(&delta)).map_err(Into::into)
+        // Arrivals go into the mirror's columns as they came, not through
+        // one `JobAdded` each (what `lift_delta` would build).
+        let (base, epoch, now) = (delta.base_epoch, delta.epoch, delta.now_ms);
+        let update = |cluster: &mut crate::cluster::Cluster| {
+            for event in delta.events {
+                match event {
+                    wit::Event::JobsAdded(columns) => cluster.add_jobs(&columns.into())?,
+                    other => {
+                        if let Some(event) = lift_event(other) {
+                            cluster.apply_event(&event)?;
+                        }
+                    }
+                }
+            }
+            cluster.set_epoch(epoch, now);
+            Ok(())
+        };
+        with_runtime::<P, _>(|rt| rt.apply_with(base, update)).map_err(Into::into)
     }
 }
 
 impl<P: Policy> exports::scheduler::Guest for Export<P> {
     fn schedule(round: wit::RoundInfo) -> Result<Vec<wit::Decision>, wit::PolicyError> {
         let r = with_runtime::<P, _>(|rt| rt.schedule(round.into()));
-        r.map(|d| d.into_iter().map(Into::into).collect())
-            .map_err(Into::into)
+        r.map(lower_decisions).map_err(Into::into)
     }
 }
 
 impl<P: Policy> exports::reclaim::Guest for Export<P> {
     fn reclaim(request: wit::ReclaimRequest) -> Result<wit::ReclaimPlan, wit::PolicyError> {
-        result(with_runtime::<P, _>(|rt| rt.reclaim(request.into())))
+        with_runtime::<P, _>(|rt| rt.reclaim(request.into()))
+            .map(lower_reclaim_plan)
+            .map_err(Into::into)
     }
 }
 

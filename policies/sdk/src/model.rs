@@ -167,6 +167,54 @@ pub struct PlacementColumns {
     pub gpus: Vec<u32>,
 }
 
+impl PlacementColumns {
+    /// Appends one job's workers as consecutive rows. `false` (and nothing
+    /// appended) when a worker uses more GPUs than a row can say (255).
+    pub fn push_job(&mut self, job: u32, workers: &[WorkerPlacement]) -> bool {
+        if workers.iter().any(|w| w.gpus.len() > usize::from(u8::MAX)) {
+            return false;
+        }
+        for w in workers {
+            self.job.push(job);
+            self.node.push(w.node);
+            self.gpu_start.push(self.gpus.len() as u32);
+            self.gpu_len.push(w.gpus.len() as u8);
+            self.gpus.extend_from_slice(&w.gpus);
+        }
+        true
+    }
+
+    /// The rows as one entry per run of consecutive rows naming the same
+    /// job, in order. `Err` says what is malformed: columns of different
+    /// lengths, or a row's GPUs outside `gpus`.
+    pub fn job_runs(&self) -> Result<Vec<(u32, Vec<WorkerPlacement>)>, String> {
+        let n = self.job.len();
+        if self.node.len() != n || self.gpu_start.len() != n || self.gpu_len.len() != n {
+            return Err("placement columns have different lengths".into());
+        }
+        let mut runs: Vec<(u32, Vec<WorkerPlacement>)> = Vec::new();
+        for r in 0..n {
+            let start = self.gpu_start[r] as usize;
+            let end = start.saturating_add(usize::from(self.gpu_len[r]));
+            let Some(gpus) = self.gpus.get(start..end) else {
+                return Err(format!(
+                    "placement row {r} names GPUs {start}..{end} of {}",
+                    self.gpus.len()
+                ));
+            };
+            let worker = WorkerPlacement {
+                node: self.node[r],
+                gpus: gpus.to_vec(),
+            };
+            match runs.last_mut() {
+                Some((job, workers)) if *job == self.job[r] => workers.push(worker),
+                _ => runs.push((self.job[r], vec![worker])),
+            }
+        }
+        Ok(runs)
+    }
+}
+
 /// `types.sharing-rules`: the operator's rules for sharing GPUs by QoS.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -323,6 +371,107 @@ impl Snapshot {
 }
 
 impl JobColumns {
+    /// The number of rows, or `None` when the columns disagree on it.
+    pub fn rows(&self) -> Option<usize> {
+        let n = self.name.len();
+        let lens = [
+            self.tenant.len(),
+            self.phase.len(),
+            self.kind.len(),
+            self.qos.len(),
+            self.priority.len(),
+            self.workers.len(),
+            self.min_workers.len(),
+            self.max_workers.len(),
+            self.cpu_milli.len(),
+            self.memory_mib.len(),
+            self.gpus_per_worker.len(),
+            self.gpu_milli.len(),
+            self.gpu_memory_mib.len(),
+            self.gpu_model_mask.len(),
+            self.submit_ms.len(),
+            self.estimate_ms.len(),
+            self.deadline_ms.len(),
+            self.checkpointed.len(),
+            self.started_ms.len(),
+            self.attained_ms.len(),
+            self.remaining_ms.len(),
+            self.remaining_workers.len(),
+            self.reported_ms.len(),
+            self.gpu_milli_limit.len(),
+            self.locality.len(),
+            self.slo_ms.len(),
+            self.group.len(),
+        ];
+        lens.iter().all(|&l| l == n).then_some(n)
+    }
+
+    /// Appends a job as it arrives: pending, with no progress yet (the
+    /// row a snapshot taken just after the arrival would show, and what
+    /// the contract's `jobs-added` carries).
+    pub fn push_arrival(&mut self, s: &JobSpec) {
+        self.name.push(s.name);
+        self.tenant.push(s.tenant);
+        self.phase.push(job_phase::PENDING);
+        self.kind.push(s.kind);
+        self.qos.push(s.qos);
+        self.priority.push(s.priority);
+        self.workers.push(s.workers);
+        self.min_workers.push(s.min_workers);
+        self.max_workers.push(s.max_workers);
+        self.cpu_milli.push(s.cpu_milli);
+        self.memory_mib.push(s.memory_mib);
+        self.gpus_per_worker.push(s.gpus_per_worker);
+        self.gpu_milli.push(s.gpu_milli);
+        self.gpu_memory_mib.push(s.gpu_memory_mib);
+        self.gpu_model_mask.push(s.gpu_model_mask);
+        self.submit_ms.push(s.submit_ms);
+        self.estimate_ms.push(s.estimate_ms);
+        self.deadline_ms.push(s.deadline_ms);
+        self.checkpointed.push(s.checkpointed);
+        self.gpu_milli_limit.push(s.gpu_milli_limit);
+        self.locality.push(s.locality);
+        self.slo_ms.push(s.slo_ms);
+        self.group.push(s.group);
+        // Until the host reports progress, what is left is the estimate.
+        let row = self.name.len() as u32 - 1;
+        self.push_progress(&JobProgress::submitted(
+            row,
+            s.estimate_ms,
+            s.workers,
+            s.submit_ms,
+        ));
+    }
+
+    /// What row `j` (in range) says about the job as it arrived: the
+    /// inverse of [`JobColumns::push_arrival`].
+    pub fn arrival(&self, j: usize) -> JobSpec {
+        JobSpec {
+            name: self.name[j],
+            tenant: self.tenant[j],
+            kind: self.kind[j],
+            qos: self.qos[j],
+            priority: self.priority[j],
+            workers: self.workers[j],
+            min_workers: self.min_workers[j],
+            max_workers: self.max_workers[j],
+            cpu_milli: self.cpu_milli[j],
+            memory_mib: self.memory_mib[j],
+            gpus_per_worker: self.gpus_per_worker[j],
+            gpu_milli: self.gpu_milli[j],
+            gpu_memory_mib: self.gpu_memory_mib[j],
+            gpu_model_mask: self.gpu_model_mask[j],
+            submit_ms: self.submit_ms[j],
+            estimate_ms: self.estimate_ms[j],
+            deadline_ms: self.deadline_ms[j],
+            checkpointed: self.checkpointed[j],
+            gpu_milli_limit: self.gpu_milli_limit[j],
+            locality: self.locality[j],
+            slo_ms: self.slo_ms[j],
+            group: self.group[j],
+        }
+    }
+
     /// Appends the progress columns of a new last row.
     pub(crate) fn push_progress(&mut self, p: &JobProgress) {
         self.started_ms.push(p.started_ms);

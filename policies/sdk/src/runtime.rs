@@ -4,7 +4,7 @@
 //! WIT call to it) and what the host runs natively for its built-in fallback
 //! policy: both paths keep the mirror with the same code.
 
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, MirrorError};
 use crate::model::*;
 
 /// A policy. Implement the roles you list in [`Policy::manifest`]; the others
@@ -112,15 +112,26 @@ impl<P: Policy> Runtime<P> {
 
     /// Applies a delta; a mirror at another epoch answers `stale`.
     pub fn apply(&mut self, delta: &Delta) -> Result<(), PolicyError> {
+        self.apply_with(delta.base_epoch, |cluster| cluster.apply(delta))
+    }
+
+    /// Applies a delta that `update` writes into the mirror (the guest
+    /// applies a 0.4 delta's columns without building per-job events);
+    /// a mirror at another epoch than `base_epoch` answers `stale`.
+    pub(crate) fn apply_with(
+        &mut self,
+        base_epoch: u64,
+        update: impl FnOnce(&mut Cluster) -> Result<(), MirrorError>,
+    ) -> Result<(), PolicyError> {
         let Some(cluster) = self.cluster.as_mut() else {
             return Err(PolicyError::Stale(0));
         };
-        if cluster.epoch() != delta.base_epoch {
+        if cluster.epoch() != base_epoch {
             return Err(PolicyError::Stale(cluster.epoch()));
         }
         // An event that fails part-way leaves the mirror half-updated: drop
         // it, so the host's next call gets `stale` and resyncs.
-        if let Err(e) = cluster.apply(delta) {
+        if let Err(e) = update(cluster) {
             self.cluster = None;
             return Err(PolicyError::Failed(format!("bad delta: {e}")));
         }

@@ -1,15 +1,15 @@
-//! Test fixture: a policy built against the frozen contract 0.2.0
-//! (`wit/v0.2/policy.wit`) with raw `wit-bindgen`, as a third party's
-//! compiled `.wasm` from before 0.3.0 would be. The host must load it and
-//! serve it through its 0.2 adapter.
+//! Test fixture: a policy built against the frozen contract 0.3.0
+//! (`wit/v0.3/policy.wit`) with raw `wit-bindgen`, as a third party's
+//! compiled `.wasm` from before 0.4.0 would be. The host must load it and
+//! serve it through its 0.3 adapter: arrivals as one `job-added` per job,
+//! answers as one `place` per job.
 //!
 //! It keeps its own small mirror (nodes, free whole GPUs, jobs) from the
-//! 0.2 snapshot and deltas, and schedules oldest-first, first-fit, whole
-//! GPUs. A GPU anything runs on is used: the adapter must show it so, shared
-//! work included, or this policy would stack guaranteed work on it.
+//! 0.3 snapshot and deltas, and schedules oldest-first, first-fit, whole
+//! GPUs, on GPUs that nothing runs on (guaranteed or shared).
 #![cfg(target_arch = "wasm32")]
 
-wit_bindgen::generate!({ path: "../../wit/v0.2", world: "scheduler-policy" });
+wit_bindgen::generate!({ path: "../../wit/v0.3", world: "scheduler-policy" });
 
 use arbiter::policy::types::*;
 use exports::arbiter::policy::{meta, scheduler, sync};
@@ -95,7 +95,15 @@ impl Mirror {
             | Event::JobReserved(_)
             | Event::GpuModelSpeedChanged(_)
             | Event::JobProgress(_)
-            | Event::GpuMetrics(_) => {}
+            | Event::GpuMetrics(_)
+            | Event::TenantQuotaChanged(_)
+            | Event::TenantQuotaRemoved(_)
+            | Event::SharingChanged(_)
+            | Event::GpuHealthChanged(_)
+            | Event::JobReservedGpus(_)
+            | Event::JobMetrics(_)
+            | Event::ServiceMetrics(_)
+            | Event::NodeMetrics(_) => {}
         }
         Ok(())
     }
@@ -150,10 +158,10 @@ struct FirstFit;
 impl meta::Guest for FirstFit {
     fn describe() -> Manifest {
         Manifest {
-            name: "contract-v0-2".into(),
+            name: "contract-v0-3".into(),
             version: "1.0.0".into(),
             roles: vec!["scheduler".into()],
-            description: "first fit, built against arbiter:policy@0.2.0".into(),
+            description: "first fit, built against arbiter:policy@0.3.0".into(),
             default_config: String::new(),
         }
     }
