@@ -17,11 +17,11 @@ pub mod v0_4 {
     });
 
     pub use arbiter::policy::types as wit;
-    pub use conversions::{lift_decisions, lift_reclaim_plan, lower_delta};
     #[cfg(test)]
     pub(super) use conversions::{
-        lift_delta as lift_delta_for_tests, lower_decisions as lower_decisions_for_tests,
+        apply_events as apply_events_for_tests, lower_decisions as lower_decisions_for_tests,
     };
+    pub use conversions::{lift_decisions, lift_reclaim_plan, lower_delta};
     pub use exports::arbiter::policy as roles;
 
     mod conversions {
@@ -53,6 +53,7 @@ pub mod v0_3 {
 mod tests {
     use super::v0_4::{self, wit};
     use arbiter_policy_sdk::model::{self, Decision, Event, JobSpec, WorkerPlacement};
+    use arbiter_policy_sdk::{Cluster, MirrorError};
 
     fn spec(name: u32, workers: u32) -> JobSpec {
         JobSpec {
@@ -75,12 +76,12 @@ mod tests {
 
     /// Each run of arrivals crosses as one `jobs-added` (the order of
     /// events kept: a removal between arrivals splits the run), carrying
-    /// what a snapshot would show, and the guest's lift gives back the
-    /// delta the host meant.
+    /// what a snapshot would show, and a mirror that takes the columns as
+    /// they came ends where one that took the host's events one by one does.
     #[test]
     fn arrivals_cross_as_columns_and_come_back_as_they_were() {
         let delta = model::Delta {
-            base_epoch: 3,
+            base_epoch: 0,
             epoch: 4,
             now_ms: 9,
             events: vec![
@@ -105,7 +106,12 @@ mod tests {
         }
         assert!(matches!(lowered.events[2], wit::Event::JobRemoved(0)));
         assert!(matches!(&lowered.events[3], wit::Event::JobsAdded(c) if c.name == vec![1]));
-        assert_eq!(super::v0_4::lift_delta_for_tests(lowered), Ok(delta));
+        let mut by_model = Cluster::new();
+        by_model.apply(&delta).unwrap();
+        let mut by_columns = Cluster::new();
+        super::v0_4::apply_events_for_tests(&mut by_columns, lowered.events).unwrap();
+        by_columns.set_epoch(delta.epoch, delta.now_ms);
+        assert_eq!(by_columns.to_snapshot(), by_model.to_snapshot());
     }
 
     /// A ragged `jobs-added` is refused, not read past its end.
@@ -118,8 +124,11 @@ mod tests {
         if let wit::Event::JobsAdded(c) = &mut lowered.events[0] {
             c.workers.pop();
         }
-        let err = super::v0_4::lift_delta_for_tests(lowered).unwrap_err();
-        assert!(err.contains("different lengths"), "{err}");
+        let refused = super::v0_4::apply_events_for_tests(&mut Cluster::new(), lowered.events);
+        assert!(
+            matches!(refused, Err(MirrorError::Ragged(_))),
+            "{refused:?}"
+        );
     }
 
     /// A guest's run of two or more `place` crosses as one `place-batch`;

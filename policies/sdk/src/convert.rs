@@ -47,7 +47,8 @@ impl<A: Conv<B>, B> Conv<Vec<B>> for Vec<A> {
 /// columns back into per-job items checks them and can fail:
 ///
 /// * `lower_delta` (host → guest): runs of `JobAdded` become one
-///   `jobs-added`; `lift_delta` (in the guest) expands them back;
+///   `jobs-added`; `apply_events` (in the guest) writes them into the
+///   mirror's columns as they came;
 /// * `lower_decisions` (guest → host): runs of two or more `Place` become
 ///   one `place-batch`; `lift_decisions` (in the host) expands them back;
 ///   `lower_reclaim_plan` / `lift_reclaim_plan` do the same for a plan's
@@ -94,24 +95,25 @@ macro_rules! wit_conversions {
             wit::Delta { base_epoch: d.base_epoch, epoch: d.epoch, now_ms: d.now_ms, events }
         }
 
-        /// The model form of a 0.4 delta: `jobs-added` as one `JobAdded` per
-        /// row. `Err` when its columns disagree on the row count.
+        /// Applies a 0.4 delta's events to a mirror, in order: `jobs-added`
+        /// straight into its columns ([`Cluster::add_jobs`](crate::Cluster::add_jobs)),
+        /// the rest as model events. The epoch is the caller's to move.
         #[allow(dead_code)]
-        pub fn lift_delta(d: wit::Delta) -> Result<$crate::model::Delta, String> {
-            let mut events = Vec::with_capacity(d.events.len());
-            for e in d.events {
-                match e {
-                    wit::Event::JobsAdded(columns) => {
-                        let columns: $crate::model::JobColumns = columns.into();
-                        let rows = columns
-                            .rows()
-                            .ok_or("the columns of `jobs-added` have different lengths")?;
-                        events.extend((0..rows).map(|r| $crate::model::Event::JobAdded(columns.arrival(r))));
+        pub fn apply_events(
+            cluster: &mut $crate::Cluster,
+            events: Vec<wit::Event>,
+        ) -> Result<(), $crate::MirrorError> {
+            for event in events {
+                match event {
+                    wit::Event::JobsAdded(columns) => cluster.add_jobs(&columns.into())?,
+                    other => {
+                        if let Some(event) = lift_event(other) {
+                            cluster.apply_event(&event)?;
+                        }
                     }
-                    other => events.extend(lift_event(other)),
                 }
             }
-            Ok($crate::model::Delta { base_epoch: d.base_epoch, epoch: d.epoch, now_ms: d.now_ms, events })
+            Ok(())
         }
 
         /// The 0.4 form of a decision list: each run of two or more `Place`

@@ -66,20 +66,9 @@ impl<P: Policy> exports::sync::Guest for Export<P> {
         with_runtime::<P, _>(|rt| rt.resync(snapshot.into())).map_err(Into::into)
     }
     fn apply(delta: wit::Delta) -> Result<(), wit::PolicyError> {
-        // Arrivals go into the mirror's columns as they came, not through
-        // one `JobAdded` each (what `lift_delta` would build).
         let (base, epoch, now) = (delta.base_epoch, delta.epoch, delta.now_ms);
         let update = |cluster: &mut crate::cluster::Cluster| {
-            for event in delta.events {
-                match event {
-                    wit::Event::JobsAdded(columns) => cluster.add_jobs(&columns.into())?,
-                    other => {
-                        if let Some(event) = lift_event(other) {
-                            cluster.apply_event(&event)?;
-                        }
-                    }
-                }
-            }
+            apply_events(cluster, delta.events)?;
             cluster.set_epoch(epoch, now);
             Ok(())
         };
