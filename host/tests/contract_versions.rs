@@ -107,3 +107,60 @@ fn a_v0_3_component_is_served_through_the_adapter() {
     state.validate(&decisions, 100).unwrap();
     state.apply(decisions).unwrap();
 }
+
+/// A built-in policy decides the same as a component and natively when the
+/// round's delta carries a run of arrivals (0.4's `jobs-added`) and it starts
+/// several jobs at once (its `place-batch`): packing and unpacking the
+/// boundary's columns changes no decision.
+#[test]
+fn a_component_decides_as_its_native_build_across_the_columnar_boundary() {
+    use arbiter_host::runtime::PolicyInstance;
+    use arbiter_policy_sdk::Runtime;
+    use policy_best_fit::BestFit;
+
+    let compiled = engine()
+        .compile(arbiter_policies::get("best-fit").unwrap())
+        .unwrap();
+    let mut wasm = compiled.instantiate().unwrap();
+    let mut native = PolicyInstance::native(Box::new(Runtime::<BestFit>::new()));
+    let mut state = ClusterState::new();
+    for n in 0..4 {
+        state
+            .add_node(NodeRequest::gpus(
+                format!("n{n}"),
+                "training",
+                "V100",
+                32_768,
+                4,
+            ))
+            .unwrap();
+    }
+    state.submit(JobRequest::gpus("first", "t", 1, 2)).unwrap();
+    for round_no in 0..3u32 {
+        let (delta, round) = state.begin_round(100);
+        if round_no > 0 {
+            let arrivals = delta
+                .events
+                .iter()
+                .filter(|e| matches!(e, Event::JobAdded(_)))
+                .count();
+            assert_eq!(arrivals, 5, "a run of arrivals in round {round_no}");
+        }
+        wasm.sync_to(&state).unwrap();
+        native.sync_to(&state).unwrap();
+        let decided = wasm.schedule(round).unwrap();
+        assert_eq!(decided, native.schedule(round).unwrap(), "round {round_no}");
+        if round_no > 0 {
+            let places = placed_jobs(&decided).len();
+            assert!(places >= 2, "round {round_no} placed {places}: no batch");
+        }
+        state.validate(&decided, 100).unwrap();
+        state.apply(decided).unwrap();
+        for k in 0..5u32 {
+            let name = format!("r{round_no}-{k}");
+            state
+                .submit(JobRequest::gpus(name, "t", 1 + k % 2, 1 + k % 2))
+                .unwrap();
+        }
+    }
+}
