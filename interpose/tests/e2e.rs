@@ -678,34 +678,73 @@ fn every_launch_entry_point_is_counted() {
 // ---------------------------------------------------------------------------------------------
 // Pacing
 
+const PACE_KERNEL_NS: u64 = 2_000_000;
+const PACE_LAUNCHES: u64 = 120;
+
+/// The device share a paced workload achieved: device time over wall time, launch to drain.
+///
+/// Paced as the node deploys it (`arbiter_node::supervisor::pacing_for`): an interval of
+/// `kernel / share` and a burst of one interval, so a launcher that wakes up to one interval
+/// late does not lose its slot.
 fn measured_share(share: f64) -> f64 {
-    const KERNEL_NS: u64 = 2_000_000;
-    let interval = ControlBlock::interval_for_share(KERNEL_NS, share);
+    let interval = ControlBlock::interval_for_share(PACE_KERNEL_NS, share);
     let s = Scenario::new(
         "pace",
         Some(BlockInit {
             pace_interval_ns: interval,
+            pace_burst_ns: interval,
             ..Default::default()
         }),
     )
-    .env("FAKE_CUDA_KERNEL_NS", KERNEL_NS);
-    let n = 120u64;
+    .env("FAKE_CUDA_KERNEL_NS", PACE_KERNEL_NS);
+    let n = PACE_LAUNCHES;
     let text = stdout(&s.run("gpa", &["pace", &n.to_string()]));
     let wall = field(&text, "wall_ns") as f64;
     let device = s.fake().get(FakeSlot::KernelNs) as f64;
-    assert_eq!(device as u64, n * KERNEL_NS);
+    assert_eq!(device as u64, n * PACE_KERNEL_NS);
     device / wall
+}
+
+/// The share an exact GCRA pacer gives `n` launches of `kernel` at `interval` with a burst of
+/// one interval: launches 0 and 1 go at once, launch k at (k − 1) intervals, and the device
+/// drains the last one a kernel later, so the wall is (n − 2) intervals plus one kernel.
+fn ideal_share(share: f64) -> f64 {
+    let interval = ControlBlock::interval_for_share(PACE_KERNEL_NS, share) as f64;
+    let n = PACE_LAUNCHES as f64;
+    n * PACE_KERNEL_NS as f64 / ((n - 2.0) * interval + PACE_KERNEL_NS as f64)
 }
 
 #[test]
 fn pacing_delivers_target_share_within_5_percent() {
-    // Two "tenants" at 30/70, run concurrently like two workloads on one GPU.
-    let a = std::thread::spawn(|| measured_share(0.3));
-    let b = std::thread::spawn(|| measured_share(0.7));
-    let (a, b) = (a.join().expect("tenant a"), b.join().expect("tenant b"));
-    eprintln!("measured shares: {a:.4} {b:.4}");
-    assert!((a / 0.3 - 1.0).abs() <= 0.05, "30% tenant got {a}");
-    assert!((b / 0.7 - 1.0).abs() <= 0.05, "70% tenant got {b}");
+    // Two "tenants" at 30/70, run concurrently like two workloads on one GPU. Over-delivery is
+    // the pacer's fault and fails at once. Under-delivery can also be the machine's: a launcher
+    // starved of CPU for longer than its burst loses its slot, which no pacer can prevent, so a
+    // short attempt is retried (a pacer that over-sleeps falls short every time).
+    const ATTEMPTS: usize = 3;
+    let mut last = (0.0, 0.0);
+    for attempt in 1..=ATTEMPTS {
+        let a = std::thread::spawn(|| measured_share(0.3));
+        let b = std::thread::spawn(|| measured_share(0.7));
+        let (a, b) = (a.join().expect("tenant a"), b.join().expect("tenant b"));
+        let (ia, ib) = (ideal_share(0.3), ideal_share(0.7));
+        eprintln!("attempt {attempt}: measured shares {a:.4} {b:.4}, ideal {ia:.4} {ib:.4}");
+        assert!(
+            a / ia <= 1.05,
+            "30% tenant over-delivered: {a} (ideal {ia})"
+        );
+        assert!(
+            b / ib <= 1.05,
+            "70% tenant over-delivered: {b} (ideal {ib})"
+        );
+        if a / ia >= 0.95 && b / ib >= 0.95 {
+            return;
+        }
+        last = (a, b);
+    }
+    panic!(
+        "pacing fell more than 5 % short of the ideal in all {ATTEMPTS} attempts: {:.4} {:.4}",
+        last.0, last.1
+    );
 }
 
 /// Ten launches the driver rejects at a 50 ms pacing interval: each waits for its slot (we
