@@ -54,6 +54,7 @@ mod tests {
     use super::v0_4::{self, wit};
     use arbiter_policy_sdk::model::{self, Decision, Event, JobSpec, WorkerPlacement};
     use arbiter_policy_sdk::{Cluster, MirrorError};
+    use proptest::prelude::*;
 
     fn spec(name: u32, workers: u32) -> JobSpec {
         JobSpec {
@@ -159,6 +160,61 @@ mod tests {
             "a run of one stays a place"
         );
         assert_eq!(v0_4::lift_decisions(lowered), Ok(decisions));
+    }
+
+    /// What a batch's rows cannot say goes as plain `place`s, so a list
+    /// comes back as the policy wrote it: one job placed twice in a row
+    /// (rows naming one job read back as one `place`, which would turn a
+    /// decision the validator refuses into a larger one it may accept) and
+    /// a `place` with no workers (no row to carry it).
+    #[test]
+    fn places_a_batch_cannot_say_go_as_they_are() {
+        let decisions = vec![
+            Decision::Place(4, vec![worker(0, &[0])]),
+            Decision::Place(4, vec![worker(1, &[8])]),
+            Decision::Place(5, vec![worker(1, &[9])]),
+            Decision::Place(6, vec![]),
+            Decision::Place(7, vec![worker(2, &[16])]),
+            Decision::Place(7, vec![worker(2, &[17])]),
+        ];
+        let lowered = super::v0_4::lower_decisions_for_tests(decisions.clone());
+        assert!(matches!(lowered[0], wit::Decision::Place(_)));
+        assert!(
+            matches!(&lowered[1], wit::Decision::PlaceBatch(c) if c.job == vec![4, 5]),
+            "{:?}",
+            lowered[1]
+        );
+        assert_eq!(lowered.len(), 5, "{lowered:?}");
+        assert_eq!(v0_4::lift_decisions(lowered), Ok(decisions));
+    }
+
+    fn arb_workers() -> impl Strategy<Value = Vec<WorkerPlacement>> {
+        prop::collection::vec(
+            (0u32..3, prop::collection::vec(0u32..6, 0..3))
+                .prop_map(|(node, gpus)| WorkerPlacement { node, gpus }),
+            0..3,
+        )
+    }
+
+    fn arb_decision() -> impl Strategy<Value = Decision> {
+        // Few job ids, so the same job often comes twice in a row.
+        prop_oneof![
+            4 => (0u32..3, arb_workers()).prop_map(|(j, w)| Decision::Place(j, w)),
+            1 => (0u32..3).prop_map(Decision::Preempt),
+            1 => (0u32..3, arb_workers()).prop_map(|(j, w)| Decision::Migrate(j, w)),
+            1 => (0u32..3, prop::collection::vec(0u32..6, 0..3))
+                .prop_map(|(j, g)| Decision::ReserveGpus(j, g)),
+        ]
+    }
+
+    proptest! {
+        /// Whatever a policy decides crosses the 0.4 boundary unchanged:
+        /// the host lifts exactly the list the SDK lowered.
+        #[test]
+        fn any_decision_list_crosses_unchanged(decisions in prop::collection::vec(arb_decision(), 0..12)) {
+            let lowered = super::v0_4::lower_decisions_for_tests(decisions.clone());
+            prop_assert_eq!(v0_4::lift_decisions(lowered), Ok(decisions));
+        }
     }
 
     /// A worker wider than a row can say (255 GPUs) is not batched.

@@ -117,38 +117,45 @@ macro_rules! wit_conversions {
         }
 
         /// The 0.4 form of a decision list: each run of two or more `Place`
-        /// as one `place-batch`.
+        /// that a batch can carry ([`PlacementColumns::push_job`]) as one
+        /// `place-batch`, the rest as they are, so that [`lift_decisions`]
+        /// gives back exactly this list.
+        ///
+        /// [`PlacementColumns::push_job`]: $crate::model::PlacementColumns::push_job
         #[allow(dead_code)]
         pub fn lower_decisions(decisions: Vec<$crate::model::Decision>) -> Vec<wit::Decision> {
+            use $crate::model::{Decision, PlacementColumns};
             let mut out: Vec<wit::Decision> = Vec::with_capacity(decisions.len());
-            let mut run: Vec<$crate::model::Decision> = Vec::new();
-            let flush = |run: &mut Vec<$crate::model::Decision>, out: &mut Vec<wit::Decision>| {
+            // The batch being built and the decisions in it (a run of one goes as a `place`).
+            let mut batch = PlacementColumns::default();
+            let mut run: Vec<Decision> = Vec::new();
+            let flush = |batch: &mut PlacementColumns, run: &mut Vec<Decision>, out: &mut Vec<wit::Decision>| {
+                let columns = std::mem::take(batch);
                 if run.len() < 2 {
                     out.extend(run.drain(..).filter_map(lower_decision));
-                    return;
+                } else {
+                    run.clear();
+                    out.push(wit::Decision::PlaceBatch(columns.into()));
                 }
-                let mut batch = $crate::model::PlacementColumns::default();
-                for d in run.iter() {
-                    if let $crate::model::Decision::Place(job, workers) = d {
-                        if !batch.push_job(*job, workers) {
-                            // A worker too wide for a row: send the run one by one.
-                            out.extend(run.drain(..).filter_map(lower_decision));
-                            return;
-                        }
-                    }
-                }
-                run.clear();
-                out.push(wit::Decision::PlaceBatch(batch.into()));
             };
             for d in decisions {
-                if matches!(d, $crate::model::Decision::Place(..)) {
-                    run.push(d);
-                    continue;
+                if let Decision::Place(job, workers) = &d {
+                    if batch.push_job(*job, workers) {
+                        run.push(d);
+                        continue;
+                    }
+                    // Not in this batch (the same job twice in a row): maybe in a new one.
+                    flush(&mut batch, &mut run, &mut out);
+                    if batch.push_job(*job, workers) {
+                        run.push(d);
+                        continue;
+                    }
+                } else {
+                    flush(&mut batch, &mut run, &mut out);
                 }
-                flush(&mut run, &mut out);
                 out.extend(lower_decision(d));
             }
-            flush(&mut run, &mut out);
+            flush(&mut batch, &mut run, &mut out);
             out
         }
 

@@ -169,9 +169,15 @@ pub struct PlacementColumns {
 
 impl PlacementColumns {
     /// Appends one job's workers as consecutive rows. `false` (and nothing
-    /// appended) when a worker uses more GPUs than a row can say (255).
+    /// appended) when the rows could not be read back as this one `place`
+    /// ([`PlacementColumns::job_runs`]): the job has no workers (no row to
+    /// carry it), a worker uses more GPUs than a row can say (255), or the
+    /// last row already names this job (the two would read back as one).
     pub fn push_job(&mut self, job: u32, workers: &[WorkerPlacement]) -> bool {
-        if workers.iter().any(|w| w.gpus.len() > usize::from(u8::MAX)) {
+        if workers.is_empty()
+            || workers.iter().any(|w| w.gpus.len() > usize::from(u8::MAX))
+            || self.job.last() == Some(&job)
+        {
             return false;
         }
         for w in workers {
