@@ -243,8 +243,26 @@ mod tests {
                 gpus,
             })]
         };
-        let beyond = v0_4::lift_decisions(batch(vec![0], vec![u32::MAX], vec![255], vec![1]));
+        let beyond = v0_4::lift_decisions(batch(vec![0], vec![0], vec![255], vec![1]));
         assert!(beyond.unwrap_err().contains("names GPUs"));
+        let far = v0_4::lift_decisions(batch(vec![0], vec![u32::MAX], vec![255], vec![1]));
+        assert!(far.unwrap_err().contains("must tile"));
+        // Rows naming one range over and over: a few bytes each in the
+        // guest, 255 GPUs each in the host if they were read.
+        let rows = 1_000;
+        let aliased = v0_4::lift_decisions(batch(
+            (0..rows).collect(),
+            vec![0; rows as usize],
+            vec![255; rows as usize],
+            (0..255).collect(),
+        ));
+        assert!(
+            aliased
+                .unwrap_err()
+                .contains("row 1 starts at GPU 0, not 255")
+        );
+        let left_over = v0_4::lift_decisions(batch(vec![0], vec![0], vec![1], vec![1, 2]));
+        assert!(left_over.unwrap_err().contains("name 1 GPUs of the 2"));
         let ragged = v0_4::lift_decisions(batch(vec![0, 1], vec![0], vec![1], vec![1]));
         assert!(ragged.unwrap_err().contains("different lengths"));
         let empty = v0_4::lift_decisions(batch(vec![], vec![], vec![], vec![]));

@@ -192,22 +192,35 @@ impl PlacementColumns {
 
     /// The rows as one entry per run of consecutive rows naming the same
     /// job, in order. `Err` says what is malformed: columns of different
-    /// lengths, or a row's GPUs outside `gpus`.
+    /// lengths, or rows that do not tile `gpus` — each row's GPUs start where
+    /// the previous row's ended, and the last row's end at the end of
+    /// `gpus`, as [`PlacementColumns::push_job`] writes them. Tiling keeps
+    /// what the host builds from a batch as large as the batch itself:
+    /// rows that could name one range over and over would turn a few bytes
+    /// of a guest's answer into 255 GPUs each in host memory, past the
+    /// bound wasmtime puts on what a call may make the host allocate.
     pub fn job_runs(&self) -> Result<Vec<(u32, Vec<WorkerPlacement>)>, String> {
         let n = self.job.len();
         if self.node.len() != n || self.gpu_start.len() != n || self.gpu_len.len() != n {
             return Err("placement columns have different lengths".into());
         }
         let mut runs: Vec<(u32, Vec<WorkerPlacement>)> = Vec::new();
+        let mut next = 0usize;
         for r in 0..n {
             let start = self.gpu_start[r] as usize;
             let end = start.saturating_add(usize::from(self.gpu_len[r]));
+            if start != next {
+                return Err(format!(
+                    "placement row {r} starts at GPU {start}, not {next} where the rows before it end: rows must tile `gpus` in order"
+                ));
+            }
             let Some(gpus) = self.gpus.get(start..end) else {
                 return Err(format!(
                     "placement row {r} names GPUs {start}..{end} of {}",
                     self.gpus.len()
                 ));
             };
+            next = end;
             let worker = WorkerPlacement {
                 node: self.node[r],
                 gpus: gpus.to_vec(),
@@ -216,6 +229,12 @@ impl PlacementColumns {
                 Some((job, workers)) if *job == self.job[r] => workers.push(worker),
                 _ => runs.push((self.job[r], vec![worker])),
             }
+        }
+        if next != self.gpus.len() {
+            return Err(format!(
+                "placement rows name {next} GPUs of the {} in `gpus`",
+                self.gpus.len()
+            ));
         }
         Ok(runs)
     }
