@@ -1162,6 +1162,42 @@ mod tests {
         }
     }
 
+    fn arb_job() -> impl Strategy<Value = (u32, Vec<WorkerPlacement>)> {
+        // Few job ids, so the same job often comes twice in a row; now and
+        // then a worker wider than a row can say.
+        let gpus = prop_oneof![
+            8 => prop::collection::vec(any::<u32>(), 0..4),
+            1 => prop::collection::vec(any::<u32>(), 256..260),
+        ];
+        (
+            0u32..3,
+            prop::collection::vec(
+                (any::<u32>(), gpus).prop_map(|(node, gpus)| WorkerPlacement { node, gpus }),
+                0..3,
+            ),
+        )
+    }
+
+    proptest! {
+        /// What `push_job` accepts, `job_runs` gives back, one run per
+        /// accepted job and in order; what it refuses leaves the columns as
+        /// they were.
+        #[test]
+        fn placement_columns_give_back_the_jobs_they_took(jobs in prop::collection::vec(arb_job(), 0..8)) {
+            let mut columns = PlacementColumns::default();
+            let mut taken = Vec::new();
+            for (job, workers) in jobs {
+                let before = columns.clone();
+                if columns.push_job(job, &workers) {
+                    taken.push((job, workers));
+                } else {
+                    prop_assert_eq!(&columns, &before);
+                }
+            }
+            prop_assert_eq!(columns.job_runs(), Ok(taken));
+        }
+    }
+
     #[test]
     fn a_fractional_worker_without_stated_memory_gets_its_share_rounded_up() {
         assert_eq!(gpu_share(1, 500, 0, 32_768), (500, 16_384));
