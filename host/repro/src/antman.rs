@@ -220,6 +220,10 @@ pub struct TraceSetup {
     /// interference this model's physics already charges; on, it would be charged twice,
     /// and exclusive gangs under YARN-CS would pay it too).
     pub stragglers: bool,
+    /// How much uncapped jobs below saturation slow each other (the simulator's physics,
+    /// measured on an H100: [`arbiter_sim::models::antman::TIMESLICE_INTERFERENCE`]); a knob
+    /// here for the sensitivity table only.
+    pub timeslice_interference: f64,
     pub seeds: Vec<u64>,
 }
 
@@ -232,6 +236,7 @@ impl Default for TraceSetup {
             max_hours: 24.0,
             coordinator_period_ms: 10_000,
             stragglers: false,
+            timeslice_interference: arbiter_sim::models::antman::TIMESLICE_INTERFERENCE,
             seeds: (1..=5).collect(),
         }
     }
@@ -345,6 +350,7 @@ pub fn trace_scenario(
         jobs,
         quotas: [("tenant-a".to_string(), 64), ("tenant-b".to_string(), 0)].into(),
         coordinator_period_ms: setup.coordinator_period_ms,
+        timeslice_interference: setup.timeslice_interference,
         horizon_ms: 90 * 24 * 3_600_000,
         ..AntmanSimConfig::default()
     })

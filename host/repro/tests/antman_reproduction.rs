@@ -218,6 +218,39 @@ fn fig_13_antman_cuts_average_jct_against_yarn_cs_and_holds_level_with_gandiva()
     assert!(g >= 0.9, "Gandiva / AntMan {g:.2}");
 }
 
+/// How Fig. 13's ratios move with the time-slicing interference below saturation: none (the
+/// model before it was measured), the H100's (the default), and two and four times that
+/// (jobs that synchronise many times per step, as ESPnet's decoding does, lose more to
+/// every collision than the measured jobs, which synchronise once).
+#[test]
+#[ignore = "prints the table; minutes of runs"]
+fn print_fig_13_interference_sensitivity() {
+    use arbiter_repro::antman::{TraceSetup, fig_13};
+    let base = TraceSetup::default();
+    println!("| κ | YARN-CS / AntMan | Gandiva / AntMan |");
+    println!("|---|---|---|");
+    for k in [0.0, base.timeslice_interference, 2.42, 4.84] {
+        let seeds = fig_13(&TraceSetup {
+            timeslice_interference: k,
+            ..base.clone()
+        })
+        .expect("Fig. 13 runs");
+        let mut y: Vec<f64> = seeds
+            .iter()
+            .filter_map(|s| s.ratios())
+            .map(|r| r.0)
+            .collect();
+        let mut g: Vec<f64> = seeds
+            .iter()
+            .filter_map(|s| s.ratios())
+            .map(|r| r.1)
+            .collect();
+        y.sort_by(f64::total_cmp);
+        g.sort_by(f64::total_cmp);
+        println!("| {k} | {:.2} | {:.2} |", y[y.len() / 2], g[g.len() / 2]);
+    }
+}
+
 /// Fig. 12 (§5.1) end to end: packed without control, ESPnet crawls (the calibration's
 /// anchor: 20.1 → 105.2 min); under AntMan's coordinator it keeps its speed (paper 20.8)
 /// while ResNet-50 gets what ESPnet leaves.

@@ -123,7 +123,7 @@ impl GpuCtl {
         let ceiling = self.ceiling.map(|(c, _)| c);
         for w in os {
             if let Some(o) = self.opportunistic.get_mut(&w.id) {
-                let mut top = share_cap(w);
+                let mut top = share_cap(w).min(cfg.opportunistic_max_permille);
                 if let Some(c) = ceiling {
                     top = top.min(c.max(share_floor(cfg, w)));
                 }

@@ -12,7 +12,9 @@
 //! * **Step-like raise** (A11): every `step_interval_ms` in which the guaranteed job's
 //!   mini-batch time (`iteration-ms`; its launch rate when it reports none) stayed within
 //!   `slowdown_tolerance_pct` of its baseline, each opportunistic workload's share rises by
-//!   `share_step_permille`, up to its limit (`workload-status.limit-permille`).
+//!   `share_step_permille`, up to its limit (`workload-status.limit-permille`) and never past
+//!   `opportunistic_max_permille` (below the full GPU: at 1000 ‰ nothing paces it and the two
+//!   contexts time-slice uncontrolled, which costs the guaranteed job more than the tolerance).
 //! * **Pessimistic throttle** (A13): in the first period the guaranteed job is slower than
 //!   that, the opportunistic shares drop back to the floor (`throttle = "floor"`, the default;
 //!   `"halve"` halves them), the share that last held becomes a ceiling for

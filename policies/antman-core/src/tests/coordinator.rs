@@ -249,8 +249,15 @@ fn sm_share_steps_up_while_the_mini_batch_time_holds_and_drops_to_the_floor_when
 }
 
 #[test]
-fn without_slowdown_the_share_climbs_to_the_workloads_limit_and_halving_is_configurable() {
+fn without_slowdown_the_share_climbs_to_its_maximum_and_halving_is_configurable() {
+    // Beside a guaranteed job the raise stops a step below the full GPU, where pacing
+    // still holds the opportunistic job (opportunistic_max_permille)...
     let mut gpu = shared_gpu("[coordinator]\nstep_interval_ms = 1000");
+    gpu.run_for(15_000, |g| guaranteed_speed(g, 1000));
+    assert_eq!(gpu.w(2).compute_share, 900);
+    // ... which an operator may lift to the workload's limit.
+    let mut gpu =
+        shared_gpu("[coordinator]\nstep_interval_ms = 1000\nopportunistic_max_permille = 1000");
     gpu.run_for(15_000, |g| guaranteed_speed(g, 1000));
     assert_eq!(gpu.w(2).compute_share, 1000);
 

@@ -33,6 +33,8 @@ fn default_configuration_parses_to_the_defaults_and_typos_are_refused() {
         "[scheduler]\nutilisation_threshold_pct = 80",
         "[scheduler]\nutilization_threshold_pct = 0",
         "[coordinator]\nshare_floor_permille = 0",
+        "[coordinator]\nopportunistic_max_permille = 1001",
+        "[coordinator]\nshare_floor_permille = 100\nopportunistic_max_permille = 50",
         "[coordinator]\nthrottle = \"sometimes\"",
         "[coordinator]\nbaseline_samples = 0",
     ] {

@@ -151,6 +151,9 @@ pub struct AntmanSimConfig {
     pub bandwidth_ratio: f64,
     /// Share of GPU time left to work when contexts time-slice ([`PACKING_EFFICIENCY`]).
     pub packing_efficiency: f64,
+    /// How much uncapped jobs below saturation slow each other
+    /// ([`TIMESLICE_INTERFERENCE`]; 0: not at all).
+    pub timeslice_interference: f64,
     pub models: BTreeMap<String, ModelTruth>,
     pub jobs: Vec<JobPlan>,
     /// Tenant quotas in GPUs (a tenant not listed is unlimited; 0: no quota).
@@ -178,6 +181,7 @@ impl Default for AntmanSimConfig {
             gpu_memory_mib: 32_768,
             bandwidth_ratio: ratio,
             packing_efficiency: PACKING_EFFICIENCY,
+            timeslice_interference: TIMESLICE_INTERFERENCE,
             models,
             jobs: vec![
                 JobPlan {
@@ -226,6 +230,14 @@ pub const BANDWIDTH_RATIO: f64 = 75.0;
 /// ratio gives the weights' (3 : 1) and ResNet-50's speed `η · 3 / (0.3 + 0.9 · 3)` = 0.57
 /// gives η = 0.57.
 pub const PACKING_EFFICIENCY: f64 = 0.57;
+
+/// How much two training jobs that nothing caps slow each other on one GPU below
+/// saturation: each one's step grows by `1 + κ · d_i · d_j` (d: GPU busy share alone).
+/// Measured on an H100 by time slicing (`scripts/gpu/colocation.py`, 2026-11-28): synthetic
+/// jobs at duty cycles 0.1–0.9 with small and large kernels and torchvision's ResNet-50, 68
+/// paired jobs, least squares κ = 1.21, every pair within 3.3 % (docs/gpu-validation.md).
+/// The paper's V100 is not measured (its Fig. 12 says it lost more above saturation).
+pub const TIMESLICE_INTERFERENCE: f64 = 1.21;
 
 /// The nine models of AntMan's Table 3 (and Table 1's GCN and ResNet-50), as this
 /// simulator's ground truth. Memory: Table 1 for GCN and ResNet-50, ours for the rest (what
@@ -291,6 +303,9 @@ impl ModelConfigFile for AntmanSimConfig {
         }
         if !(self.packing_efficiency > 0.0 && self.packing_efficiency <= 1.0) {
             bail!("packing_efficiency must be in (0, 1]");
+        }
+        if !(self.timeslice_interference.is_finite() && self.timeslice_interference >= 0.0) {
+            bail!("timeslice_interference must be a finite number ≥ 0");
         }
         for (name, m) in &self.models {
             m.check(name)?;
@@ -927,6 +942,7 @@ pub fn run_antman(
             memory_mib: cfg.gpu_memory_mib,
             bandwidth_ratio: cfg.bandwidth_ratio,
             packing_efficiency: cfg.packing_efficiency,
+            timeslice_interference: cfg.timeslice_interference,
         },
         left: jobs.len(),
         jobs,
@@ -1001,6 +1017,7 @@ mod tests {
             memory_mib: 32_768,
             bandwidth_ratio: BANDWIDTH_RATIO,
             packing_efficiency: PACKING_EFFICIENCY,
+            timeslice_interference: TIMESLICE_INTERFERENCE,
         };
         // Fig. 12's ResNet-50 fits beside ESPnet (its batch is not Table 1's 30 GB one).
         let resident = |name: &str, share: f64| Resident {
@@ -1030,6 +1047,7 @@ mod tests {
         assert_eq!(cfg.coordinator_period_ms, 5_000);
         assert_eq!(cfg.models.len(), 9);
         assert!(AntmanSimConfig::from_toml("packing_efficiency = 0.0").is_err());
+        assert!(AntmanSimConfig::from_toml("timeslice_interference = -1.0").is_err());
         assert!(AntmanSimConfig::from_toml("spill = \"sometimes\"").is_err());
         assert!(
             AntmanSimConfig::from_toml("coordinator_period = 1").is_err(),
