@@ -251,6 +251,46 @@ fn huge_decision_list_is_rejected() {
     );
 }
 
+/// An answer whose lifting would make the host allocate past `max_answer_bytes` (wasmtime's
+/// hostcall fuel) is a fault of its own, the round falls back, and the next round still runs;
+/// under the default bound the same answer lifts and the validator counts it.
+#[test]
+fn answer_beyond_the_hostcall_bound_is_refused() {
+    let cap = 64 << 10;
+    let engine = PolicyEngine::new(RuntimeConfig {
+        deadline: Duration::from_millis(100),
+        memory_limit: 16 << 20,
+        max_answer_bytes: cap,
+        ..RuntimeConfig::default()
+    })
+    .expect("engine");
+    // `huge` answers 4 × max_decisions + 1,000 preempts: 5,000 here, over 64 KiB as host
+    // values.
+    let (slot, good, _) = slot_with(&engine, "huge");
+    let mut state = cluster();
+    let mut driver = RoundDriver::new(slot).with_max_decisions(1000);
+    for round in 0..2 {
+        let r = driver.run_round(&mut state);
+        assert_eq!(r.served, Served::Fallback(good), "round {round}");
+        let fault = &r.faults.first().expect("a fault").1;
+        assert_eq!(fault, &PolicyFault::AnswerTooLarge(cap), "{fault}");
+        assert_eq!(fault.kind(), "answer-too-large");
+    }
+    // The same answer within the default bound: lifted, and too many decisions.
+    let (slot, _, _) = slot_with(&self::engine(), "huge");
+    let r = RoundDriver::new(slot)
+        .with_max_decisions(1000)
+        .run_round(&mut cluster());
+    assert!(
+        matches!(
+            r.faults.first().map(|f| &f.1),
+            Some(PolicyFault::TooManyDecisions { limit: 1000, .. })
+        ),
+        "{:?}",
+        r.faults
+    );
+}
+
 #[test]
 fn policy_reported_failure_falls_back() {
     assert_eq!(

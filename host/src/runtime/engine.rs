@@ -27,6 +27,11 @@ pub struct RuntimeConfig {
     /// Memory budget of one instance, in bytes: all its linear memories and
     /// tables together (see `budget.rs`).
     pub memory_limit: usize,
+    /// Bytes the host may allocate lifting one answer of a policy, or the arguments of one
+    /// of its host calls (wasmtime's hostcall fuel, counted in host bytes; beyond it the
+    /// call is a fault, [`PolicyFault::AnswerTooLarge`]). Set here rather than left to
+    /// wasmtime's default, which has moved between releases (2 GiB, then 128 MiB).
+    pub max_answer_bytes: usize,
     /// Fuel per call, for deterministic accounting; `None` disables fuel.
     pub fuel: Option<u64>,
     /// Epoch tick: the deadline's resolution.
@@ -63,6 +68,7 @@ impl Default for RuntimeConfig {
         RuntimeConfig {
             deadline: Duration::from_millis(250),
             memory_limit: 64 << 20,
+            max_answer_bytes: 64 << 20,
             fuel: None,
             epoch_tick: Duration::from_millis(1),
             cache_dir: None,
@@ -461,6 +467,7 @@ impl PolicyEngine {
         };
         let mut store = wasmtime::Store::new(&self.inner.engine, state);
         store.limiter(|s| &mut s.limits);
+        store.set_hostcall_fuel(self.inner.config.max_answer_bytes);
         store
     }
 

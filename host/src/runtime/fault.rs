@@ -34,6 +34,11 @@ pub enum PolicyFault {
     TooManyDecisions { count: usize, limit: u32 },
     #[error("policy returned an impossible answer: {0}")]
     BadAnswer(String),
+    /// Lifting its answer (or a host call's arguments) would have made the host allocate
+    /// more than this many bytes: wasmtime's hostcall fuel, counted in host bytes, so a
+    /// small answer whose lists alias one range of guest memory is caught too.
+    #[error("policy's answer would make the host allocate more than {0} bytes")]
+    AnswerTooLarge(usize),
 }
 
 impl PolicyFault {
@@ -42,6 +47,7 @@ impl PolicyFault {
         err: &wasmtime::Error,
         deadline: Duration,
         memory_cap: usize,
+        answer_cap: usize,
     ) -> PolicyFault {
         if let Some(trap) = err.downcast_ref::<wasmtime::Trap>() {
             return match trap {
@@ -60,6 +66,14 @@ impl PolicyFault {
             };
         }
         let chain: Vec<String> = err.chain().map(|e| e.to_string()).collect();
+        // wasmtime's `HostcallFuelExhausted` is private: its text is what there is (a test,
+        // `answer_beyond_the_hostcall_bound_is_refused`, notices if it changes).
+        if chain
+            .iter()
+            .any(|m| m.contains("fuel allocated for hostcalls has been exhausted"))
+        {
+            return PolicyFault::AnswerTooLarge(answer_cap);
+        }
         if chain
             .iter()
             .any(|m| m.contains("growing memory") || m.contains("memory limit"))
@@ -99,6 +113,7 @@ impl PolicyFault {
             PolicyFault::InvalidDecision { .. } => "invalid-decision",
             PolicyFault::TooManyDecisions { .. } => "too-many-decisions",
             PolicyFault::BadAnswer(_) => "bad-answer",
+            PolicyFault::AnswerTooLarge(_) => "answer-too-large",
         }
     }
 
@@ -112,6 +127,8 @@ impl PolicyFault {
                 | PolicyFault::OutOfFuel
                 | PolicyFault::Trap(_)
                 | PolicyFault::Abi(_)
+                // The lift failed half-way: the instance never finished the call.
+                | PolicyFault::AnswerTooLarge(_)
         )
     }
 }

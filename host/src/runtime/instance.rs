@@ -71,6 +71,7 @@ struct WasmInstance {
     deadline: Duration,
     deadline_ticks: u64,
     memory_limit: usize,
+    max_answer_bytes: usize,
     fuel: Option<u64>,
     max_log_lines: u32,
     /// Runs the deadline's clock while a call of this instance is in flight.
@@ -113,10 +114,14 @@ impl PolicyInstance {
         }
         let ticker = engine.ticker().clone();
         let running = ticker.call();
-        let instance = compiled
-            .pre
-            .instantiate(&mut store)
-            .map_err(|e| PolicyFault::from_call_error(&e, config.deadline, config.memory_limit))?;
+        let instance = compiled.pre.instantiate(&mut store).map_err(|e| {
+            PolicyFault::from_call_error(
+                &e,
+                config.deadline,
+                config.memory_limit,
+                config.max_answer_bytes,
+            )
+        })?;
         let exports = compiled
             .roles
             .load(&mut store, &instance)
@@ -129,6 +134,7 @@ impl PolicyInstance {
                 deadline: config.deadline,
                 deadline_ticks,
                 memory_limit: config.memory_limit,
+                max_answer_bytes: config.max_answer_bytes,
                 fuel: config.fuel,
                 max_log_lines: config.max_log_lines,
                 ticker,
@@ -224,7 +230,9 @@ impl PolicyInstance {
 
     fn classify(&self, e: wasmtime::Error) -> PolicyFault {
         match &self.backend {
-            Backend::Wasm(w) => PolicyFault::from_call_error(&e, w.deadline, w.memory_limit),
+            Backend::Wasm(w) => {
+                PolicyFault::from_call_error(&e, w.deadline, w.memory_limit, w.max_answer_bytes)
+            }
             Backend::Native(_) => PolicyFault::Trap(format!("{e:#}")),
         }
     }
