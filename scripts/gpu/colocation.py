@@ -13,7 +13,10 @@ ResNet-50 (batch 64, synthetic data, SGD) with a gap that sets its duty.
   colocation.py --fit OUT.json   each paired job's speed (solo iteration time / paired) against
                                  the law 1 / speed = 1 + k * d_i * d_j (d: duty cycles alone),
                                  with k fitted by least squares over every paired job
-Env: COLOC_SECONDS (measured window of a pair, default 4; a solo run gets half),
+Env: COLOC_COMBOS (instead of the grid: jobs run together, e.g. "0.3,0.3,0.3 0.1s,0.9" — a
+     duty per job, up to four jobs; a duty ending in "s" synchronises after every kernel, as
+     a job that reads results back within its step does; first size of COLOC_SIZES),
+     COLOC_SECONDS (measured window of a pair, default 4; a solo run gets half),
      COLOC_SIZES (default "1024 4096"), COLOC_DUTIES (default "0.1 0.3 0.5 0.7 0.9"),
      COLOC_RESNET=0 (skip ResNet-50), COLOC_DRY=1 (no GPU: sleeps stand in for kernels, to
      check the orchestration).
@@ -21,7 +24,7 @@ Prints one RESULT line per run; OUT.json (rewritten after every run) holds them 
 """
 import json, multiprocessing as mp, os, signal, statistics, subprocess, sys, time
 
-PERIODS_MS = (100.0, 130.0)
+PERIODS_MS = (100.0, 130.0, 170.0, 210.0)
 LEAD_S = 1.0  # both workers warm up (and meet) before the window opens
 
 
@@ -41,9 +44,11 @@ class Torch:
         if kind == "resnet50":
             self._step()
         else:
-            a, b = self._ab(int(kind))
+            a, b = self._ab(int(kind.rstrip("s")))
             for _ in range(k):
                 a @ b
+                if kind.endswith("s"):
+                    self.t.cuda.synchronize()
         self.t.cuda.synchronize()
 
     def _step(self):
@@ -65,7 +70,7 @@ class Dry:
     """No GPU: a kernel is a 50 us sleep, a ResNet-50 step 60 ms."""
 
     def burst(self, kind, k):
-        time.sleep(0.06 if kind == "resnet50" else k * 50e-6)
+        time.sleep(0.06 if kind == "resnet50" else k * (60e-6 if kind.endswith("s") else 50e-6))
 
 
 def calibrate(backend, kind):
@@ -126,16 +131,19 @@ def fit(path):
                 solo[(w, j["kind"], j["duty_target"])] = j
     rows = []
     for r in doc["runs"]:
-        if not r["label"].startswith("pair"):
+        if not r["label"].startswith(("pair", "combo")):
             continue
         for w, j in r["jobs"].items():
-            (ow, o), = [(k, v) for k, v in r["jobs"].items() if k != w]
-            me, other = solo[(w, j["kind"], j["duty_target"])], solo[(ow, o["kind"], o["duty_target"])]
-            rows.append((j["kind"], me["duty"], o["kind"], other["duty"], me["iter_ms"] / j["iter_ms"]))
+            others = [solo[(k, v["kind"], v["duty_target"])] | {"kind": v["kind"]}
+                      for k, v in r["jobs"].items() if k != w]
+            me = solo[(w, j["kind"], j["duty_target"])]
+            rows.append((j["kind"], me["duty"], "+".join(o["kind"] for o in others),
+                         sum(o["duty"] for o in others), me["iter_ms"] / j["iter_ms"]))
+    # 1 / speed = 1 + k * d_i * (the others' duties summed): one job beside one is the pair law
     x = [di * dj for _, di, _, dj, _ in rows]
     k = sum((1 / sp - 1) * xi for (*_, sp), xi in zip(rows, x)) / sum(xi * xi for xi in x)
     err = []
-    print("| job (duty alone) | beside (duty alone) | speed | law |")
+    print("| job (duty alone) | beside (duties alone, summed) | speed | law |")
     print("|---|---|---|---|")
     for (ki, di, ko, dj, sp), xi in zip(rows, x):
         law = 1 / (1 + k * xi)
@@ -170,7 +178,8 @@ def main():
 
 
 def measure_all(ctx, pipes, procs, out_path, secs, sizes, duties, dry):
-    for _ in range(2):
+    combos = [[c for c in combo.split(",")] for combo in os.environ.get("COLOC_COMBOS", "").split()]
+    for _ in range(max([2] + [len(c) for c in combos])):
         here, there = ctx.Pipe()
         p = ctx.Process(target=worker, args=(there, dry), daemon=True)
         p.start()
@@ -217,6 +226,31 @@ def measure_all(ctx, pipes, procs, out_path, secs, sizes, duties, dry):
         return got
 
     print("gpu:", gpu, flush=True)
+    if combos:
+        size = sizes[0]
+        units = []
+        for i in range(len(procs)):  # each worker warms the size up (its cuBLAS handle)
+            ask(i, "calibrate", size)
+            units.append(answer(i))
+        unit = units[0]
+        doc["unit_ms"][size] = unit
+        print(f"matmul {size}^2: {unit:.4f} ms alone", flush=True)
+
+        def job(i, d):
+            p = PERIODS_MS[i] / 1000
+            duty = float(d.rstrip("s"))
+            kind = size + ("s" if d.endswith("s") else "")
+            return (kind, duty, max(1, round(duty * p * 1000 / unit)), (1 - duty) * p)
+
+        done = set()
+        for combo in combos:
+            for i, d in enumerate(combo):
+                if (i, d) not in done:
+                    done.add((i, d))
+                    measure(f"solo size={size}", {i: job(i, d)})
+        for combo in combos:
+            measure(f"combo size={size}", {i: job(i, d) for i, d in enumerate(combo)})
+        sizes = []
     for size in sizes:
         ask(0, "calibrate", size)
         unit = answer(0)
@@ -236,7 +270,7 @@ def measure_all(ctx, pipes, procs, out_path, secs, sizes, duties, dry):
             for b in duties[a_i:]:
                 measure(f"pair size={size}", {0: spec(0, a), 1: spec(1, b)})
 
-    if os.environ.get("COLOC_RESNET", "1") != "0":
+    if os.environ.get("COLOC_RESNET", "1") != "0" and not combos:
         steps = []
         for i in (0, 1):
             ask(i, "calibrate", "resnet50")
