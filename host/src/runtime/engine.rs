@@ -3,7 +3,7 @@
 use super::bindings::{v0_3, v0_4};
 use super::budget::{MemoryAccount, SandboxLimiter};
 use super::contract::ContractIndices;
-use super::fault::PolicyFault;
+use super::fault::{FaultLimits, PolicyFault};
 use super::guest_text::{MAX_ERROR_TEXT, MAX_NAME_TEXT, guest_text, is_plain};
 use super::inspect::{CompileLimits, ImportClass, Inspection, inspect_component};
 use super::instance::PolicyInstance;
@@ -61,6 +61,17 @@ pub struct RuntimeConfig {
     pub compiled_cache_bytes: usize,
     /// Soft limit of the on-disk cache (`cache_dir`), in bytes.
     pub disk_cache_bytes: u64,
+}
+
+impl RuntimeConfig {
+    /// The bounds a call's fault names (deadline, guest memory, answer size).
+    pub fn fault_limits(&self) -> FaultLimits {
+        FaultLimits {
+            deadline: self.deadline,
+            memory_cap: self.memory_limit,
+            answer_cap: self.max_answer_bytes,
+        }
+    }
 }
 
 impl Default for RuntimeConfig {

@@ -41,17 +41,23 @@ pub enum PolicyFault {
     AnswerTooLarge(usize),
 }
 
+/// The sandbox's bounds a fault names when a guest call runs past one of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FaultLimits {
+    /// Wall-clock deadline of one call.
+    pub deadline: Duration,
+    /// Guest memory bound, bytes.
+    pub memory_cap: usize,
+    /// What lifting one answer may make the host allocate, bytes.
+    pub answer_cap: usize,
+}
+
 impl PolicyFault {
     /// Classifies an error from a guest call.
-    pub fn from_call_error(
-        err: &wasmtime::Error,
-        deadline: Duration,
-        memory_cap: usize,
-        answer_cap: usize,
-    ) -> PolicyFault {
+    pub fn from_call_error(err: &wasmtime::Error, limits: &FaultLimits) -> PolicyFault {
         if let Some(trap) = err.downcast_ref::<wasmtime::Trap>() {
             return match trap {
-                wasmtime::Trap::Interrupt => PolicyFault::Deadline(deadline),
+                wasmtime::Trap::Interrupt => PolicyFault::Deadline(limits.deadline),
                 wasmtime::Trap::OutOfFuel => PolicyFault::OutOfFuel,
                 other => PolicyFault::Trap(other.to_string()),
             };
@@ -62,7 +68,7 @@ impl PolicyFault {
             return if exceeded.shared {
                 PolicyFault::SharedMemory(exceeded.clone())
             } else {
-                PolicyFault::MemoryCap(memory_cap)
+                PolicyFault::MemoryCap(limits.memory_cap)
             };
         }
         let chain: Vec<String> = err.chain().map(|e| e.to_string()).collect();
@@ -72,13 +78,13 @@ impl PolicyFault {
             .iter()
             .any(|m| m.contains("fuel allocated for hostcalls has been exhausted"))
         {
-            return PolicyFault::AnswerTooLarge(answer_cap);
+            return PolicyFault::AnswerTooLarge(limits.answer_cap);
         }
         if chain
             .iter()
             .any(|m| m.contains("growing memory") || m.contains("memory limit"))
         {
-            return PolicyFault::MemoryCap(memory_cap);
+            return PolicyFault::MemoryCap(limits.memory_cap);
         }
         // A trap's text can quote the guest (function names from its name
         // section, a panic message): bounded like everything a guest says.

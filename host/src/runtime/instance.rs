@@ -3,7 +3,7 @@
 
 use super::contract::{Call, ContractExports};
 use super::engine::{CompiledPolicy, HostState};
-use super::fault::PolicyFault;
+use super::fault::{FaultLimits, PolicyFault};
 use super::ticker::Ticker;
 use crate::state::{ClusterState, DeltaFeed};
 use arbiter_policy_sdk::model::*;
@@ -68,10 +68,8 @@ pub struct CallStats {
 struct WasmInstance {
     store: Store<HostState>,
     exports: ContractExports,
-    deadline: Duration,
+    limits: FaultLimits,
     deadline_ticks: u64,
-    memory_limit: usize,
-    max_answer_bytes: usize,
     fuel: Option<u64>,
     max_log_lines: u32,
     /// Runs the deadline's clock while a call of this instance is in flight.
@@ -114,14 +112,11 @@ impl PolicyInstance {
         }
         let ticker = engine.ticker().clone();
         let running = ticker.call();
-        let instance = compiled.pre.instantiate(&mut store).map_err(|e| {
-            PolicyFault::from_call_error(
-                &e,
-                config.deadline,
-                config.memory_limit,
-                config.max_answer_bytes,
-            )
-        })?;
+        let limits = config.fault_limits();
+        let instance = compiled
+            .pre
+            .instantiate(&mut store)
+            .map_err(|e| PolicyFault::from_call_error(&e, &limits))?;
         let exports = compiled
             .roles
             .load(&mut store, &instance)
@@ -131,10 +126,8 @@ impl PolicyInstance {
             backend: Backend::Wasm(Box::new(WasmInstance {
                 store,
                 exports,
-                deadline: config.deadline,
+                limits,
                 deadline_ticks,
-                memory_limit: config.memory_limit,
-                max_answer_bytes: config.max_answer_bytes,
                 fuel: config.fuel,
                 max_log_lines: config.max_log_lines,
                 ticker,
@@ -230,9 +223,7 @@ impl PolicyInstance {
 
     fn classify(&self, e: wasmtime::Error) -> PolicyFault {
         match &self.backend {
-            Backend::Wasm(w) => {
-                PolicyFault::from_call_error(&e, w.deadline, w.memory_limit, w.max_answer_bytes)
-            }
+            Backend::Wasm(w) => PolicyFault::from_call_error(&e, &w.limits),
             Backend::Native(_) => PolicyFault::Trap(format!("{e:#}")),
         }
     }

@@ -25,7 +25,7 @@ mod ticker;
 pub use budget::{BudgetExceeded, MemoryAccount, TABLE_ELEMENT_BYTES};
 pub use contract::SERVED_VERSIONS;
 pub use engine::{CompiledPolicy, PolicyEngine, RuntimeConfig};
-pub use fault::PolicyFault;
+pub use fault::{FaultLimits, PolicyFault};
 pub use guest_text::{MAX_ERROR_TEXT, MAX_NAME_TEXT, guest_text, is_plain};
 pub use inspect::{CodeStats, CompileLimits, ImportClass, Inspection, inspect_component};
 pub use instance::{CallStats, NativePolicy, PolicyInstance};
