@@ -10,9 +10,12 @@ burst / iteration, is the model's `demand`. The two jobs iterate with different 
 ResNet-50 (batch 64, synthetic data, SGD) with a gap that sets its duty.
 
   colocation.py [OUT.json]
-  colocation.py --fit OUT.json   each paired job's speed (solo iteration time / paired) against
-                                 the law 1 / speed = 1 + k * d_i * d_j (d: duty cycles alone),
-                                 with k fitted by least squares over every paired job
+  colocation.py --fit OUT.json... each paired job's speed (solo iteration time / paired) against
+                                 the law 1 / speed = 1 + k * d_i * d_j (d: duty cycles alone;
+                                 beside several jobs, d_j summed), k fitted by least squares
+                                 over the jobs that synchronise once a burst; with jobs that
+                                 synchronise after every kernel, the simulator's sync terms
+                                 too (truth::collision_growth: wait and release, k held)
 Env: COLOC_COMBOS (instead of the grid: jobs run together, e.g. "0.3,0.3,0.3 0.1s,0.9" — a
      duty per job, up to four jobs; a duty ending in "s" synchronises after every kernel, as
      a job that reads results back within its step does; first size of COLOC_SIZES),
@@ -22,7 +25,7 @@ Env: COLOC_COMBOS (instead of the grid: jobs run together, e.g. "0.3,0.3,0.3 0.1
      check the orchestration).
 Prints one RESULT line per run; OUT.json (rewritten after every run) holds them all.
 """
-import json, multiprocessing as mp, os, signal, statistics, subprocess, sys, time
+import json, math, multiprocessing as mp, os, signal, statistics, subprocess, sys, time
 
 PERIODS_MS = (100.0, 130.0, 170.0, 210.0)
 LEAD_S = 1.0  # both workers warm up (and meet) before the window opens
@@ -122,40 +125,80 @@ def worker(conn, dry):
             conn.send(("err", repr(e)))
 
 
-def fit(path):
-    doc = json.load(open(path))
-    solo = {}
-    for r in doc["runs"]:
-        if r["label"].startswith("solo"):
-            for w, j in r["jobs"].items():
-                solo[(w, j["kind"], j["duty_target"])] = j
+def paired_rows(paths):
+    """Every job of every pair or combo in the files: (kind, its duty alone, its sync rate,
+    [(duty, sync rate) of each other job], its speed). A sync rate is host synchronisations
+    per ms of the job's burst alone (0 for a job that synchronises once a burst)."""
     rows = []
-    for r in doc["runs"]:
-        if not r["label"].startswith(("pair", "combo")):
-            continue
-        for w, j in r["jobs"].items():
-            others = [solo[(k, v["kind"], v["duty_target"])] | {"kind": v["kind"]}
-                      for k, v in r["jobs"].items() if k != w]
-            me = solo[(w, j["kind"], j["duty_target"])]
-            rows.append((j["kind"], me["duty"], "+".join(o["kind"] for o in others),
-                         sum(o["duty"] for o in others), me["iter_ms"] / j["iter_ms"]))
-    # 1 / speed = 1 + k * d_i * (the others' duties summed): one job beside one is the pair law
-    x = [di * dj for _, di, _, dj, _ in rows]
-    k = sum((1 / sp - 1) * xi for (*_, sp), xi in zip(rows, x)) / sum(xi * xi for xi in x)
+    for path in paths:
+        doc = json.load(open(path))
+        solo = {}
+        for r in doc["runs"]:
+            if r["label"].startswith("solo"):
+                for w, j in r["jobs"].items():
+                    solo[(w, j["kind"], j["duty_target"])] = j
+
+        def sync_rate(w, j, alone):
+            if not j["kind"].endswith("s"):
+                return 0.0
+            unit = doc["unit_ms"][j["kind"].rstrip("s")]
+            kernels = max(1, round(j["duty_target"] * PERIODS_MS[int(w)] / unit))
+            return kernels / alone["burst_ms"]
+
+        for r in doc["runs"]:
+            if not r["label"].startswith(("pair", "combo")):
+                continue
+            alone = {w: solo.get((w, j["kind"], j["duty_target"])) for w, j in r["jobs"].items()}
+            if None in alone.values():
+                missing = [w for w, a in alone.items() if a is None]
+                print(f"skipped `{r['label']}` in {path}: no solo run of worker(s) {missing}",
+                      file=sys.stderr)
+                continue
+            jobs = {w: (alone[w]["duty"], sync_rate(w, j, alone[w])) for w, j in r["jobs"].items()}
+            for w, j in r["jobs"].items():
+                others = [jobs[k] for k in r["jobs"] if k != w]
+                rows.append((j["kind"], *jobs[w], others, alone[w]["iter_ms"] / j["iter_ms"]))
+    return rows
+
+
+def growth(k, wait, release, d, rate, others):
+    """1 / speed by the simulator's law (`truth::collision_growth`)."""
+    return 1 + d * sum(dj * (k / (1 + rj * release) + rate * wait) for dj, rj in others)
+
+
+def fit(paths):
+    rows = paired_rows(paths)
+    plain = [r for r in rows if r[2] == 0 and all(rj == 0 for _, rj in r[3])]
+    syncing = [r for r in rows if r not in plain]
+    # 1 / speed = 1 + k * d_i * (the others' duties summed), least squares over the jobs
+    # that synchronise once a burst; one job beside one is the pair law
+    x = [d * sum(dj for dj, _ in others) for _, d, _, others, _ in plain]
+    k = sum((1 / r[4] - 1) * xi for r, xi in zip(plain, x)) / sum(xi * xi for xi in x)
+    wait = release = 0.0
+    if syncing:
+        # then the sync terms with k held: least squares on log speed over a grid
+        def loss(w, v):
+            return sum(math.log(growth(k, w, v, d, rate, o) * sp) ** 2
+                       for _, d, rate, o, sp in syncing)
+        wait, release = min(((w / 1000, v / 1000) for w in range(0, 3001, 5)
+                             for v in range(0, 2001, 5)), key=lambda wv: loss(*wv))
     err = []
-    print("| job (duty alone) | beside (duties alone, summed) | speed | law |")
+    print("| job (duty alone, syncs/ms) | beside (duties, syncs/ms) | speed | law |")
     print("|---|---|---|---|")
-    for (ki, di, ko, dj, sp), xi in zip(rows, x):
-        law = 1 / (1 + k * xi)
+    for kind, d, rate, others, sp in plain + syncing:
+        law = 1 / growth(k, wait, release, d, rate, others)
         err.append(abs(law - sp) / sp)
-        print(f"| {ki} ({di:.2f}) | {ko} ({dj:.2f}) | {sp:.3f} | {law:.3f} |")
-    print(f"k = {k:.3f} over {len(rows)} paired jobs; |law - speed| / speed: "
-          f"mean {sum(err) / len(err):.3%}, max {max(err):.3%}")
+        beside = " + ".join(f"{dj:.2f}" + (f" ({rj:.1f})" if rj else "") for dj, rj in others)
+        print(f"| {kind} ({d:.2f}{f', {rate:.1f}' if rate else ''}) | {beside} | {sp:.3f} | {law:.3f} |")
+    print(f"k = {k:.3f} over {len(plain)} jobs that synchronise once a burst"
+          + (f"; sync wait {wait:.3f} ms, release {release:.3f} ms over {len(syncing)} jobs "
+             "beside or being one that synchronises after every kernel" if syncing else "")
+          + f"; |law - speed| / speed: mean {sum(err) / len(err):.3%}, max {max(err):.3%}")
 
 
 def main():
-    if len(sys.argv) == 3 and sys.argv[1] == "--fit":
-        return fit(sys.argv[2])
+    if len(sys.argv) >= 3 and sys.argv[1] == "--fit":
+        return fit(sys.argv[2:])
     out_path = sys.argv[1] if len(sys.argv) > 1 else None
     secs = float(os.environ.get("COLOC_SECONDS", "4"))
     sizes = os.environ.get("COLOC_SIZES", "1024 4096").split()
@@ -225,16 +268,18 @@ def measure_all(ctx, pipes, procs, out_path, secs, sizes, duties, dry):
             f"burst_ms={got[i]['burst_ms']:.2f} duty={got[i]['duty']:.3f}" for i in jobs), flush=True)
         return got
 
-    print("gpu:", gpu, flush=True)
-    if combos:
-        size = sizes[0]
+    def calibrate(size, workers):
         units = []
-        for i in range(len(procs)):  # each worker warms the size up (its cuBLAS handle)
+        for i in workers:  # each worker warms the size up (its cuBLAS handle)
             ask(i, "calibrate", size)
             units.append(answer(i))
-        unit = units[0]
-        doc["unit_ms"][size] = unit
-        print(f"matmul {size}^2: {unit:.4f} ms alone", flush=True)
+        doc["unit_ms"][size] = units[0]
+        print(f"matmul {size}^2: {units[0]:.4f} ms alone", flush=True)
+        return units[0]
+
+    def run_combos(size):
+        """The chosen jobs together, each one alone first."""
+        unit = calibrate(size, range(len(procs)))
 
         def job(i, d):
             p = PERIODS_MS[i] / 1000
@@ -250,14 +295,10 @@ def measure_all(ctx, pipes, procs, out_path, secs, sizes, duties, dry):
                     measure(f"solo size={size}", {i: job(i, d)})
         for combo in combos:
             measure(f"combo size={size}", {i: job(i, d) for i, d in enumerate(combo)})
-        sizes = []
-    for size in sizes:
-        ask(0, "calibrate", size)
-        unit = answer(0)
-        ask(1, "calibrate", size)  # worker 1 warms the size up too (its cuBLAS handle)
-        answer(1)
-        doc["unit_ms"][size] = unit
-        print(f"matmul {size}^2: {unit:.4f} ms alone", flush=True)
+
+    def run_grid(size):
+        """Every pair of duties, each alone first."""
+        unit = calibrate(size, (0, 1))
 
         def spec(i, d):
             p = PERIODS_MS[i] / 1000
@@ -270,14 +311,14 @@ def measure_all(ctx, pipes, procs, out_path, secs, sizes, duties, dry):
             for b in duties[a_i:]:
                 measure(f"pair size={size}", {0: spec(0, a), 1: spec(1, b)})
 
-    if os.environ.get("COLOC_RESNET", "1") != "0" and not combos:
+    def run_resnet(mm):
+        """torchvision's ResNet-50 beside a matmul job of size `mm` (measured by run_grid)."""
         steps = []
         for i in (0, 1):
             ask(i, "calibrate", "resnet50")
             steps.append(answer(i))
         doc["unit_ms"]["resnet50"] = steps
         print(f"resnet50 step alone: {steps[0]:.2f} / {steps[1]:.2f} ms", flush=True)
-        mm = sizes[0]
         unit = doc["unit_ms"][mm]
 
         def rn(i, d):
@@ -291,11 +332,22 @@ def measure_all(ctx, pipes, procs, out_path, secs, sizes, duties, dry):
         measure("solo resnet50", {1: rn(1, 0.9)})
         measure("solo resnet50", {0: rn(0, 0.5)})
         for d in (0.1, 0.3, 0.5):
+            if d not in duties:  # the pair's matmul job alone, unless the grid had it
+                measure(f"solo size={mm}", {1: small(d)})
             measure(f"pair resnet50+size={mm}", {0: rn(0, 0.9), 1: small(d)})
         measure("pair resnet50+resnet50", {0: rn(0, 0.9), 1: rn(1, 0.9)})
         measure("pair resnet50+resnet50", {0: rn(0, 0.5), 1: rn(1, 0.9)})
 
-    for i in (0, 1):
+    print("gpu:", gpu, flush=True)
+    if combos:
+        run_combos(sizes[0])
+    else:
+        for size in sizes:
+            run_grid(size)
+        if os.environ.get("COLOC_RESNET", "1") != "0":
+            run_resnet(sizes[0])
+
+    for i in range(len(procs)):
         ask(i, "quit")
     for p in procs:
         p.join(timeout=10)
