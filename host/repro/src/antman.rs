@@ -3,8 +3,11 @@
 //! [`arbiter_sim::models::antman`], and the figures the paper publishes.
 
 use anyhow::Context;
-use arbiter_sim::models::antman::{AntmanMetrics, AntmanSimConfig, JobEnd, SpillRule, run_antman};
+use arbiter_sim::models::antman::{
+    AntmanMetrics, AntmanSimConfig, BANDWIDTH_RATIO, JobEnd, SpillRule, run_antman, table_3_models,
+};
 use arbiter_sim::parallel_map;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// One configuration of Table 2.
@@ -224,6 +227,10 @@ pub struct TraceSetup {
     /// measured on an H100: [`arbiter_sim::models::antman::TIMESLICE_INTERFERENCE`]); a knob
     /// here for the sensitivity table only.
     pub timeslice_interference: f64,
+    /// Models that synchronise with the host many times per step, and how often (per ms of
+    /// their GPU work; [`arbiter_sim::models::antman::truth`]). None by default: no model's
+    /// rate is measured; a knob here for the sensitivity table only.
+    pub sync_rates: BTreeMap<String, f64>,
     pub seeds: Vec<u64>,
 }
 
@@ -237,6 +244,7 @@ impl Default for TraceSetup {
             coordinator_period_ms: 10_000,
             stragglers: false,
             timeslice_interference: arbiter_sim::models::antman::TIMESLICE_INTERFERENCE,
+            sync_rates: BTreeMap::new(),
             seeds: (1..=5).collect(),
         }
     }
@@ -273,7 +281,7 @@ pub fn pai_straggler_factors() -> anyhow::Result<Vec<f64>> {
                 .with_context(|| format!("the AntMan trace experiment needs `{name}`"))?;
             let samples = arbiter_traces::pai::load_minibatch(&file)
                 .with_context(|| format!("loading `{}`", file.display()))?;
-            let mut by_step: std::collections::BTreeMap<u32, Vec<u32>> = Default::default();
+            let mut by_step: BTreeMap<u32, Vec<u32>> = Default::default();
             for s in samples {
                 by_step.entry(s.time).or_default().push(s.batch_time_norm);
             }
@@ -344,6 +352,13 @@ pub fn trace_scenario(
             }
         })
         .collect();
+    let mut models = table_3_models(BANDWIDTH_RATIO);
+    for (name, &rate) in &setup.sync_rates {
+        models
+            .get_mut(name)
+            .with_context(|| format!("no model `{name}` to give a sync rate"))?
+            .sync_rate = rate;
+    }
     Ok(AntmanSimConfig {
         nodes: 8,
         gpus_per_node: 8,
@@ -351,6 +366,7 @@ pub fn trace_scenario(
         quotas: [("tenant-a".to_string(), 64), ("tenant-b".to_string(), 0)].into(),
         coordinator_period_ms: setup.coordinator_period_ms,
         timeslice_interference: setup.timeslice_interference,
+        models,
         horizon_ms: 90 * 24 * 3_600_000,
         ..AntmanSimConfig::default()
     })

@@ -218,6 +218,17 @@ fn fig_13_antman_cuts_average_jct_against_yarn_cs_and_holds_level_with_gandiva()
     assert!(g >= 0.9, "Gandiva / AntMan {g:.2}");
 }
 
+/// Fig. 13's median ratios (YARN-CS / AntMan, Gandiva / AntMan) over the set-up's seeds.
+fn fig_13_medians(setup: &arbiter_repro::antman::TraceSetup) -> (f64, f64) {
+    let seeds = arbiter_repro::antman::fig_13(setup).expect("Fig. 13 runs");
+    let median = |pick: fn((f64, f64)) -> f64| {
+        let mut v: Vec<f64> = seeds.iter().filter_map(|s| s.ratios()).map(pick).collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    (median(|r| r.0), median(|r| r.1))
+}
+
 /// How Fig. 13's ratios move with the time-slicing interference below saturation: none (the
 /// model before it was measured), the H100's (the default), and two and four times that
 /// (jobs that synchronise many times per step, as ESPnet's decoding does, lose more to
@@ -225,29 +236,44 @@ fn fig_13_antman_cuts_average_jct_against_yarn_cs_and_holds_level_with_gandiva()
 #[test]
 #[ignore = "prints the table; minutes of runs"]
 fn print_fig_13_interference_sensitivity() {
-    use arbiter_repro::antman::{TraceSetup, fig_13};
+    use arbiter_repro::antman::TraceSetup;
     let base = TraceSetup::default();
     println!("| κ | YARN-CS / AntMan | Gandiva / AntMan |");
     println!("|---|---|---|");
     for k in [0.0, base.timeslice_interference, 2.42, 4.84] {
-        let seeds = fig_13(&TraceSetup {
+        let (y, g) = fig_13_medians(&TraceSetup {
             timeslice_interference: k,
             ..base.clone()
-        })
-        .expect("Fig. 13 runs");
-        let mut y: Vec<f64> = seeds
-            .iter()
-            .filter_map(|s| s.ratios())
-            .map(|r| r.0)
-            .collect();
-        let mut g: Vec<f64> = seeds
-            .iter()
-            .filter_map(|s| s.ratios())
-            .map(|r| r.1)
-            .collect();
-        y.sort_by(f64::total_cmp);
-        g.sort_by(f64::total_cmp);
-        println!("| {k} | {:.2} | {:.2} |", y[y.len() / 2], g[g.len() / 2]);
+        });
+        println!("| {k} | {y:.2} | {g:.2} |");
+    }
+}
+
+/// How Fig. 13's ratios move when some models synchronise with the host many times per step
+/// (the H100's crowding-out below saturation, `truth`'s sync rule): ESPnet (decoding), then
+/// also the graph models (sampling), at rates from a few per ms of GPU work to the measured
+/// synthetic job's 12 (a sync after every 80 µs kernel). No model's rate is measured.
+#[test]
+#[ignore = "prints the table; minutes of runs"]
+fn print_fig_13_sync_sensitivity() {
+    use arbiter_repro::antman::TraceSetup;
+    let base = TraceSetup::default();
+    println!(
+        "| models that synchronise often | syncs per ms of GPU work | YARN-CS / AntMan | Gandiva / AntMan |"
+    );
+    println!("|---|---|---|---|");
+    for (models, rate) in [
+        (&["espnet"][..], 1.0),
+        (&["espnet"][..], 4.0),
+        (&["espnet"][..], 12.0),
+        (&["espnet", "graphsage", "gcn"][..], 4.0),
+        (&["espnet", "graphsage", "gcn"][..], 12.0),
+    ] {
+        let (y, g) = fig_13_medians(&TraceSetup {
+            sync_rates: models.iter().map(|m| (m.to_string(), rate)).collect(),
+            ..base.clone()
+        });
+        println!("| {} | {rate} | {y:.2} | {g:.2} |", models.join(", "));
     }
 }
 

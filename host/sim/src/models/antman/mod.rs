@@ -66,6 +66,10 @@ pub struct ModelTruth {
     pub memory_mib: u32,
     /// Traffic hotness of its spilled bytes ([`truth`]).
     pub spill_hotness: f64,
+    /// Host synchronisations per ms of its GPU work alone ([`truth`]; 0, the default: once a
+    /// step).
+    #[serde(default)]
+    pub sync_rate: f64,
 }
 
 impl ModelTruth {
@@ -75,6 +79,7 @@ impl ModelTruth {
             weight: self.weight,
             need_mib: self.memory_mib,
             spill_hotness: self.spill_hotness,
+            sync_rate: self.sync_rate,
         }
     }
 
@@ -88,6 +93,9 @@ impl ModelTruth {
         }
         if !(self.spill_hotness.is_finite() && self.spill_hotness >= 0.0) {
             bail!("{what}: spill_hotness must be non-negative");
+        }
+        if !(self.sync_rate.is_finite() && self.sync_rate >= 0.0) {
+            bail!("{what}: sync_rate must be non-negative");
         }
         Ok(())
     }
@@ -154,6 +162,11 @@ pub struct AntmanSimConfig {
     /// How much uncapped jobs below saturation slow each other
     /// ([`TIMESLICE_INTERFERENCE`]; 0: not at all).
     pub timeslice_interference: f64,
+    /// What one host synchronisation waits beside a busy job ([`SYNC_WAIT_MS`]).
+    pub sync_wait_ms: f64,
+    /// How much a job's synchronisations spare the jobs it collides with
+    /// ([`SYNC_RELEASE_MS`]).
+    pub sync_release_ms: f64,
     pub models: BTreeMap<String, ModelTruth>,
     pub jobs: Vec<JobPlan>,
     /// Tenant quotas in GPUs (a tenant not listed is unlimited; 0: no quota).
@@ -182,6 +195,8 @@ impl Default for AntmanSimConfig {
             bandwidth_ratio: ratio,
             packing_efficiency: PACKING_EFFICIENCY,
             timeslice_interference: TIMESLICE_INTERFERENCE,
+            sync_wait_ms: SYNC_WAIT_MS,
+            sync_release_ms: SYNC_RELEASE_MS,
             models,
             jobs: vec![
                 JobPlan {
@@ -239,6 +254,23 @@ pub const PACKING_EFFICIENCY: f64 = 0.57;
 /// The paper's V100 is not measured (its Fig. 12 says it lost more above saturation).
 pub const TIMESLICE_INTERFERENCE: f64 = 1.21;
 
+/// What one host synchronisation of a job that nothing caps waits while another such job
+/// keeps the GPU busy, ms: its next kernel queues behind the other context's time slice.
+/// Fitted with [`SYNC_RELEASE_MS`] (least squares on log speed, κ held) to a job that
+/// synchronises after every kernel beside a busy one on an H100 (`COLOC_COMBOS`,
+/// 2026-11-28: two pairs, the synchronising job's speed within 14 %):
+/// `scripts/gpu/colocation.py --fit` on both H100 files prints these two (and κ = 1.23
+/// over the 77 jobs that synchronise once a step). Only a model with a `sync_rate` pays it;
+/// none of Table 3's has one by default (their rates are not measured;
+/// docs/reproductions/antman.md).
+pub const SYNC_WAIT_MS: f64 = 0.46;
+
+/// How much a job's synchronisations spare the jobs it collides with: a job at sync rate σ
+/// holds the GPU for one kernel at a time, so others pay `κ / (1 + σ · this)` per
+/// collision with it. Fitted with [`SYNC_WAIT_MS`]: the busy job of the two pairs within
+/// 0.4 %.
+pub const SYNC_RELEASE_MS: f64 = 0.15;
+
 /// The nine models of AntMan's Table 3 (and Table 1's GCN and ResNet-50), as this
 /// simulator's ground truth. Memory: Table 1 for GCN and ResNet-50, ours for the rest (what
 /// the model and dataset of Table 3 need on a 32 GB V100 at common batch sizes). Demand
@@ -258,6 +290,7 @@ pub fn table_3_models(ratio: f64) -> BTreeMap<String, ModelTruth> {
         weight,
         memory_mib,
         spill_hotness,
+        sync_rate: 0.0,
     };
     BTreeMap::from([
         ("resnet50".to_string(), m(120.0, 0.9, 3.0, 30_720, 1.0)),
@@ -306,6 +339,14 @@ impl ModelConfigFile for AntmanSimConfig {
         }
         if !(self.timeslice_interference.is_finite() && self.timeslice_interference >= 0.0) {
             bail!("timeslice_interference must be a finite number ≥ 0");
+        }
+        for (name, v) in [
+            ("sync_wait_ms", self.sync_wait_ms),
+            ("sync_release_ms", self.sync_release_ms),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                bail!("{name} must be a finite number ≥ 0");
+            }
         }
         for (name, m) in &self.models {
             m.check(name)?;
@@ -943,6 +984,8 @@ pub fn run_antman(
             bandwidth_ratio: cfg.bandwidth_ratio,
             packing_efficiency: cfg.packing_efficiency,
             timeslice_interference: cfg.timeslice_interference,
+            sync_wait_ms: cfg.sync_wait_ms,
+            sync_release_ms: cfg.sync_release_ms,
         },
         left: jobs.len(),
         jobs,
@@ -1018,6 +1061,8 @@ mod tests {
             bandwidth_ratio: BANDWIDTH_RATIO,
             packing_efficiency: PACKING_EFFICIENCY,
             timeslice_interference: TIMESLICE_INTERFERENCE,
+            sync_wait_ms: SYNC_WAIT_MS,
+            sync_release_ms: SYNC_RELEASE_MS,
         };
         // Fig. 12's ResNet-50 fits beside ESPnet (its batch is not Table 1's 30 GB one).
         let resident = |name: &str, share: f64| Resident {
@@ -1048,6 +1093,12 @@ mod tests {
         assert_eq!(cfg.models.len(), 9);
         assert!(AntmanSimConfig::from_toml("packing_efficiency = 0.0").is_err());
         assert!(AntmanSimConfig::from_toml("timeslice_interference = -1.0").is_err());
+        assert!(AntmanSimConfig::from_toml("sync_wait_ms = -0.5").is_err());
+        let model = "jobs = []\n[models.m]\niteration_ms = 100.0\ndemand = 0.5\nweight = 1.0\nmemory_mib = 1024\nspill_hotness = 1.0";
+        let syncing = AntmanSimConfig::from_toml(&format!("{model}\nsync_rate = 4.0"))
+            .expect("a model with a sync rate");
+        assert_eq!(syncing.models["m"].sync_rate, 4.0);
+        assert!(AntmanSimConfig::from_toml(&format!("{model}\nsync_rate = -1.0")).is_err());
         assert!(AntmanSimConfig::from_toml("spill = \"sometimes\"").is_err());
         assert!(
             AntmanSimConfig::from_toml("coordinator_period = 1").is_err(),
