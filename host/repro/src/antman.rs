@@ -4,7 +4,8 @@
 
 use anyhow::Context;
 use arbiter_sim::models::antman::{
-    AntmanMetrics, AntmanSimConfig, BANDWIDTH_RATIO, JobEnd, SpillRule, run_antman, table_3_models,
+    AntmanMetrics, AntmanSimConfig, BANDWIDTH_RATIO, JobEnd, ModelTruth, SpillRule, run_antman,
+    table_3_models,
 };
 use arbiter_sim::parallel_map;
 use std::collections::BTreeMap;
@@ -227,10 +228,10 @@ pub struct TraceSetup {
     /// measured on an H100: [`arbiter_sim::models::antman::TIMESLICE_INTERFERENCE`]); a knob
     /// here for the sensitivity table only.
     pub timeslice_interference: f64,
-    /// Models that synchronise with the host many times per step, and how often (per ms of
-    /// their GPU work; [`arbiter_sim::models::antman::truth`]). None by default: no model's
-    /// rate is measured; a knob here for the sensitivity table only.
-    pub sync_rates: BTreeMap<String, f64>,
+    /// The nine models' ground truth (default: [`table_3_models`] at the V100's bandwidth
+    /// ratio). Changed here for the sensitivity tables only: a model's demand (how dense
+    /// packed pairs are) or its sync rate (none of Table 3's is measured).
+    pub models: BTreeMap<String, ModelTruth>,
     pub seeds: Vec<u64>,
 }
 
@@ -244,7 +245,7 @@ impl Default for TraceSetup {
             coordinator_period_ms: 10_000,
             stragglers: false,
             timeslice_interference: arbiter_sim::models::antman::TIMESLICE_INTERFERENCE,
-            sync_rates: BTreeMap::new(),
+            models: table_3_models(BANDWIDTH_RATIO),
             seeds: (1..=5).collect(),
         }
     }
@@ -352,13 +353,6 @@ pub fn trace_scenario(
             }
         })
         .collect();
-    let mut models = table_3_models(BANDWIDTH_RATIO);
-    for (name, &rate) in &setup.sync_rates {
-        models
-            .get_mut(name)
-            .with_context(|| format!("no model `{name}` to give a sync rate"))?
-            .sync_rate = rate;
-    }
     Ok(AntmanSimConfig {
         nodes: 8,
         gpus_per_node: 8,
@@ -366,7 +360,7 @@ pub fn trace_scenario(
         quotas: [("tenant-a".to_string(), 64), ("tenant-b".to_string(), 0)].into(),
         coordinator_period_ms: setup.coordinator_period_ms,
         timeslice_interference: setup.timeslice_interference,
-        models,
+        models: setup.models.clone(),
         horizon_ms: 90 * 24 * 3_600_000,
         ..AntmanSimConfig::default()
     })
