@@ -303,9 +303,10 @@ fn print_fig_13_sync_sensitivity() {
 
 /// How Fig. 13's ratios move when packed pairs are denser than our demands make them: the
 /// graph and recommendation models' demands (ours, not measured; ESPnet's 0.3 is Fig. 12's
-/// anchor and kept) raised by a step, doubled, or made as dense as VGG16. Gandiva packs by
-/// memory, blind to demand, so denser light models make its pairs collide and saturate;
-/// AntMan's coordinator paces the opportunistic side of a guaranteed GPU.
+/// anchor and kept) raised by a step, doubled, or made as dense as VGG16. Gandiva packs
+/// wherever memory fits (the least-utilized such GPU, with no bound on its utilization), so
+/// denser light models make its pairs collide and saturate; AntMan lends only GPUs below M
+/// and paces the opportunistic side of a guaranteed GPU.
 #[test]
 #[ignore = "prints the table; minutes of runs"]
 fn print_fig_13_demand_sensitivity() {
