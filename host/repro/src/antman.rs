@@ -4,11 +4,11 @@
 
 use anyhow::Context;
 use arbiter_sim::models::antman::{
-    AntmanMetrics, AntmanSimConfig, BANDWIDTH_RATIO, JobEnd, ModelTruth, SpillRule, run_antman,
-    table_3_models,
+    AntmanMetrics, AntmanSimConfig, BANDWIDTH_RATIO, JobEnd, JobPlan, JobRow, ModelTruth,
+    SpillRule, run_antman, table_3_models,
 };
 use arbiter_sim::parallel_map;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 /// One configuration of Table 2.
@@ -232,6 +232,11 @@ pub struct TraceSetup {
     /// ratio). Changed here for the sensitivity tables only: a model's demand (how dense
     /// packed pairs are) or its sync rate (none of Table 3's is measured).
     pub models: BTreeMap<String, ModelTruth>,
+    /// Whether Gandiva's run keeps the tenants' QoS (ours: yes — Tenant-A's jobs are
+    /// guaranteed in every run, so Gandiva packs a Tenant-B job beside a Tenant-A one but
+    /// never two Tenant-A jobs, which the contract cannot put on one GPU). `false`: Gandiva
+    /// as OSDI '18 built it, with no tenants or guarantees — see [`without_tenants`].
+    pub gandiva_keeps_qos: bool,
     pub seeds: Vec<u64>,
 }
 
@@ -246,6 +251,7 @@ impl Default for TraceSetup {
             stragglers: false,
             timeslice_interference: arbiter_sim::models::antman::TIMESLICE_INTERFERENCE,
             models: table_3_models(BANDWIDTH_RATIO),
+            gandiva_keeps_qos: true,
             seeds: (1..=5).collect(),
         }
     }
@@ -313,7 +319,7 @@ pub fn trace_scenario(
     stragglers: &[f64],
     seed: u64,
 ) -> anyhow::Result<AntmanSimConfig> {
-    use arbiter_sim::models::antman::{JobPlan, TABLE_3_CATEGORIES};
+    use arbiter_sim::models::antman::TABLE_3_CATEGORIES;
     use rand::{Rng, SeedableRng};
     use rand_distr::{Distribution, Exp};
     if shapes.is_empty() || setup.jobs == 0 || setup.load.is_nan() || setup.load <= 0.0 {
@@ -366,9 +372,10 @@ pub fn trace_scenario(
     })
 }
 
-/// Fig. 13's three schedulers: YARN-CS, Gandiva (packing with its memory check, no node
-/// control, no universal memory), AntMan (scheduler, coordinator, universal memory).
-pub const FIG_13_SETTINGS: [Setting; 3] = [
+/// Fig. 13's schedulers: YARN-CS, Gandiva (packing with its memory check, no node
+/// control, no universal memory), AntMan (scheduler, coordinator, universal memory) — Fig.
+/// 13a — and YARN-CS with preemption, Fig. 13b's reference for Tenant-A's jobs.
+pub const FIG_13_SETTINGS: [Setting; 4] = [
     Setting {
         label: "YARN-CS",
         scheduler: "yarn-cs",
@@ -390,20 +397,62 @@ pub const FIG_13_SETTINGS: [Setting; 3] = [
         coordinator: Some("antman"),
         spill: SpillRule::All,
     },
+    Setting {
+        label: "YARN-CS-preempt",
+        scheduler: "yarn-cs",
+        config: "preemption = true",
+        coordinator: None,
+        spill: SpillRule::None,
+    },
 ];
+
+/// Fig. 13b (§5.2): "the JCT of AntMan is almost the same as YARN-CS-preempt, however,
+/// YARN-CS-preempt achieves it with 46% of jobs being preempted".
+pub const PAPER_FIG_13B_PREEMPTED: f64 = 0.46;
 
 /// One seed's runs, in [`FIG_13_SETTINGS`] order.
 pub struct Fig13Seed {
     pub seed: u64,
     pub runs: Vec<(&'static str, AntmanMetrics)>,
+    /// The names of Tenant-A's (guaranteed) jobs.
+    pub tenant_a: BTreeSet<String>,
 }
 
 impl Fig13Seed {
+    fn run(&self, label: &str) -> Option<&AntmanMetrics> {
+        self.runs.iter().find(|r| r.0 == label).map(|r| &r.1)
+    }
+
     pub fn mean_jct(&self, label: &str) -> Option<f64> {
-        self.runs
+        self.run(label).map(|m| m.mean_jct_min)
+    }
+
+    /// Tenant-A's mean JCT (minutes) under `label`, over its finished jobs (Fig. 13b).
+    pub fn tenant_a_mean_jct(&self, label: &str) -> Option<f64> {
+        let jcts: Vec<f64> = self
+            .run(label)?
+            .jobs
             .iter()
-            .find(|r| r.0 == label)
-            .map(|r| r.1.mean_jct_min)
+            .filter(|j| self.tenant_a.contains(&j.name))
+            .filter_map(|j| j.jct_min)
+            .collect();
+        (!jcts.is_empty()).then(|| jcts.iter().sum::<f64>() / jcts.len() as f64)
+    }
+
+    /// The share of jobs under `label` preempted at least once: (of all jobs, of Tenant-B's).
+    pub fn preempted_share(&self, label: &str) -> Option<(f64, f64)> {
+        let jobs = &self.run(label)?.jobs;
+        let share = |of: &mut dyn Iterator<Item = &JobRow>| {
+            let (mut hit, mut n) = (0usize, 0usize);
+            for j in of {
+                hit += usize::from(j.preemptions > 0);
+                n += 1;
+            }
+            hit as f64 / n.max(1) as f64
+        };
+        let all = share(&mut jobs.iter());
+        let b = share(&mut jobs.iter().filter(|j| !self.tenant_a.contains(&j.name)));
+        Some((all, b))
     }
 
     /// (YARN-CS, Gandiva) mean JCT over AntMan's.
@@ -413,7 +462,32 @@ impl Fig13Seed {
     }
 }
 
-/// Runs Fig. 13's settings on every seed of `setup` (each seed's three in parallel).
+/// Workers on one GPU under Gandiva's default configuration (`max_jobs_per_gpu`).
+const GANDIVA_JOBS_PER_GPU: u32 = 2;
+
+/// The scenario as a scheduler with no tenants sees it: every job opportunistic (no
+/// guarantee, no quota to charge) and the sharing rules widened so `jobs_per_gpu`
+/// whole-GPU workers fit on one GPU — Gandiva's packing of any two jobs, Tenant-A's with
+/// each other included. The physics does not read a job's QoS (only the spill rule and the
+/// coordinator do), so the jobs run exactly as they would guaranteed.
+pub fn without_tenants(cfg: AntmanSimConfig, jobs_per_gpu: u32) -> AntmanSimConfig {
+    let jobs = cfg
+        .jobs
+        .into_iter()
+        .map(|j| JobPlan {
+            opportunistic: true,
+            ..j
+        })
+        .collect();
+    AntmanSimConfig {
+        jobs,
+        oversub_milli: 1000 * jobs_per_gpu,
+        max_shared_workers: cfg.max_shared_workers.max(jobs_per_gpu),
+        ..cfg
+    }
+}
+
+/// Runs Fig. 13's settings on every seed of `setup`, all runs in one thread pool.
 pub fn fig_13(setup: &TraceSetup) -> anyhow::Result<Vec<Fig13Seed>> {
     let shapes = philly_shapes(setup)?;
     let stragglers = if setup.stragglers {
@@ -434,28 +508,47 @@ pub fn fig_13(setup: &TraceSetup) -> anyhow::Result<Vec<Fig13Seed>> {
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    setup
+    let scenarios = setup
         .seeds
         .iter()
-        .map(|&seed| {
-            let base = trace_scenario(setup, &shapes, &stragglers, seed)?;
-            let metrics = parallel_map(&policies, threads, |(s, scheduler, coordinator)| {
-                let cfg = AntmanSimConfig {
-                    spill: s.spill,
-                    ..base.clone()
-                };
-                run_antman(scheduler, coordinator.as_ref(), &cfg)
-            })?;
-            Ok(Fig13Seed {
-                seed,
-                runs: FIG_13_SETTINGS
-                    .iter()
-                    .map(|s| s.label)
-                    .zip(metrics)
-                    .collect(),
-            })
+        .map(|&seed| Ok((seed, trace_scenario(setup, &shapes, &stragglers, seed)?)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    // Every (seed, setting) run in one pool: AntMan's runs (coordinators as Wasm) take
+    // several times the others', so one seed at a time would leave cores idle.
+    let runs: Vec<(usize, usize)> = (0..scenarios.len())
+        .flat_map(|k| (0..policies.len()).map(move |p| (k, p)))
+        .collect();
+    let mut metrics = parallel_map(&runs, threads, |&(k, p)| {
+        let (s, scheduler, coordinator) = &policies[p];
+        let cfg = AntmanSimConfig {
+            spill: s.spill,
+            ..scenarios[k].1.clone()
+        };
+        let cfg = if s.scheduler == "gandiva" && !setup.gandiva_keeps_qos {
+            without_tenants(cfg, GANDIVA_JOBS_PER_GPU)
+        } else {
+            cfg
+        };
+        run_antman(scheduler, coordinator.as_ref(), &cfg)
+    })?
+    .into_iter();
+    Ok(scenarios
+        .into_iter()
+        .map(|(seed, base)| Fig13Seed {
+            seed,
+            tenant_a: base
+                .jobs
+                .iter()
+                .filter(|j| !j.opportunistic)
+                .map(|j| j.name.clone())
+                .collect(),
+            runs: FIG_13_SETTINGS
+                .iter()
+                .map(|s| s.label)
+                .zip(metrics.by_ref())
+                .collect(),
         })
-        .collect()
+        .collect())
 }
 
 // ---------------------------------------------------------------------------------------

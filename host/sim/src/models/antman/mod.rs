@@ -415,6 +415,8 @@ pub struct JobRow {
     pub max_spilled_mib: u32,
     /// What it had on the host when it last ran, MiB.
     pub last_spilled_mib: u32,
+    /// Times it was preempted.
+    pub preemptions: u32,
 }
 
 /// What one run measured.
@@ -1032,6 +1034,7 @@ pub fn run_antman(
             end: job.end.clone(),
             max_spilled_mib: job.max_spilled_mib,
             last_spilled_mib: job.last_spilled_mib,
+            preemptions: track.preemptions,
         });
     }
     m.mean_jct_min = mean(&jcts);
