@@ -212,6 +212,8 @@ pub struct TraceSetup {
     /// arrives as fast as the cluster can do it alone, neither idle nor overloaded by
     /// construction).
     pub load: f64,
+    /// How jobs arrive at that load (ours: Poisson — the paper does not say).
+    pub arrivals: Arrivals,
     /// Philly jobs asking for more GPUs are not drawn (ours: 16, a quarter of the cluster).
     pub max_gpus: u32,
     /// Philly run times are capped at this many hours (ours: 24; the file's tail reaches
@@ -245,6 +247,7 @@ impl Default for TraceSetup {
         TraceSetup {
             jobs: 1_000,
             load: 1.0,
+            arrivals: Arrivals::Poisson,
             max_gpus: 16,
             max_hours: 24.0,
             coordinator_period_ms: 10_000,
@@ -257,11 +260,32 @@ impl Default for TraceSetup {
     }
 }
 
-/// One Philly job: run time (s) and GPUs.
-pub type PhillyShape = (f64, u32);
+/// How the trace experiment's jobs arrive. Either way the offered load is the set-up's:
+/// the mean gap between arrivals is the same, only how the arrivals bunch differs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arrivals {
+    /// Each seed draws its jobs from the whole Philly table and spaces them by
+    /// exponential gaps: arrivals with no memory and no bursts.
+    Poisson,
+    /// Each seed takes a run of consecutive Philly submissions (from a random start) with
+    /// their own run times, GPU counts and gaps, the gaps scaled by one factor to the
+    /// set-up's load: Philly's bursts and lulls (many jobs submitted within a minute, then
+    /// hours of few) kept as they were.
+    Philly,
+}
 
-/// The Philly jobs the experiment draws from: positive run times, at most `max_gpus` GPUs,
-/// run times capped.
+/// One Philly job the experiment may draw.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PhillyShape {
+    /// Submission time, seconds on the trace's clock.
+    pub submit_s: i64,
+    /// Run time, seconds (capped).
+    pub secs: f64,
+    pub gpus: u32,
+}
+
+/// The Philly jobs the experiment draws from, in file order (which is not submission
+/// order): positive run times, at most `max_gpus` GPUs, run times capped.
 pub fn philly_shapes(setup: &TraceSetup) -> anyhow::Result<Vec<PhillyShape>> {
     let file = arbiter_traces::trace_file(arbiter_traces::philly::JOBS_FILE)
         .context("the AntMan trace experiment needs the Philly job table")?;
@@ -273,7 +297,11 @@ pub fn philly_shapes(setup: &TraceSetup) -> anyhow::Result<Vec<PhillyShape>> {
         .iter()
         .filter(|j| j.duration_secs.is_finite() && j.duration_secs > 0.0)
         .filter(|j| j.num_gpus >= 1 && j.num_gpus <= setup.max_gpus)
-        .map(|j| (j.duration_secs.min(cap), j.num_gpus))
+        .map(|j| PhillyShape {
+            submit_s: j.submit_time,
+            secs: j.duration_secs.min(cap),
+            gpus: j.num_gpus,
+        })
         .collect())
 }
 
@@ -311,8 +339,8 @@ pub fn pai_straggler_factors() -> anyhow::Result<Vec<f64>> {
 
 /// The scenario of one seed: 8 × 8 V100-32GB, Tenant-A (64-GPU quota, guaranteed) and
 /// Tenant-B (no quota, opportunistic) drawn at random, Table 3's categories evenly mixed,
-/// Philly run times and GPU counts, Poisson arrivals at the set-up's load; a gang's
-/// straggler factor is one of the PAI mini-batch traces', drawn at random.
+/// Philly run times and GPU counts, arrivals at the set-up's load as its [`Arrivals`] says;
+/// a gang's straggler factor is one of the PAI mini-batch traces', drawn at random.
 pub fn trace_scenario(
     setup: &TraceSetup,
     shapes: &[PhillyShape],
@@ -326,38 +354,80 @@ pub fn trace_scenario(
         anyhow::bail!("the trace experiment needs Philly jobs, a job count and a load");
     }
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    let drawn: Vec<PhillyShape> = (0..setup.jobs)
-        .map(|_| shapes[rng.random_range(0..shapes.len())])
-        .collect();
-    let mean_gpu_s = drawn.iter().map(|(s, g)| s * f64::from(*g)).sum::<f64>() / drawn.len() as f64;
+    let drawn: Vec<PhillyShape> = match setup.arrivals {
+        Arrivals::Poisson => (0..setup.jobs)
+            .map(|_| shapes[rng.random_range(0..shapes.len())])
+            .collect(),
+        Arrivals::Philly => {
+            anyhow::ensure!(
+                shapes.len() >= setup.jobs,
+                "{} consecutive Philly jobs asked for, {} in the table",
+                setup.jobs,
+                shapes.len()
+            );
+            // Submission order; the stable sort keeps the file's order among ties.
+            let mut by_submission = shapes.to_vec();
+            by_submission.sort_by_key(|j| j.submit_s);
+            let start = rng.random_range(0..=shapes.len() - setup.jobs);
+            by_submission[start..start + setup.jobs].to_vec()
+        }
+    };
+    let mean_gpu_s = drawn
+        .iter()
+        .map(|j| j.secs * f64::from(j.gpus))
+        .sum::<f64>()
+        / drawn.len() as f64;
     let per_min = setup.load * 64.0 * 60.0 / mean_gpu_s;
     let gaps = Exp::new(per_min).context("arrival rate")?;
+    // Philly's own gaps, scaled so their mean is the Poisson one's (1 / per_min).
+    let philly_min_per_s = {
+        let (first, last) = (drawn[0].submit_s, drawn[drawn.len() - 1].submit_s);
+        let span_s = (last - first) as f64;
+        let wanted_min = (drawn.len() - 1) as f64 / per_min;
+        if span_s > 0.0 {
+            wanted_min / span_s
+        } else {
+            0.0
+        }
+    };
     let mut t = 0.0;
     let jobs = drawn
         .iter()
         .enumerate()
-        .map(|(i, &(secs, gpus))| {
-            t += gaps.sample(&mut rng);
-            let category = TABLE_3_CATEGORIES[rng.random_range(0..TABLE_3_CATEGORIES.len())];
-            let model = category[rng.random_range(0..category.len())];
-            let guaranteed = rng.random_bool(0.5);
-            let straggler = if gpus > 1 && !stragglers.is_empty() {
-                stragglers[rng.random_range(0..stragglers.len())]
-            } else {
-                1.0
-            };
-            JobPlan {
-                name: format!("job-{i:04}"),
-                model: model.to_string(),
-                tenant: if guaranteed { "tenant-a" } else { "tenant-b" }.to_string(),
-                arrival_min: t,
-                minutes: secs / 60.0,
-                workers: gpus,
-                opportunistic: !guaranteed,
-                checkpointed: true,
-                straggler,
-            }
-        })
+        .map(
+            |(
+                i,
+                &PhillyShape {
+                    submit_s,
+                    secs,
+                    gpus,
+                },
+            )| {
+                t = match setup.arrivals {
+                    Arrivals::Poisson => t + gaps.sample(&mut rng),
+                    Arrivals::Philly => (submit_s - drawn[0].submit_s) as f64 * philly_min_per_s,
+                };
+                let category = TABLE_3_CATEGORIES[rng.random_range(0..TABLE_3_CATEGORIES.len())];
+                let model = category[rng.random_range(0..category.len())];
+                let guaranteed = rng.random_bool(0.5);
+                let straggler = if gpus > 1 && !stragglers.is_empty() {
+                    stragglers[rng.random_range(0..stragglers.len())]
+                } else {
+                    1.0
+                };
+                JobPlan {
+                    name: format!("job-{i:04}"),
+                    model: model.to_string(),
+                    tenant: if guaranteed { "tenant-a" } else { "tenant-b" }.to_string(),
+                    arrival_min: t,
+                    minutes: secs / 60.0,
+                    workers: gpus,
+                    opportunistic: !guaranteed,
+                    checkpointed: true,
+                    straggler,
+                }
+            },
+        )
         .collect();
     Ok(AntmanSimConfig {
         nodes: 8,
@@ -441,17 +511,28 @@ impl Fig13Seed {
 
     /// The share of jobs under `label` preempted at least once: (of all jobs, of Tenant-B's).
     pub fn preempted_share(&self, label: &str) -> Option<(f64, f64)> {
+        self.per_job_mean(label, |j| f64::from(u8::from(j.preemptions > 0)))
+    }
+
+    /// Preemptions under `label` per job, a job preempted twice counted twice: (over all
+    /// jobs, over Tenant-B's) — the other reading of Fig. 13b's "46 % of jobs".
+    pub fn preemptions_per_job(&self, label: &str) -> Option<(f64, f64)> {
+        self.per_job_mean(label, |j| f64::from(j.preemptions))
+    }
+
+    /// The mean of `value` over all of `label`'s jobs and over Tenant-B's.
+    fn per_job_mean(&self, label: &str, value: fn(&JobRow) -> f64) -> Option<(f64, f64)> {
         let jobs = &self.run(label)?.jobs;
-        let share = |of: &mut dyn Iterator<Item = &JobRow>| {
-            let (mut hit, mut n) = (0usize, 0usize);
+        let mean = |of: &mut dyn Iterator<Item = &JobRow>| {
+            let (mut sum, mut n) = (0.0, 0usize);
             for j in of {
-                hit += usize::from(j.preemptions > 0);
+                sum += value(j);
                 n += 1;
             }
-            hit as f64 / n.max(1) as f64
+            sum / n.max(1) as f64
         };
-        let all = share(&mut jobs.iter());
-        let b = share(&mut jobs.iter().filter(|j| !self.tenant_a.contains(&j.name)));
+        let all = mean(&mut jobs.iter());
+        let b = mean(&mut jobs.iter().filter(|j| !self.tenant_a.contains(&j.name)));
         Some((all, b))
     }
 
@@ -489,6 +570,12 @@ pub fn without_tenants(cfg: AntmanSimConfig, jobs_per_gpu: u32) -> AntmanSimConf
 
 /// Runs Fig. 13's settings on every seed of `setup`, all runs in one thread pool.
 pub fn fig_13(setup: &TraceSetup) -> anyhow::Result<Vec<Fig13Seed>> {
+    fig_13_with(setup, &FIG_13_SETTINGS)
+}
+
+/// Runs `settings` (labelled as in [`FIG_13_SETTINGS`] for the [`Fig13Seed`] methods) on
+/// every seed of `setup`, all runs in one thread pool: Fig. 13 with a setting changed.
+pub fn fig_13_with(setup: &TraceSetup, settings: &[Setting]) -> anyhow::Result<Vec<Fig13Seed>> {
     let shapes = philly_shapes(setup)?;
     let stragglers = if setup.stragglers {
         pai_straggler_factors()?
@@ -496,7 +583,7 @@ pub fn fig_13(setup: &TraceSetup) -> anyhow::Result<Vec<Fig13Seed>> {
         Vec::new()
     };
     let engine = arbiter_sim::engine(Duration::from_secs(30))?;
-    let policies = FIG_13_SETTINGS
+    let policies = settings
         .iter()
         .map(|s| {
             let scheduler = crate::builtin_run_policy(&engine, s.scheduler, s.config)?;
@@ -542,7 +629,7 @@ pub fn fig_13(setup: &TraceSetup) -> anyhow::Result<Vec<Fig13Seed>> {
                 .filter(|j| !j.opportunistic)
                 .map(|j| j.name.clone())
                 .collect(),
-            runs: FIG_13_SETTINGS
+            runs: settings
                 .iter()
                 .map(|s| s.label)
                 .zip(metrics.by_ref())
