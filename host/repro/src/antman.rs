@@ -284,15 +284,17 @@ pub struct PhillyShape {
     pub gpus: u32,
 }
 
-/// The Philly jobs the experiment draws from, in file order (which is not submission
-/// order): positive run times, at most `max_gpus` GPUs, run times capped.
+/// The Philly jobs the experiment draws from: positive run times, at most `max_gpus` GPUs,
+/// run times capped. In the order [`trace_scenario`] draws from for the set-up's
+/// [`Arrivals`]: file order for Poisson (its draws are by index, so the order fixes which
+/// jobs a seed gets), submission order for Philly (its runs of consecutive submissions).
 pub fn philly_shapes(setup: &TraceSetup) -> anyhow::Result<Vec<PhillyShape>> {
     let file = arbiter_traces::trace_file(arbiter_traces::philly::JOBS_FILE)
         .context("the AntMan trace experiment needs the Philly job table")?;
     let trace = arbiter_traces::philly::load_jobs(&file)
         .with_context(|| format!("loading `{}`", file.display()))?;
     let cap = setup.max_hours * 3600.0;
-    Ok(trace
+    let mut shapes: Vec<PhillyShape> = trace
         .jobs
         .iter()
         .filter(|j| j.duration_secs.is_finite() && j.duration_secs > 0.0)
@@ -302,7 +304,12 @@ pub fn philly_shapes(setup: &TraceSetup) -> anyhow::Result<Vec<PhillyShape>> {
             secs: j.duration_secs.min(cap),
             gpus: j.num_gpus,
         })
-        .collect())
+        .collect();
+    if setup.arrivals == Arrivals::Philly {
+        // Stable: the file's order among jobs submitted in the same second.
+        shapes.sort_by_key(|j| j.submit_s);
+    }
+    Ok(shapes)
 }
 
 /// The straggler factor of each PAI mini-batch trace (`minibatch_job_{1..4}_norm.csv`):
@@ -365,11 +372,12 @@ pub fn trace_scenario(
                 setup.jobs,
                 shapes.len()
             );
-            // Submission order; the stable sort keeps the file's order among ties.
-            let mut by_submission = shapes.to_vec();
-            by_submission.sort_by_key(|j| j.submit_s);
+            anyhow::ensure!(
+                shapes.is_sorted_by_key(|j| j.submit_s),
+                "Philly arrivals need the jobs in submission order (`philly_shapes` gives them so)"
+            );
             let start = rng.random_range(0..=shapes.len() - setup.jobs);
-            by_submission[start..start + setup.jobs].to_vec()
+            shapes[start..start + setup.jobs].to_vec()
         }
     };
     let mean_gpu_s = drawn
@@ -394,40 +402,31 @@ pub fn trace_scenario(
     let jobs = drawn
         .iter()
         .enumerate()
-        .map(
-            |(
-                i,
-                &PhillyShape {
-                    submit_s,
-                    secs,
-                    gpus,
-                },
-            )| {
-                t = match setup.arrivals {
-                    Arrivals::Poisson => t + gaps.sample(&mut rng),
-                    Arrivals::Philly => (submit_s - drawn[0].submit_s) as f64 * philly_min_per_s,
-                };
-                let category = TABLE_3_CATEGORIES[rng.random_range(0..TABLE_3_CATEGORIES.len())];
-                let model = category[rng.random_range(0..category.len())];
-                let guaranteed = rng.random_bool(0.5);
-                let straggler = if gpus > 1 && !stragglers.is_empty() {
-                    stragglers[rng.random_range(0..stragglers.len())]
-                } else {
-                    1.0
-                };
-                JobPlan {
-                    name: format!("job-{i:04}"),
-                    model: model.to_string(),
-                    tenant: if guaranteed { "tenant-a" } else { "tenant-b" }.to_string(),
-                    arrival_min: t,
-                    minutes: secs / 60.0,
-                    workers: gpus,
-                    opportunistic: !guaranteed,
-                    checkpointed: true,
-                    straggler,
-                }
-            },
-        )
+        .map(|(i, shape)| {
+            t = match setup.arrivals {
+                Arrivals::Poisson => t + gaps.sample(&mut rng),
+                Arrivals::Philly => (shape.submit_s - drawn[0].submit_s) as f64 * philly_min_per_s,
+            };
+            let category = TABLE_3_CATEGORIES[rng.random_range(0..TABLE_3_CATEGORIES.len())];
+            let model = category[rng.random_range(0..category.len())];
+            let guaranteed = rng.random_bool(0.5);
+            let straggler = if shape.gpus > 1 && !stragglers.is_empty() {
+                stragglers[rng.random_range(0..stragglers.len())]
+            } else {
+                1.0
+            };
+            JobPlan {
+                name: format!("job-{i:04}"),
+                model: model.to_string(),
+                tenant: if guaranteed { "tenant-a" } else { "tenant-b" }.to_string(),
+                arrival_min: t,
+                minutes: shape.secs / 60.0,
+                workers: shape.gpus,
+                opportunistic: !guaranteed,
+                checkpointed: true,
+                straggler,
+            }
+        })
         .collect();
     Ok(AntmanSimConfig {
         nodes: 8,

@@ -514,8 +514,11 @@ fn philly_arrivals_are_consecutive_submissions_at_the_offered_load() {
         arrivals: Arrivals::Philly,
         ..TraceSetup::default()
     };
-    let mut shapes = philly_shapes(&setup).expect("the Philly table");
-    shapes.sort_by_key(|j| j.submit_s);
+    let shapes = philly_shapes(&setup).expect("the Philly table");
+    assert!(
+        shapes.is_sorted_by_key(|j| j.submit_s),
+        "in submission order for Philly arrivals"
+    );
     let gaps_cv = |arrivals: &[f64]| {
         let gaps: Vec<f64> = arrivals.windows(2).map(|w| w[1] - w[0]).collect();
         let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
