@@ -191,8 +191,11 @@ pub fn run_many(
 }
 
 /// Applies `run` to every item on a rayon pool of `threads` threads; results
-/// in item order. A panicking run is an error naming the item's position and
-/// the panic message, not a crash of the caller (rayon alone would re-panic).
+/// in item order. Items are handed out in order as threads come free, so a
+/// caller that lists its longest runs first has them started first (and no
+/// thread is left idle behind one long run at the end). A panicking run is an
+/// error naming the item's position and the panic message, not a crash of the
+/// caller (rayon alone would re-panic).
 pub fn parallel_map<T: Sync, R: Send>(
     items: &[T],
     threads: usize,
@@ -204,24 +207,27 @@ pub fn parallel_map<T: Sync, R: Send>(
         .thread_name(|i| format!("arbiter-sim-{i}"))
         .build()
         .context("starting the simulation thread pool")?;
-    pool.install(|| {
+    let mut done: Vec<(usize, anyhow::Result<R>)> = pool.install(|| {
         items
-            .par_iter()
+            .iter()
             .enumerate()
+            .par_bridge()
             .map(|(i, item)| {
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(item))).unwrap_or_else(
-                    |panic| {
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(item)))
+                    .unwrap_or_else(|panic| {
                         let message = panic
                             .downcast_ref::<&str>()
                             .map(|s| s.to_string())
                             .or_else(|| panic.downcast_ref::<String>().cloned())
                             .unwrap_or_else(|| "no message".into());
                         Err(anyhow::anyhow!("simulation run #{i} panicked: {message}"))
-                    },
-                )
+                    });
+                (i, result)
             })
             .collect()
-    })
+    });
+    done.sort_unstable_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, result)| result).collect()
 }
 
 #[cfg(test)]

@@ -84,6 +84,14 @@ pub trait WorkloadModel {
     }
     /// Ground truth: work per ms of `job` running on `placement`.
     fn rate(&self, ctx: &SimCtx, job: usize, placement: &[WorkerPlacement]) -> f64;
+    /// Ground truth for several jobs at once: each one's [`rate`](Self::rate), in order
+    /// (the default). A model whose truth is worked out per GPU from everything on it
+    /// (co-location) overrides this to work each GPU out once, not once per job.
+    fn rates(&self, ctx: &SimCtx, jobs: &[(usize, &[WorkerPlacement])]) -> Vec<f64> {
+        jobs.iter()
+            .map(|&(job, placement)| self.rate(ctx, job, placement))
+            .collect()
+    }
     /// Whether one job's placement changes other jobs' rates (co-location
     /// interference): then every running job's rate is recomputed after a change.
     fn interference(&self) -> bool {
@@ -249,8 +257,7 @@ fn refresh_rates<M: WorkloadModel + ?Sized>(
     ctx: &mut SimCtx,
     jobs: Vec<JobId>,
 ) -> anyhow::Result<()> {
-    let mut rates = Vec::with_capacity(jobs.len());
-    {
+    let rates: Vec<(usize, f64)> = {
         let state = &ctx.host.state;
         let cluster = state.cluster();
         let mut indexed: Vec<(u32, usize)> = jobs
@@ -261,11 +268,13 @@ fn refresh_rates<M: WorkloadModel + ?Sized>(
         // reports in the order a node's reports would list its jobs.
         indexed.sort_unstable();
         indexed.dedup();
-        for (index, job) in indexed {
-            let placement = cluster.job(index).placement();
-            rates.push((job, model.rate(ctx, job, placement)));
-        }
-    }
+        let asked: Vec<(usize, &[WorkerPlacement])> = indexed
+            .iter()
+            .map(|&(index, job)| (job, cluster.job(index).placement()))
+            .collect();
+        let rates = model.rates(ctx, &asked);
+        asked.iter().map(|&(job, _)| job).zip(rates).collect()
+    };
     for (job, rate) in rates {
         ctx.progress.set_rate(&mut ctx.host.state, job, rate)?;
     }

@@ -456,6 +456,10 @@ struct SimJob {
     last_spilled_mib: u32,
 }
 
+/// One GPU's ground truth: each resident (job, QoS), in the order they started, and its
+/// outcome.
+type GpuState = Vec<((usize, u8), Outcome)>;
+
 struct AntmanModel<'a> {
     cfg: &'a AntmanSimConfig,
     gpu: GpuTruth,
@@ -496,21 +500,36 @@ impl AntmanModel<'_> {
         }
     }
 
-    /// The running jobs on global GPU `gpu`, in the order they started, with their QoS.
-    fn residents_of(&self, ctx: &SimCtx, gpu: u32) -> Vec<(usize, u8)> {
+    /// The running jobs on every global GPU, each GPU's in the order they started, with
+    /// their QoS. One pass over the cluster's jobs: a pass per GPU made every step
+    /// quadratic in the queue, which Philly's bursts fill with hundreds of jobs.
+    fn residents(&self, ctx: &SimCtx) -> Vec<Vec<(usize, u8)>> {
         let state = &ctx.host.state;
         let cluster = state.cluster();
-        let mut here: Vec<(u64, usize, u8)> = cluster
-            .running_jobs()
-            .filter(|j| j.placement().iter().any(|w| w.gpus.contains(&gpu)))
-            .filter_map(|j| {
-                let id = state.records().get(j.index() as usize)?.id;
-                let k = ctx.progress.job_of(id)?;
-                Some((self.started_at.get(&k).copied().unwrap_or(0), k, j.qos()))
+        let mut here: Vec<Vec<(u64, usize, u8)>> = vec![Vec::new(); cluster.gpu_count()];
+        for j in cluster.running_jobs() {
+            let Some(k) = state
+                .records()
+                .get(j.index() as usize)
+                .and_then(|r| ctx.progress.job_of(r.id))
+            else {
+                continue;
+            };
+            let started = self.started_at.get(&k).copied().unwrap_or(0);
+            for &g in j.placement().iter().flat_map(|w| w.gpus.iter()) {
+                if let Some(list) = here.get_mut(g as usize) {
+                    list.push((started, k, j.qos()));
+                }
+            }
+        }
+        here.into_iter()
+            .map(|mut list| {
+                list.sort_unstable();
+                // A job with two workers on one GPU is one resident there.
+                list.dedup();
+                list.into_iter().map(|(_, k, q)| (k, q)).collect()
             })
-            .collect();
-        here.sort_unstable();
-        here.into_iter().map(|(_, k, q)| (k, q)).collect()
+            .collect()
     }
 
     fn control(&self, job: usize, gpu: u32) -> Control {
@@ -522,9 +541,9 @@ impl AntmanModel<'_> {
         })
     }
 
-    /// The ground truth on global GPU `gpu`: each resident (job, QoS) and its outcome.
-    fn gpu_state(&self, ctx: &SimCtx, gpu: u32) -> Vec<((usize, u8), Outcome)> {
-        let residents = self.residents_of(ctx, gpu);
+    /// The ground truth on global GPU `gpu` with `residents` (from [`Self::residents`]):
+    /// each resident (job, QoS) and its outcome.
+    fn outcomes(&self, gpu: u32, residents: Vec<(usize, u8)>) -> GpuState {
         let inputs: Vec<Resident> = residents
             .iter()
             .map(|&(k, q)| {
@@ -543,14 +562,49 @@ impl AntmanModel<'_> {
             .collect()
     }
 
+    /// The ground truth on every global GPU, indexed by GPU.
+    fn gpu_states(&self, ctx: &SimCtx) -> Vec<GpuState> {
+        self.residents(ctx)
+            .into_iter()
+            .enumerate()
+            .map(|(g, residents)| self.outcomes(g as u32, residents))
+            .collect()
+    }
+
+    /// A gang's rate from its GPUs' ground truth (`state_of` a GPU): synchronous data
+    /// parallelism runs at the slowest worker, slowed further by stragglers when it has
+    /// several.
+    fn gang_rate<'s>(
+        &self,
+        job: usize,
+        placement: &[WorkerPlacement],
+        state_of: impl Fn(u32) -> Option<&'s GpuState>,
+    ) -> f64 {
+        let mut slowest = f64::INFINITY;
+        for g in placement.iter().flat_map(|w| w.gpus.iter().copied()) {
+            let speed = state_of(g)
+                .and_then(|state| state.iter().find(|((k, _), _)| *k == job))
+                .map_or(0.0, |(_, o)| o.speed);
+            slowest = slowest.min(speed);
+        }
+        if !slowest.is_finite() {
+            return 0.0;
+        }
+        if placement.len() > 1 {
+            slowest / self.jobs[job].plan.straggler
+        } else {
+            slowest
+        }
+    }
+
     /// Jobs that cannot get their memory fail; a job that spilled keeps its device memory as
     /// its limit; the rest get their new rates.
     fn settle(&mut self, ctx: &mut SimCtx, now: u64) -> anyhow::Result<()> {
-        let gpus = ctx.host.state.cluster().gpu_count() as u32;
         let mut out_of_memory = Vec::new();
         let mut grew = Vec::new();
-        for g in 0..gpus {
-            for ((k, _), o) in self.gpu_state(ctx, g) {
+        for (g, state) in self.gpu_states(ctx).into_iter().enumerate() {
+            let g = g as u32;
+            for ((k, _), o) in state {
                 if o.out_of_memory {
                     out_of_memory.push(k);
                 }
@@ -620,9 +674,9 @@ impl AntmanModel<'_> {
         }
         self.coordinators = drivers;
         // Periods a workload spends short of memory count as refused allocations.
-        let gpus = ctx.host.state.cluster().gpu_count() as u32;
-        for g in 0..gpus {
-            for ((k, _), o) in self.gpu_state(ctx, g) {
+        for (g, state) in self.gpu_states(ctx).into_iter().enumerate() {
+            let g = g as u32;
+            for ((k, _), o) in state {
                 if o.host_mib > 0 {
                     let mut c = self.control(k, g);
                     c.denials += 1;
@@ -662,9 +716,14 @@ impl NodeSurface for SimNode<'_, '_, '_> {
         let range = self.gpu_range();
         let mut gpus = Vec::new();
         let mut workloads = Vec::new();
+        let mut residents = m.residents(self.ctx);
         for g in range.clone() {
             let local = g - range.start;
-            let state = m.gpu_state(self.ctx, g);
+            let here = residents
+                .get_mut(g as usize)
+                .map(std::mem::take)
+                .unwrap_or_default();
+            let state = m.outcomes(g, here);
             let busy: f64 = state.iter().map(|(_, o)| o.gpu_time).sum();
             let pct = (busy.min(1.0) * 100.0).round() as u8;
             gpus.push(GpuStatus {
@@ -809,25 +868,25 @@ impl core::WorkloadModel for AntmanModel<'_> {
     }
 
     fn rate(&self, ctx: &SimCtx, job: usize, placement: &[WorkerPlacement]) -> f64 {
-        // Synchronous data parallelism: the gang runs at its slowest worker, slowed further
-        // by stragglers when it has several.
-        let mut slowest = f64::INFINITY;
-        for g in placement.iter().flat_map(|w| w.gpus.iter().copied()) {
-            let speed = self
-                .gpu_state(ctx, g)
-                .into_iter()
-                .find(|((k, _), _)| *k == job)
-                .map_or(0.0, |(_, o)| o.speed);
-            slowest = slowest.min(speed);
-        }
-        if !slowest.is_finite() {
-            return 0.0;
-        }
-        if placement.len() > 1 {
-            slowest / self.jobs[job].plan.straggler
-        } else {
-            slowest
-        }
+        let mut residents = self.residents(ctx);
+        let gpus = placement.iter().flat_map(|w| w.gpus.iter().copied());
+        let states: HashMap<u32, GpuState> = gpus
+            .map(|g| {
+                let here = residents
+                    .get_mut(g as usize)
+                    .map(std::mem::take)
+                    .unwrap_or_default();
+                (g, self.outcomes(g, here))
+            })
+            .collect();
+        self.gang_rate(job, placement, |g| states.get(&g))
+    }
+
+    fn rates(&self, ctx: &SimCtx, jobs: &[(usize, &[WorkerPlacement])]) -> Vec<f64> {
+        let states = self.gpu_states(ctx);
+        jobs.iter()
+            .map(|&(job, placement)| self.gang_rate(job, placement, |g| states.get(g as usize)))
+            .collect()
     }
 
     fn interference(&self) -> bool {
@@ -869,14 +928,10 @@ impl core::WorkloadModel for AntmanModel<'_> {
         if to <= from {
             return;
         }
-        let gpus = ctx.host.state.cluster().gpu_count();
-        self.busy_ms.resize(gpus, 0.0);
-        for g in 0..gpus {
-            let busy: f64 = self
-                .gpu_state(ctx, g as u32)
-                .iter()
-                .map(|(_, o)| o.gpu_time)
-                .sum();
+        let states = self.gpu_states(ctx);
+        self.busy_ms.resize(states.len(), 0.0);
+        for (g, state) in states.iter().enumerate() {
+            let busy: f64 = state.iter().map(|(_, o)| o.gpu_time).sum();
             self.busy_ms[g] += busy.min(1.0) * (to - from) as f64;
         }
     }
@@ -892,11 +947,10 @@ impl core::WorkloadModel for AntmanModel<'_> {
 
     /// Utilization averaged over the reporting period (`metric-window-ms`), memory now.
     fn gpu_metrics(&self, ctx: &SimCtx, now: u64) -> Vec<GpuMetric> {
-        let gpus = ctx.host.state.cluster().gpu_count() as u32;
         let span = now.saturating_sub(self.window_start) as f64;
-        (0..gpus)
-            .map(|g| {
-                let state = self.gpu_state(ctx, g);
+        (0u32..)
+            .zip(self.gpu_states(ctx))
+            .map(|(g, state)| {
                 let busy = if span > 0.0 {
                     self.busy_ms.get(g as usize).copied().unwrap_or(0.0) / span
                 } else {
