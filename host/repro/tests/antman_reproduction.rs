@@ -170,13 +170,13 @@ fn print_sensitivity() {
     }
 }
 
-/// Fig. 13 (§5.2) on 64 simulated V100s with Philly run times and GPU counts: AntMan's
+/// Fig. 13 (§5.2) on 64 simulated V100s with Philly run times, GPU counts and arrivals: AntMan's
 /// average JCT against YARN-CS and Gandiva, medians over five seeds (Fig. 13a), and
 /// Tenant-A's jobs (Fig. 13b): under AntMan as fast as under YARN-CS-preempt but with no
 /// preemption, slower under Gandiva. The set-up's choices (job count, load, caps) and why
 /// Gandiva's ratio and the preempted share miss are in docs/reproductions/antman.md.
 #[test]
-fn fig_13_antman_cuts_average_jct_against_yarn_cs_and_holds_level_with_gandiva() {
+fn fig_13_antman_cuts_average_jct_against_yarn_cs_and_gandiva() {
     use arbiter_repro::antman::{PAPER_FIG_13_RATIOS, PAPER_FIG_13B_PREEMPTED, TraceSetup, fig_13};
     let seeds = fig_13(&TraceSetup::default()).expect("Fig. 13 runs");
     let mut yarn = Vec::new();
@@ -224,7 +224,12 @@ fn fig_13_antman_cuts_average_jct_against_yarn_cs_and_holds_level_with_gandiva()
         );
         assert!(all > 0.0, "seed {}: YARN-CS-preempt preempts", s.seed);
         gandiva_delays_a.push(a("Gandiva") / a("AntMan"));
-        assert!(y > 1.0, "seed {}: AntMan beats YARN-CS ({y:.2})", s.seed);
+        // The paper's order in every seed: AntMan ahead of Gandiva, Gandiva of YARN-CS.
+        assert!(
+            y > g && g > 1.0,
+            "seed {}: AntMan < Gandiva < YARN-CS in mean JCT (Gandiva / AntMan {g:.2}, YARN-CS / AntMan {y:.2})",
+            s.seed
+        );
         yarn.push(y);
         gandiva.push(g);
     }
@@ -242,9 +247,9 @@ fn fig_13_antman_cuts_average_jct_against_yarn_cs_and_holds_level_with_gandiva()
         (y - py).abs() <= 0.2 * py,
         "YARN-CS / AntMan {y:.2} within 20 % of {py}"
     );
-    // Not the paper's 1.84: at this load Gandiva's packing costs little in our model (see
-    // the doc); AntMan holds level with it.
-    assert!(g >= 0.9, "Gandiva / AntMan {g:.2}");
+    // Not the paper's 1.84 (± 20 % would need 1.47): Gandiva's packing costs less in our
+    // model than on the paper's cluster (see the doc); AntMan stays ahead of it.
+    assert!(g >= 1.1, "Gandiva / AntMan {g:.2}");
     // Fig. 13b: "Gandiva delays the completion time of these jobs [Tenant-A's] because of
     // the lack of performance isolation".
     let d = median(&mut gandiva_delays_a);
@@ -438,8 +443,8 @@ fn print_fig_13_load_sensitivity() {
     }
 }
 
-/// How Fig. 13 moves with the arrival process (the paper gives none; ours Poisson), and
-/// Fig. 13b's "46 % of jobs being preempted" read two ways — jobs preempted at least once,
+/// How Fig. 13 moves with the arrival process (the paper gives none; ours Philly's own,
+/// Poisson the alternative), and Fig. 13b's "46 % of jobs being preempted" read two ways — jobs preempted at least once,
 /// and preemptions per job (a job preempted twice counted twice) — over all jobs and over
 /// Tenant-B's, for YARN-CS-preempt as we run it (no GPU lent while a Tenant-A job waits)
 /// and for one that lends every idle GPU at once.
@@ -515,6 +520,11 @@ fn philly_arrivals_are_consecutive_submissions_at_the_offered_load() {
         ..TraceSetup::default()
     };
     let shapes = philly_shapes(&setup).expect("the Philly table");
+    let poisson_setup = TraceSetup {
+        arrivals: Arrivals::Poisson,
+        ..TraceSetup::default()
+    };
+    let poisson_shapes = philly_shapes(&poisson_setup).expect("the Philly table");
     assert!(
         shapes.is_sorted_by_key(|j| j.submit_s),
         "in submission order for Philly arrivals"
@@ -569,7 +579,7 @@ fn philly_arrivals_are_consecutive_submissions_at_the_offered_load() {
             "seed {seed}: offered load {load}"
         );
         let poisson =
-            trace_scenario(&TraceSetup::default(), &shapes, &[], seed).expect("a scenario");
+            trace_scenario(&poisson_setup, &poisson_shapes, &[], seed).expect("a scenario");
         let poisson: Vec<f64> = poisson.jobs.iter().map(|j| j.arrival_min).collect();
         let (cv, cv_poisson) = (gaps_cv(&arrivals), gaps_cv(&poisson));
         println!(

@@ -571,18 +571,14 @@ impl AntmanModel<'_> {
             .collect()
     }
 
-    /// A gang's rate from its GPUs' ground truth (`state_of` a GPU): synchronous data
-    /// parallelism runs at the slowest worker, slowed further by stragglers when it has
-    /// several.
-    fn gang_rate<'s>(
-        &self,
-        job: usize,
-        placement: &[WorkerPlacement],
-        state_of: impl Fn(u32) -> Option<&'s GpuState>,
-    ) -> f64 {
+    /// A gang's rate from every GPU's ground truth ([`Self::gpu_states`]): synchronous
+    /// data parallelism runs at the slowest worker, slowed further by stragglers when it
+    /// has several.
+    fn gang_rate(&self, states: &[GpuState], job: usize, placement: &[WorkerPlacement]) -> f64 {
         let mut slowest = f64::INFINITY;
         for g in placement.iter().flat_map(|w| w.gpus.iter().copied()) {
-            let speed = state_of(g)
+            let speed = states
+                .get(g as usize)
                 .and_then(|state| state.iter().find(|((k, _), _)| *k == job))
                 .map_or(0.0, |(_, o)| o.speed);
             slowest = slowest.min(speed);
@@ -868,24 +864,16 @@ impl core::WorkloadModel for AntmanModel<'_> {
     }
 
     fn rate(&self, ctx: &SimCtx, job: usize, placement: &[WorkerPlacement]) -> f64 {
-        let mut residents = self.residents(ctx);
-        let gpus = placement.iter().flat_map(|w| w.gpus.iter().copied());
-        let states: HashMap<u32, GpuState> = gpus
-            .map(|g| {
-                let here = residents
-                    .get_mut(g as usize)
-                    .map(std::mem::take)
-                    .unwrap_or_default();
-                (g, self.outcomes(g, here))
-            })
-            .collect();
-        self.gang_rate(job, placement, |g| states.get(&g))
+        self.rates(ctx, &[(job, placement)])
+            .first()
+            .copied()
+            .unwrap_or(0.0)
     }
 
     fn rates(&self, ctx: &SimCtx, jobs: &[(usize, &[WorkerPlacement])]) -> Vec<f64> {
         let states = self.gpu_states(ctx);
         jobs.iter()
-            .map(|&(job, placement)| self.gang_rate(job, placement, |g| states.get(g as usize)))
+            .map(|&(job, placement)| self.gang_rate(&states, job, placement))
             .collect()
     }
 
