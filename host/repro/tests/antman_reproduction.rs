@@ -444,10 +444,10 @@ fn print_fig_13_load_sensitivity() {
 }
 
 /// How Fig. 13 moves with the arrival process (the paper gives none; ours Philly's own,
-/// Poisson the alternative), and Fig. 13b's "46 % of jobs being preempted" read two ways — jobs preempted at least once,
-/// and preemptions per job (a job preempted twice counted twice) — over all jobs and over
-/// Tenant-B's, for YARN-CS-preempt as we run it (no GPU lent while a Tenant-A job waits)
-/// and for one that lends every idle GPU at once.
+/// Poisson the alternative), and Fig. 13b's "46 % of jobs being preempted" read two ways —
+/// jobs preempted at least once, and preemptions per job (a job preempted twice counted
+/// twice) — over all jobs and over Tenant-B's, for YARN-CS-preempt as we run it (no GPU
+/// lent while a Tenant-A job waits) and for one that lends every idle GPU at once.
 #[test]
 #[ignore = "prints the table; minutes of runs"]
 fn print_fig_13_arrival_sensitivity() {
