@@ -655,11 +655,15 @@ impl AntmanModel<'_> {
 
     /// One control period of every node's coordinator.
     fn coordinate(&mut self, ctx: &mut SimCtx, now: u64) -> anyhow::Result<()> {
+        // A coordinator moves no job, so the residents stay what they are for the whole
+        // period: one pass over the cluster's jobs serves every node's view.
+        let residents = self.residents(ctx);
         let drivers = std::mem::take(&mut self.coordinators);
         for (node, driver) in drivers.iter().enumerate() {
             let mut surface = SimNode {
                 model: self,
                 ctx,
+                residents: &residents,
                 node: node as u32,
                 now,
             };
@@ -670,9 +674,9 @@ impl AntmanModel<'_> {
         }
         self.coordinators = drivers;
         // Periods a workload spends short of memory count as refused allocations.
-        for (g, state) in self.gpu_states(ctx).into_iter().enumerate() {
+        for (g, here) in residents.into_iter().enumerate() {
             let g = g as u32;
-            for ((k, _), o) in state {
+            for ((k, _), o) in self.outcomes(g, here) {
                 if o.host_mib > 0 {
                     let mut c = self.control(k, g);
                     c.denials += 1;
@@ -688,6 +692,8 @@ impl AntmanModel<'_> {
 struct SimNode<'m, 'a, 'c> {
     model: &'m mut AntmanModel<'a>,
     ctx: &'c SimCtx,
+    /// Every global GPU's residents this control period ([`AntmanModel::residents`]).
+    residents: &'c [Vec<(usize, u8)>],
     node: u32,
     now: u64,
 }
@@ -712,13 +718,9 @@ impl NodeSurface for SimNode<'_, '_, '_> {
         let range = self.gpu_range();
         let mut gpus = Vec::new();
         let mut workloads = Vec::new();
-        let mut residents = m.residents(self.ctx);
         for g in range.clone() {
             let local = g - range.start;
-            let here = residents
-                .get_mut(g as usize)
-                .map(std::mem::take)
-                .unwrap_or_default();
+            let here = self.residents.get(g as usize).cloned().unwrap_or_default();
             let state = m.outcomes(g, here);
             let busy: f64 = state.iter().map(|(_, o)| o.gpu_time).sum();
             let pct = (busy.min(1.0) * 100.0).round() as u8;
