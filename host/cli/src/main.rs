@@ -108,6 +108,12 @@ fn sim(args: &arbiter_repro::SimArgs) -> anyhow::Result<()> {
         Some(arbiter_sim::Protocol::Antman) => {
             return arbiter_repro::antman::run_protocol(args)?.print(args.json);
         }
+        Some(arbiter_sim::Protocol::AntmanTrace) => {
+            return arbiter_repro::antman::run_trace_protocol(args)?.print(args.json);
+        }
+        Some(arbiter_sim::Protocol::Muxflow) => {
+            return arbiter_repro::muxflow::run_protocol(args)?.print(args.json);
+        }
         _ => {}
     }
     arbiter_repro::run(args)?.print(args.json)

@@ -82,3 +82,67 @@ fn a_scenario_file_changes_the_scenario_and_nonsense_is_refused() {
     let out = sim(&["--nodes", "x.csv"]);
     assert!(!out.status.success(), "--nodes does not apply");
 }
+
+/// `arbiter sim --protocol antman-trace`: Fig. 13's four schedulers on a small set-up (one
+/// seed of 40 Philly jobs), as JSON and as a table; a bad set-up is refused by name.
+#[test]
+fn the_trace_experiment_runs_its_four_schedulers_on_a_set_up_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("setup.toml");
+    std::fs::write(&file, "jobs = 40\nseeds = [3]\n").unwrap();
+    let config = file.to_str().unwrap();
+    let trace = |extra: &[&str]| {
+        Command::new(BIN)
+            .args(["sim", "--protocol", "antman-trace"])
+            .args(extra)
+            .output()
+            .expect("run arbiter")
+    };
+    let out = trace(&["--json", "--config", config]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let seeds = v["seeds"].as_array().expect("seeds");
+    assert_eq!(seeds.len(), 1);
+    assert_eq!(seeds[0]["seed"], 3);
+    let runs = seeds[0]["runs"].as_array().expect("runs");
+    let labels: Vec<&str> = runs.iter().filter_map(|r| r["setting"].as_str()).collect();
+    assert_eq!(labels, ["YARN-CS", "Gandiva", "AntMan", "YARN-CS-preempt"]);
+    for r in runs {
+        let jobs = r["metrics"]["jobs"].as_array().expect("jobs");
+        assert_eq!(jobs.len(), 40, "{}", r["setting"]);
+        assert!(
+            jobs.iter().all(|j| j["end"] == "finished"),
+            "{}: every job finishes",
+            r["setting"]
+        );
+        assert_eq!(r["metrics"]["policy_faults"], 0);
+    }
+    assert_eq!(runs[2]["preempted_share"], 0.0, "AntMan preempts nothing");
+    let yarn = v["median_yarn_cs_over_antman"].as_f64().expect("a ratio");
+    assert!(yarn.is_finite() && yarn > 0.0, "{yarn}");
+    assert_eq!(v["paper_gandiva_over_antman"], 1.84);
+
+    let out = trace(&["--config", config]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("YARN-CS-preempt"), "{text}");
+    assert!(text.contains("(paper 2.05)"), "{text}");
+
+    std::fs::write(&file, "arrivals = \"bursty\"\n").unwrap();
+    let out = trace(&["--config", config]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("arrivals"), "{err}");
+    std::fs::write(&file, "job = 40\n").unwrap();
+    let out = trace(&["--config", config]);
+    assert!(!out.status.success(), "an unknown key is refused");
+    std::fs::write(&file, "seeds = []\n").unwrap();
+    let out = trace(&["--config", config]);
+    assert!(!out.status.success(), "no seed to run");
+    let out = trace(&["--trace", "philly.csv"]);
+    assert!(!out.status.success(), "--trace does not apply");
+}

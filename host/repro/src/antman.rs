@@ -134,22 +134,7 @@ pub fn table_2(cfg: &AntmanSimConfig) -> anyhow::Result<Table2> {
 /// `arbiter sim --protocol antman`: Table 2's five settings on the default scenario, or on
 /// the `AntmanSimConfig` TOML file `--config` names.
 pub fn run_protocol(args: &crate::SimArgs) -> anyhow::Result<Table2> {
-    use arbiter_sim::models::ModelConfigFile;
-    if args.nodes.is_some() || args.trace.is_some() {
-        anyhow::bail!(
-            "the antman protocol builds its own cluster and jobs; --nodes and --trace do not apply"
-        );
-    }
-    let cfg = match &args.config {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading the scenario configuration `{path}`"))?;
-            AntmanSimConfig::from_toml(&text)
-                .with_context(|| format!("the scenario configuration `{path}`"))?
-        }
-        None => AntmanSimConfig::default(),
-    };
-    table_2(&cfg)
+    table_2(&crate::protocol_setup::<AntmanSimConfig>(args)?)
 }
 
 impl Table2 {
@@ -706,4 +691,209 @@ pub fn fig_12() -> anyhow::Result<Vec<(&'static str, AntmanMetrics)>> {
             )?,
         ),
     ])
+}
+
+/// `arbiter sim --protocol antman-trace --config FILE`: the trace experiment's set-up in a
+/// TOML table, every key optional ([`TraceSetup::default`]'s value), unknown ones refused.
+/// The model truths and the physics stay the reproduction's; the sensitivity tables that
+/// change them are the reproduction test's (`docs/reproductions/antman.md`).
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TraceProtocolConfig {
+    /// Jobs per seed.
+    pub jobs: usize,
+    /// Offered load: GPU-time submitted per GPU-time the cluster has.
+    pub load: f64,
+    /// `"philly"` (the trace's own consecutive submissions) or `"poisson"`.
+    pub arrivals: String,
+    pub max_gpus: u32,
+    pub max_hours: f64,
+    /// The node coordinators' control period, seconds.
+    pub coordinator_period_s: f64,
+    pub stragglers: bool,
+    pub gandiva_keeps_qos: bool,
+    pub seeds: Vec<u64>,
+}
+
+impl Default for TraceProtocolConfig {
+    fn default() -> Self {
+        let setup = TraceSetup::default();
+        TraceProtocolConfig {
+            jobs: setup.jobs,
+            load: setup.load,
+            arrivals: "philly".to_string(),
+            max_gpus: setup.max_gpus,
+            max_hours: setup.max_hours,
+            coordinator_period_s: setup.coordinator_period_ms as f64 / 1000.0,
+            stragglers: setup.stragglers,
+            gandiva_keeps_qos: setup.gandiva_keeps_qos,
+            seeds: setup.seeds,
+        }
+    }
+}
+
+impl arbiter_sim::models::ModelConfigFile for TraceProtocolConfig {
+    const WHAT: &'static str = "the AntMan trace experiment's set-up";
+
+    fn check(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            (1..=100_000).contains(&self.jobs),
+            "jobs must be 1 to 100,000 (got {})",
+            self.jobs
+        );
+        anyhow::ensure!(
+            self.load.is_finite() && self.load > 0.0 && self.load <= 100.0,
+            "load must be above 0 and at most 100 (got {})",
+            self.load
+        );
+        anyhow::ensure!(
+            matches!(self.arrivals.as_str(), "philly" | "poisson"),
+            "arrivals must be \"philly\" or \"poisson\" (got {:?})",
+            self.arrivals
+        );
+        anyhow::ensure!(
+            (1..=64).contains(&self.max_gpus),
+            "max_gpus must be 1 to 64, the cluster's GPUs (got {})",
+            self.max_gpus
+        );
+        anyhow::ensure!(
+            self.max_hours.is_finite() && self.max_hours > 0.0 && self.max_hours <= 24.0 * 365.0,
+            "max_hours must be above 0 and at most a year (got {})",
+            self.max_hours
+        );
+        anyhow::ensure!(
+            self.coordinator_period_s.is_finite()
+                && (0.1..=3600.0).contains(&self.coordinator_period_s),
+            "coordinator_period_s must be 0.1 to 3600 (got {})",
+            self.coordinator_period_s
+        );
+        anyhow::ensure!(
+            (1..=100).contains(&self.seeds.len()),
+            "seeds must list 1 to 100 seeds (got {})",
+            self.seeds.len()
+        );
+        Ok(())
+    }
+}
+
+impl TraceProtocolConfig {
+    pub fn setup(&self) -> TraceSetup {
+        TraceSetup {
+            jobs: self.jobs,
+            load: self.load,
+            arrivals: if self.arrivals == "poisson" {
+                Arrivals::Poisson
+            } else {
+                Arrivals::Philly
+            },
+            max_gpus: self.max_gpus,
+            max_hours: self.max_hours,
+            coordinator_period_ms: (self.coordinator_period_s * 1000.0).round() as u64,
+            stragglers: self.stragglers,
+            gandiva_keeps_qos: self.gandiva_keeps_qos,
+            seeds: self.seeds.clone(),
+            ..TraceSetup::default()
+        }
+    }
+}
+
+/// `arbiter sim --protocol antman-trace`: Fig. 13's runs, seed by seed.
+pub struct Fig13Report {
+    pub seeds: Vec<Fig13Seed>,
+}
+
+/// Runs Fig. 13 (§5.2) on the set-up `--config` names (a [`TraceProtocolConfig`] TOML) or
+/// the reproduction's default: five seeds of 1,000 Philly jobs, about two minutes
+/// on two cores.
+pub fn run_trace_protocol(args: &crate::SimArgs) -> anyhow::Result<Fig13Report> {
+    let cfg: TraceProtocolConfig = crate::protocol_setup(args)?;
+    Ok(Fig13Report {
+        seeds: fig_13(&cfg.setup())?,
+    })
+}
+
+/// The median of `values` (the upper one of an even count), `None` when there are none.
+fn median(mut values: Vec<f64>) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied()
+}
+
+impl Fig13Report {
+    /// Median (YARN-CS, Gandiva) mean JCT over AntMan's across the seeds.
+    pub fn median_ratios(&self) -> Option<(f64, f64)> {
+        let ratios: Vec<(f64, f64)> = self.seeds.iter().filter_map(Fig13Seed::ratios).collect();
+        Some((
+            median(ratios.iter().map(|r| r.0).collect())?,
+            median(ratios.iter().map(|r| r.1).collect())?,
+        ))
+    }
+
+    pub fn print(&self, json: bool) -> anyhow::Result<()> {
+        let medians = self.median_ratios();
+        if json {
+            let seeds: Vec<_> = self
+                .seeds
+                .iter()
+                .map(|s| {
+                    let runs: Vec<_> = s
+                        .runs
+                        .iter()
+                        .map(|(label, m)| {
+                            serde_json::json!({
+                                "setting": label,
+                                "tenant_a_mean_jct_min": s.tenant_a_mean_jct(label),
+                                "preempted_share": s.preempted_share(label).map(|p| p.0),
+                                "metrics": m,
+                            })
+                        })
+                        .collect();
+                    serde_json::json!({ "seed": s.seed, "runs": runs })
+                })
+                .collect();
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&serde_json::json!({
+                    "seeds": seeds,
+                    "median_yarn_cs_over_antman": medians.map(|m| m.0),
+                    "median_gandiva_over_antman": medians.map(|m| m.1),
+                    "paper_yarn_cs_over_antman": PAPER_FIG_13_RATIOS.0,
+                    "paper_gandiva_over_antman": PAPER_FIG_13_RATIOS.1,
+                    "paper_yarn_cs_preempt_preempted_share": PAPER_FIG_13B_PREEMPTED,
+                }))?
+            );
+            return Ok(());
+        }
+        let labels: Vec<&str> = FIG_13_SETTINGS.iter().map(|s| s.label).collect();
+        println!(
+            "{:<6} {:<16} {:>13} {:>17} {:>10} {:>9}",
+            "seed", "setting", "mean JCT min", "Tenant-A JCT min", "preempted", "finished"
+        );
+        for s in &self.seeds {
+            for label in &labels {
+                let Some(m) = s.run(label) else { continue };
+                let finished = m.jobs.iter().filter(|j| j.end == JobEnd::Finished).count();
+                println!(
+                    "{:<6} {:<16} {:>13.1} {:>17} {:>9.0}% {:>9}",
+                    s.seed,
+                    label,
+                    m.mean_jct_min,
+                    s.tenant_a_mean_jct(label)
+                        .map_or("-".to_string(), |v| format!("{v:.1}")),
+                    100.0 * s.preempted_share(label).map_or(0.0, |p| p.0),
+                    format!("{finished}/{}", m.jobs.len()),
+                );
+            }
+        }
+        if let Some((y, g)) = medians {
+            println!(
+                "median mean JCT over AntMan's: YARN-CS {y:.2} (paper {:.2}), Gandiva {g:.2} \
+                 (paper {:.2}); YARN-CS-preempt preempts {:.0} % of the jobs in the paper. See \
+                 docs/reproductions/antman.md.",
+                PAPER_FIG_13_RATIOS.0,
+                PAPER_FIG_13_RATIOS.1,
+                100.0 * PAPER_FIG_13B_PREEMPTED
+            );
+        }
+        Ok(())
+    }
 }

@@ -4,7 +4,6 @@
 
 use anyhow::Context;
 use arbiter_sim::core::RunPolicy;
-use arbiter_sim::models::ModelConfigFile;
 use arbiter_sim::models::dynamoml::{
     DynamoMetrics, DynamoSimConfig, ServiceDemand, TrainingRuntime, run_dynamoml,
 };
@@ -155,20 +154,7 @@ pub struct DynamoReport {
 /// Runs the §4 scenario under the four settings: the default scenario, or the
 /// `DynamoSimConfig` TOML file `--config` names.
 pub fn run_protocol(args: &crate::SimArgs) -> anyhow::Result<DynamoReport> {
-    if args.nodes.is_some() || args.trace.is_some() {
-        anyhow::bail!(
-            "the dynamoml protocol builds its own cluster and workload; --nodes and --trace do not apply"
-        );
-    }
-    let cfg = match &args.config {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading the scenario configuration `{path}`"))?;
-            DynamoSimConfig::from_toml(&text)
-                .with_context(|| format!("the scenario configuration `{path}`"))?
-        }
-        None => DynamoSimConfig::default(),
-    };
+    let cfg: DynamoSimConfig = crate::protocol_setup(args)?;
     let demand = trace_demand(&cfg)?;
     Ok(DynamoReport {
         comparison: compare(&cfg, &demand)?,

@@ -66,9 +66,11 @@ pub struct SimArgs {
     /// `fgd` (static placement, the FGD paper's protocol), `replay` (time-based; the default),
     /// `aryl` (the Aryl paper's comparison on the Philly trace; `--trace` may name the
     /// Philly job table, `--policy` does not apply), `dynamoml` (DynamoML's §4 scenario
-    /// under its Table 2 settings) or `antman` (AntMan's Table 2 scenario under its five
-    /// settings); for the last two `--config` may name the scenario's TOML and `--policy`,
-    /// `--nodes` and `--trace` do not apply.
+    /// under its Table 2 settings), `antman` (AntMan's Table 2 scenario under its five
+    /// settings), `antman-trace` (AntMan's Fig. 13 on the Philly trace) or `muxflow`
+    /// (MuxFlow's §7 comparison on the GenAI and Philly traces); for the last four
+    /// `--config` may name the scenario's or set-up's TOML and `--policy`, `--nodes` and
+    /// `--trace` do not apply.
     #[arg(long)]
     pub protocol: Option<Protocol>,
     /// Seed: task order of the FGD protocol and the policies' tie-breaking.
@@ -160,6 +162,34 @@ pub fn compile_builtin(engine: &PolicyEngine, name: &str) -> anyhow::Result<Comp
     engine
         .compile(bytes)
         .with_context(|| format!("compiling `{name}`"))
+}
+
+/// The set-up of a paper's protocol (`dynamoml`, `antman`, `antman-trace`, `muxflow`): these
+/// build their own cluster and workload, so `--nodes` and `--trace` are refused; `--config`
+/// names a TOML file read and checked as `C`, and without it `C`'s default runs.
+pub(crate) fn protocol_setup<C>(args: &SimArgs) -> anyhow::Result<C>
+where
+    C: arbiter_sim::models::ModelConfigFile + Default,
+{
+    let protocol = args
+        .protocol
+        .map_or_else(|| "this".to_string(), |p| p.to_string());
+    if args.nodes.is_some() || args.trace.is_some() {
+        bail!(
+            "the {protocol} protocol builds its own cluster and workload (from the traces \
+             folder where it uses traces); --nodes and --trace do not apply"
+        );
+    }
+    match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading the scenario configuration `{path}`"))?;
+            C::from_toml(&text).with_context(|| {
+                format!("the {protocol} protocol's scenario configuration `{path}`")
+            })
+        }
+        None => Ok(C::default()),
+    }
 }
 
 /// The built-in policy `name`, compiled, to run with `config` (empty: its manifest's default).
@@ -264,6 +294,12 @@ pub fn run(args: &SimArgs) -> anyhow::Result<SimOutput> {
         ),
         Some(Protocol::Antman) => {
             bail!("the antman protocol has its own driver: `arbiter_repro::antman::run_protocol`")
+        }
+        Some(Protocol::AntmanTrace) => bail!(
+            "the antman-trace protocol has its own driver: `arbiter_repro::antman::run_trace_protocol`"
+        ),
+        Some(Protocol::Muxflow) => {
+            bail!("the muxflow protocol has its own driver: `arbiter_repro::muxflow::run_protocol`")
         }
         _ => {}
     }

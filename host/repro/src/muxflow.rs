@@ -529,3 +529,177 @@ pub fn print_runs(runs: &TraceRuns) {
         );
     }
 }
+
+/// `arbiter sim --protocol muxflow --config FILE`: the §7 set-up in a TOML table, every key
+/// optional ([`TraceSetup::default`]'s value), unknown ones refused. The GPU physics and
+/// `sysmonitor`'s configuration stay the reproduction's; the sensitivity table that changes
+/// them is the reproduction test's (`docs/reproductions/muxflow.md`).
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TraceProtocolConfig {
+    /// Offline traces to run, labels of [`TRACES`] (`"A"` to `"D"`).
+    pub traces: Vec<String>,
+    /// T4 nodes of 8 GPUs.
+    pub nodes: u32,
+    pub online_utilization: f64,
+    /// The busiest service's memory as a share of its GPU; `0` keeps the trace's.
+    pub online_memory_peak: f64,
+    pub arrival_window_h: f64,
+    pub max_hours: f64,
+    pub jobs_per_gpu_scale: f64,
+    pub horizon_h: f64,
+    /// Checkpoint and restart of a moved or evicted offline job, seconds.
+    pub restart_s: f64,
+    pub seeds: Vec<u64>,
+}
+
+impl Default for TraceProtocolConfig {
+    fn default() -> Self {
+        let setup = TraceSetup::default();
+        TraceProtocolConfig {
+            traces: TRACES.iter().map(|t| t.0.to_string()).collect(),
+            nodes: setup.nodes,
+            online_utilization: setup.online_utilization,
+            online_memory_peak: setup.online_memory_peak.unwrap_or(0.0),
+            arrival_window_h: setup.arrival_window_h,
+            max_hours: setup.max_hours,
+            jobs_per_gpu_scale: setup.jobs_per_gpu_scale,
+            horizon_h: setup.horizon_h,
+            restart_s: setup.restart_ms as f64 / 1000.0,
+            seeds: setup.seeds,
+        }
+    }
+}
+
+impl arbiter_sim::models::ModelConfigFile for TraceProtocolConfig {
+    const WHAT: &'static str = "the MuxFlow trace experiment's set-up";
+
+    fn check(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            !self.traces.is_empty(),
+            "traces must name at least one trace"
+        );
+        for t in &self.traces {
+            anyhow::ensure!(
+                TRACES.iter().any(|(label, _)| label == t),
+                "no trace {t:?} (traces are \"A\" to \"D\")"
+            );
+        }
+        anyhow::ensure!(
+            (1..=1_000).contains(&self.nodes),
+            "nodes must be 1 to 1,000 (got {})",
+            self.nodes
+        );
+        let share = |name: &str, v: f64, zero_ok: bool| {
+            anyhow::ensure!(
+                v.is_finite() && (v > 0.0 || (zero_ok && v == 0.0)) && v <= 1.0,
+                "{name} must be a share of the GPU, above 0 and at most 1 (got {v})"
+            );
+            Ok(())
+        };
+        share("online_utilization", self.online_utilization, false)?;
+        share("online_memory_peak", self.online_memory_peak, true)?;
+        for (name, v) in [
+            ("arrival_window_h", self.arrival_window_h),
+            ("max_hours", self.max_hours),
+            ("horizon_h", self.horizon_h),
+            ("jobs_per_gpu_scale", self.jobs_per_gpu_scale),
+        ] {
+            anyhow::ensure!(
+                v.is_finite() && v > 0.0 && v <= 24.0 * 365.0,
+                "{name} must be above 0 and at most 8,760 (got {v})"
+            );
+        }
+        anyhow::ensure!(
+            self.restart_s.is_finite() && (0.0..=86_400.0).contains(&self.restart_s),
+            "restart_s must be 0 to 86,400 (got {})",
+            self.restart_s
+        );
+        anyhow::ensure!(
+            (1..=100).contains(&self.seeds.len()),
+            "seeds must list 1 to 100 seeds (got {})",
+            self.seeds.len()
+        );
+        Ok(())
+    }
+}
+
+impl TraceProtocolConfig {
+    pub fn setup(&self) -> TraceSetup {
+        TraceSetup {
+            nodes: self.nodes,
+            online_utilization: self.online_utilization,
+            online_memory_peak: (self.online_memory_peak > 0.0).then_some(self.online_memory_peak),
+            arrival_window_h: self.arrival_window_h,
+            max_hours: self.max_hours,
+            jobs_per_gpu_scale: self.jobs_per_gpu_scale,
+            horizon_h: self.horizon_h,
+            restart_ms: (self.restart_s * 1000.0).round() as u64,
+            seeds: self.seeds.clone(),
+            ..TraceSetup::default()
+        }
+    }
+}
+
+/// `arbiter sim --protocol muxflow`: every chosen trace's runs.
+pub struct MuxflowReport {
+    pub traces: Vec<TraceRuns>,
+}
+
+/// Runs §7's comparison (the seven systems of [`SETTINGS`]) on the set-up `--config` names
+/// (a [`TraceProtocolConfig`] TOML) or the reproduction's default: traces A–D on 96 GPUs,
+/// a minute or so on two cores.
+pub fn run_protocol(args: &crate::SimArgs) -> anyhow::Result<MuxflowReport> {
+    let cfg: TraceProtocolConfig = crate::protocol_setup(args)?;
+    let labels: Vec<&str> = cfg.traces.iter().map(String::as_str).collect();
+    Ok(MuxflowReport {
+        traces: compare(&cfg.setup(), &labels, &SETTINGS)?,
+    })
+}
+
+impl MuxflowReport {
+    pub fn print(&self, json: bool) -> anyhow::Result<()> {
+        if json {
+            let traces: Vec<_> = self
+                .traces
+                .iter()
+                .map(|t| {
+                    let runs: Vec<_> = t
+                        .runs
+                        .iter()
+                        .map(|(label, m)| serde_json::json!({ "system": label, "metrics": m }))
+                        .collect();
+                    serde_json::json!({ "trace": t.trace, "seed": t.seed, "runs": runs })
+                })
+                .collect();
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&serde_json::json!({
+                    "traces": traces,
+                    "paper_latency_mean_ratio": PAPER_TESTBED.latency_mean,
+                    "paper_latency_p99_ratio": PAPER_TESTBED.latency_p99,
+                    "paper_jct_gain": PAPER_JCT_GAIN,
+                    "paper_oversold_gain": PAPER_OVERSOLD_GAIN,
+                }))?
+            );
+            return Ok(());
+        }
+        for t in &self.traces {
+            print_runs(t);
+            println!();
+        }
+        println!(
+            "lat / p99: the services' mean and P99 latency over Online-only's (paper: MuxFlow \
+             {:.3} / {:.3}); JCT: offline minutes (paper: the baselines' {:.2}-{:.2}x MuxFlow's); \
+             oversold: Eq. 3 (paper: MuxFlow {:.2}-{:.2}x the baselines'). See \
+             docs/reproductions/muxflow.md.",
+            PAPER_TESTBED.latency_mean,
+            PAPER_TESTBED.latency_p99,
+            PAPER_JCT_GAIN.0,
+            PAPER_JCT_GAIN.1,
+            PAPER_OVERSOLD_GAIN.0,
+            PAPER_OVERSOLD_GAIN.1
+        );
+        Ok(())
+    }
+}

@@ -124,7 +124,12 @@ impl SimOutput {
             let _ = writeln!(o, "  rejected {}: {}", r.task, r.reason);
         }
         match s.protocol {
-            Protocol::Replay | Protocol::Aryl | Protocol::Dynamoml | Protocol::Antman => {
+            Protocol::Replay
+            | Protocol::Aryl
+            | Protocol::Dynamoml
+            | Protocol::Antman
+            | Protocol::AntmanTrace
+            | Protocol::Muxflow => {
                 for r in &self.runs {
                     let _ = writeln!(o);
                     let _ = writeln!(

@@ -75,7 +75,12 @@ pub fn write(dir: &Path, output: &SimOutput) -> anyhow::Result<()> {
     )?;
     let x_name = match output.scenario.protocol {
         Protocol::Fgd => "arrived_gpu_pct",
-        Protocol::Replay | Protocol::Aryl | Protocol::Dynamoml | Protocol::Antman => "time_s",
+        Protocol::Replay
+        | Protocol::Aryl
+        | Protocol::Dynamoml
+        | Protocol::Antman
+        | Protocol::AntmanTrace
+        | Protocol::Muxflow => "time_s",
     };
     let series = output.runs.iter().flat_map(|run| {
         run.series.iter().map(move |p| {
@@ -318,7 +323,12 @@ fn allocation_chart(output: &SimOutput) -> String {
                 Some((0.0, 100.0)),
             )
         }
-        Protocol::Replay | Protocol::Aryl | Protocol::Dynamoml | Protocol::Antman => {
+        Protocol::Replay
+        | Protocol::Aryl
+        | Protocol::Dynamoml
+        | Protocol::Antman
+        | Protocol::AntmanTrace
+        | Protocol::Muxflow => {
             let (scale, unit) = time_unit(output);
             chart(
                 "GPU allocation over time",
@@ -377,7 +387,12 @@ pre{{background:#f6f6f6;padding:1em;overflow:auto}}</style></head><body>",
                 None,
             ));
         }
-        Protocol::Replay | Protocol::Aryl | Protocol::Dynamoml | Protocol::Antman => {
+        Protocol::Replay
+        | Protocol::Aryl
+        | Protocol::Dynamoml
+        | Protocol::Antman
+        | Protocol::AntmanTrace
+        | Protocol::Muxflow => {
             let (scale, unit) = time_unit(output);
             let x = format!("virtual time ({unit})");
             h.push_str(&chart(

@@ -25,10 +25,25 @@ pub enum Protocol {
     /// AntMan's Table 2 scenario under its five settings
     /// ([`crate::models::antman`]); like Aryl's, not a scenario run.
     Antman,
+    /// AntMan's trace experiment (§5.2, Fig. 13): Philly jobs on 64 V100s under AntMan,
+    /// YARN-CS (with and without preemption) and Gandiva; not a scenario run.
+    AntmanTrace,
+    /// MuxFlow's comparison (§7): GenAI services sharing their GPUs with Philly training
+    /// under MuxFlow, its ablations and the time-sharing baselines
+    /// ([`crate::models::muxflow`]); not a scenario run.
+    Muxflow,
 }
 
 impl Protocol {
-    pub const NAMES: [&'static str; 5] = ["fgd", "replay", "aryl", "dynamoml", "antman"];
+    pub const NAMES: [&'static str; 7] = [
+        "fgd",
+        "replay",
+        "aryl",
+        "dynamoml",
+        "antman",
+        "antman-trace",
+        "muxflow",
+    ];
 }
 
 impl std::fmt::Display for Protocol {
@@ -39,6 +54,8 @@ impl std::fmt::Display for Protocol {
             Protocol::Aryl => "aryl",
             Protocol::Dynamoml => "dynamoml",
             Protocol::Antman => "antman",
+            Protocol::AntmanTrace => "antman-trace",
+            Protocol::Muxflow => "muxflow",
         })
     }
 }
@@ -52,7 +69,11 @@ impl std::str::FromStr for Protocol {
             "aryl" => Ok(Protocol::Aryl),
             "dynamoml" => Ok(Protocol::Dynamoml),
             "antman" => Ok(Protocol::Antman),
-            other => bail!("unknown protocol `{other}` (fgd, replay, aryl, dynamoml or antman)"),
+            "antman-trace" => Ok(Protocol::AntmanTrace),
+            "muxflow" => Ok(Protocol::Muxflow),
+            other => bail!(
+                "unknown protocol `{other}` (fgd, replay, aryl, dynamoml, antman, antman-trace or muxflow)"
+            ),
         }
     }
 }
