@@ -94,7 +94,9 @@ pub struct SimArgs {
     /// "MLaaS in the Wild"'s best predictor) or `group-only` (50 %).
     #[arg(long, value_parser = parse_prediction, default_value = "none")]
     pub prediction: Prediction,
-    /// Policy configuration (TOML) instead of the derived one (`seed`, FGD's workload).
+    /// Policy configuration (TOML) instead of the derived one (`seed`, FGD's workload); for
+    /// the `dynamoml`, `antman`, `antman-trace` and `muxflow` protocols, the scenario's
+    /// (see `docs/reproductions/`).
     #[arg(long)]
     pub config: Option<String>,
     /// Wall-clock bound of one policy call, in milliseconds.
