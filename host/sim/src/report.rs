@@ -2,7 +2,7 @@
 //! inline SVG plots (no scripts, no external files: it opens anywhere).
 
 use crate::metrics::SeriesPoint;
-use crate::{Protocol, RunOutput, SimOutput};
+use crate::{RunOutput, SimOutput};
 use anyhow::Context;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -73,14 +73,10 @@ pub fn write(dir: &Path, output: &SimOutput) -> anyhow::Result<()> {
         ],
         tasks,
     )?;
-    let x_name = match output.scenario.protocol {
-        Protocol::Fgd => "arrived_gpu_pct",
-        Protocol::Replay
-        | Protocol::Aryl
-        | Protocol::Dynamoml
-        | Protocol::Antman
-        | Protocol::AntmanTrace
-        | Protocol::Muxflow => "time_s",
+    let x_name = if output.scenario.protocol.by_arrived_load() {
+        "arrived_gpu_pct"
+    } else {
+        "time_s"
     };
     let series = output.runs.iter().flat_map(|run| {
         run.series.iter().map(move |p| {
@@ -301,43 +297,35 @@ fn time_unit(output: &SimOutput) -> (f64, &'static str) {
 }
 
 fn allocation_chart(output: &SimOutput) -> String {
-    match output.scenario.protocol {
-        Protocol::Fgd => {
-            let mut l = lines(output, |p| Some(p.gpu_alloc_pct), 1.0);
-            let end = output
-                .runs
-                .iter()
-                .flat_map(|r| r.series.last())
-                .map(|p| p.x)
-                .fold(100.0, f64::max);
-            l.push(Line {
-                name: "arrived = allocated".into(),
-                points: vec![(0.0, 0.0), (100.0, 100.0), (end, 100.0)],
-                dashed: true,
-            });
-            chart(
-                "GPU allocation vs arrived GPU request",
-                "arrived GPU request (% of capacity)",
-                "GPUs allocated (%)",
-                &l,
-                Some((0.0, 100.0)),
-            )
-        }
-        Protocol::Replay
-        | Protocol::Aryl
-        | Protocol::Dynamoml
-        | Protocol::Antman
-        | Protocol::AntmanTrace
-        | Protocol::Muxflow => {
-            let (scale, unit) = time_unit(output);
-            chart(
-                "GPU allocation over time",
-                &format!("virtual time ({unit})"),
-                "GPUs allocated (%)",
-                &lines(output, |p| Some(p.gpu_alloc_pct), scale),
-                Some((0.0, 100.0)),
-            )
-        }
+    if output.scenario.protocol.by_arrived_load() {
+        let mut l = lines(output, |p| Some(p.gpu_alloc_pct), 1.0);
+        let end = output
+            .runs
+            .iter()
+            .flat_map(|r| r.series.last())
+            .map(|p| p.x)
+            .fold(100.0, f64::max);
+        l.push(Line {
+            name: "arrived = allocated".into(),
+            points: vec![(0.0, 0.0), (100.0, 100.0), (end, 100.0)],
+            dashed: true,
+        });
+        chart(
+            "GPU allocation vs arrived GPU request",
+            "arrived GPU request (% of capacity)",
+            "GPUs allocated (%)",
+            &l,
+            Some((0.0, 100.0)),
+        )
+    } else {
+        let (scale, unit) = time_unit(output);
+        chart(
+            "GPU allocation over time",
+            &format!("virtual time ({unit})"),
+            "GPUs allocated (%)",
+            &lines(output, |p| Some(p.gpu_alloc_pct), scale),
+            Some((0.0, 100.0)),
+        )
     }
 }
 
@@ -368,74 +356,66 @@ pre{{background:#f6f6f6;padding:1em;overflow:auto}}</style></head><body>",
     );
     let _ = write!(h, "<pre>{}</pre>", escape(&output.human()));
     h.push_str(&allocation_chart(output));
-    match s.protocol {
-        Protocol::Fgd => {
-            let l = lines(output, |p| p.frag_ratio_pct, 1.0);
-            h.push_str(&chart(
-                "GPU fragmentation ratio (FGD's F(M) / idle GPU capacity)",
-                "arrived GPU request (% of capacity)",
-                "fragmentation (% of idle)",
-                &l,
-                Some((0.0, 100.0)),
-            ));
-            let l = lines(output, |p| p.frag_gpus, 1.0);
-            h.push_str(&chart(
-                "GPU fragmentation amount",
-                "arrived GPU request (% of capacity)",
-                "fragmented GPUs",
-                &l,
-                None,
-            ));
+    if s.protocol.by_arrived_load() {
+        let l = lines(output, |p| p.frag_ratio_pct, 1.0);
+        h.push_str(&chart(
+            "GPU fragmentation ratio (FGD's F(M) / idle GPU capacity)",
+            "arrived GPU request (% of capacity)",
+            "fragmentation (% of idle)",
+            &l,
+            Some((0.0, 100.0)),
+        ));
+        let l = lines(output, |p| p.frag_gpus, 1.0);
+        h.push_str(&chart(
+            "GPU fragmentation amount",
+            "arrived GPU request (% of capacity)",
+            "fragmented GPUs",
+            &l,
+            None,
+        ));
+    } else {
+        let (scale, unit) = time_unit(output);
+        let x = format!("virtual time ({unit})");
+        h.push_str(&chart(
+            "Jobs waiting",
+            &x,
+            "pending jobs",
+            &lines(output, |p| Some(p.pending as f64), scale),
+            None,
+        ));
+        h.push_str(&chart(
+            "GPU fragmentation ratio (FGD's F(M) / idle GPU capacity)",
+            &x,
+            "fragmentation (% of idle)",
+            &lines(output, |p| p.frag_ratio_pct, scale),
+            Some((0.0, 100.0)),
+        ));
+        // Queueing delay CDF per run.
+        let mut cdf = Vec::new();
+        for run in &output.runs {
+            let mut q: Vec<f64> = run.records.iter().filter_map(|r| r.queue_s()).collect();
+            q.sort_by(f64::total_cmp);
+            let n = q.len().max(1) as f64;
+            let step = (q.len() / 400).max(1);
+            let points = q
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| i % step == 0 || *i + 1 == q.len())
+                .map(|(i, v)| (v / 60.0, 100.0 * (i + 1) as f64 / n))
+                .collect();
+            cdf.push(Line {
+                name: run.policy.clone(),
+                points,
+                dashed: false,
+            });
         }
-        Protocol::Replay
-        | Protocol::Aryl
-        | Protocol::Dynamoml
-        | Protocol::Antman
-        | Protocol::AntmanTrace
-        | Protocol::Muxflow => {
-            let (scale, unit) = time_unit(output);
-            let x = format!("virtual time ({unit})");
-            h.push_str(&chart(
-                "Jobs waiting",
-                &x,
-                "pending jobs",
-                &lines(output, |p| Some(p.pending as f64), scale),
-                None,
-            ));
-            h.push_str(&chart(
-                "GPU fragmentation ratio (FGD's F(M) / idle GPU capacity)",
-                &x,
-                "fragmentation (% of idle)",
-                &lines(output, |p| p.frag_ratio_pct, scale),
-                Some((0.0, 100.0)),
-            ));
-            // Queueing delay CDF per run.
-            let mut cdf = Vec::new();
-            for run in &output.runs {
-                let mut q: Vec<f64> = run.records.iter().filter_map(|r| r.queue_s()).collect();
-                q.sort_by(f64::total_cmp);
-                let n = q.len().max(1) as f64;
-                let step = (q.len() / 400).max(1);
-                let points = q
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| i % step == 0 || *i + 1 == q.len())
-                    .map(|(i, v)| (v / 60.0, 100.0 * (i + 1) as f64 / n))
-                    .collect();
-                cdf.push(Line {
-                    name: run.policy.clone(),
-                    points,
-                    dashed: false,
-                });
-            }
-            h.push_str(&chart(
-                "Queueing delay (CDF)",
-                "queueing delay (minutes)",
-                "jobs started (%)",
-                &cdf,
-                Some((0.0, 100.0)),
-            ));
-        }
+        h.push_str(&chart(
+            "Queueing delay (CDF)",
+            "queueing delay (minutes)",
+            "jobs started (%)",
+            &cdf,
+            Some((0.0, 100.0)),
+        ));
     }
     h.push_str("<p>Data: <a href=\"tasks.csv\">tasks.csv</a> · <a href=\"series.csv\">series.csv</a></p></body></html>\n");
     h

@@ -46,6 +46,23 @@ impl Protocol {
     ];
 }
 
+impl Protocol {
+    /// Whether a run is measured against the GPU request that has arrived (FGD's static
+    /// placement) rather than against virtual time (every other protocol): what a report's
+    /// x axis is.
+    pub fn by_arrived_load(self) -> bool {
+        match self {
+            Protocol::Fgd => true,
+            Protocol::Replay
+            | Protocol::Aryl
+            | Protocol::Dynamoml
+            | Protocol::Antman
+            | Protocol::AntmanTrace
+            | Protocol::Muxflow => false,
+        }
+    }
+}
+
 impl std::fmt::Display for Protocol {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
