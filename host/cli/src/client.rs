@@ -929,6 +929,7 @@ pub enum AbCommand {
     /// Make the candidate the `default` policy.
     Promote(AbRefArgs),
     /// Stop the experiment; the control policy takes everything back.
+    #[command(visible_alias = "stop")]
     Abort(AbRefArgs),
     /// Every experiment, running and ended.
     Ls(ConnOnly),

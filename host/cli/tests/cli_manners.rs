@@ -136,6 +136,21 @@ fn everyday_commands_against_a_live_plane() {
         Some(0),
         "{experiments}"
     );
+    // `ab stop` is `ab abort` by its other name: the same refusal for an
+    // experiment that does not exist.
+    let refusals: Vec<String> = ["abort", "stop"]
+        .iter()
+        .map(|verb| {
+            let out = Command::new(BIN)
+                .args(["ab", verb, "ghost", "--server", &url, "--token", &admin])
+                .output()
+                .unwrap();
+            assert!(!out.status.success(), "ab {verb} ghost succeeded");
+            String::from_utf8_lossy(&out.stderr).into_owned()
+        })
+        .collect();
+    assert!(refusals[0].contains("ghost"), "{}", refusals[0]);
+    assert_eq!(refusals[0], refusals[1]);
 
     // Tokens rotate: the old one stops working at once, the new one works,
     // and the admin token file follows.

@@ -818,14 +818,14 @@ fn arm_metrics(
         jobs_submitted: j.submitted,
         jobs_started: j.started,
         jobs_finished: j.finished,
-        queue_delay_ms: j.queue_delay_ms.estimate(),
-        jct_ms: j.jct_ms.estimate(),
-        gpu_allocation_pct: r.alloc_pct.estimate(),
-        fragmentation_pct: r.frag_pct.estimate(),
+        queue_delay_ms: j.queue_delay_ms.estimate().within(0.0, f64::INFINITY),
+        jct_ms: j.jct_ms.estimate().within(0.0, f64::INFINITY),
+        gpu_allocation_pct: r.alloc_pct.estimate().within(0.0, 100.0),
+        fragmentation_pct: r.frag_pct.estimate().within(0.0, 100.0),
         preemptions: j.preemptions,
         slo_violations: j.slo_violations,
         policy_faults: r.faults,
-        policy_latency_ms: r.policy_ms.estimate(),
+        policy_latency_ms: r.policy_ms.estimate().within(0.0, f64::INFINITY),
     }
 }
 

@@ -159,6 +159,24 @@ pub struct Estimate {
     pub batches: u32,
 }
 
+impl Estimate {
+    /// The interval cut to the values the metric can take (`[0, ∞)` for a
+    /// delay, `[0, 100]` for a percentage). Student's t is symmetric, so a
+    /// few spread-out batches of a delay near zero give a negative lower
+    /// bound — a value no mean of delays can have, and one that reads as a
+    /// broken statistic. The mean of samples in the range lies in it and is
+    /// left as it is.
+    pub fn within(self, low: f64, high: f64) -> Estimate {
+        // `+ 0.0` turns a -0.0 into 0.0, so a bound at zero never prints as "-0.0".
+        let cut = |x: f64| x.clamp(low, high) + 0.0;
+        Estimate {
+            ci_low: cut(self.ci_low),
+            ci_high: cut(self.ci_high),
+            ..self
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -233,5 +251,36 @@ mod tests {
         let back: BatchMeans = serde_json::from_str(&json).unwrap();
         assert_eq!(back, s);
         assert!(BatchMeans::default().interval(0.95).is_none());
+    }
+
+    #[test]
+    fn an_interval_is_cut_to_the_metrics_range_and_its_mean_kept() {
+        // Queue delays: mostly zero, one long wait — t's interval reaches below zero.
+        let mut s = BatchMeans::default();
+        for x in [0.0, 0.0, 0.0, 178.0] {
+            s.push(x);
+        }
+        let raw = s.estimate();
+        assert!(raw.ci_low < 0.0, "{raw:?}");
+        let cut = raw.within(0.0, f64::INFINITY);
+        assert_eq!(cut.ci_low.to_bits(), 0.0f64.to_bits());
+        assert_eq!((cut.mean, cut.ci_high), (raw.mean, raw.ci_high));
+        assert_eq!((cut.samples, cut.batches), (raw.samples, raw.batches));
+        // A percentage near full: the upper bound stops at 100.
+        let mut p = BatchMeans::default();
+        for x in [99.0, 100.0, 92.0, 100.0] {
+            p.push(x);
+        }
+        let raw = p.estimate();
+        assert!(raw.ci_high > 100.0, "{raw:?}");
+        let cut = raw.within(0.0, 100.0);
+        assert_eq!(cut.ci_high, 100.0);
+        assert_eq!(cut.ci_low, raw.ci_low);
+        // -0.0 (a bound just below zero rounds there) is written as 0.
+        let e = Estimate {
+            ci_low: -0.0,
+            ..Estimate::default()
+        };
+        assert_eq!(format!("{:.1}", e.within(0.0, 100.0).ci_low), "0.0");
     }
 }
