@@ -607,18 +607,86 @@ pub async fn describe_job(a: &DescribeJobArgs) -> anyhow::Result<()> {
     if a.conn.json {
         return print_json(&value);
     }
-    if let serde_json::Value::Object(fields) = value {
-        for (k, v) in fields {
-            let shown = match &v {
-                serde_json::Value::Null => continue,
-                serde_json::Value::String(s) if s.is_empty() => continue,
-                serde_json::Value::String(s) => s.clone(),
-                other => other.to_string(),
-            };
-            println!("{k:<16} {shown}");
-        }
+    let mut lines = Vec::new();
+    described_fields("", &value, &mut lines);
+    let width = lines
+        .iter()
+        .map(|(label, _)| label.len())
+        .max()
+        .unwrap_or(0);
+    for (label, shown) in lines {
+        println!("{label:<width$} {shown}");
     }
     Ok(())
+}
+
+/// Fields of the API's job that are times since the epoch, in ms.
+const INSTANT_FIELDS: [&str; 5] = [
+    "submit_ms",
+    "start_ms",
+    "end_ms",
+    "started_ms",
+    "reported_ms",
+];
+/// Fields that are spans of time, in ms.
+const SPAN_FIELDS: [&str; 8] = [
+    "duration_ms",
+    "deadline_ms",
+    "slo_ms",
+    "attained_ms",
+    "remaining_ms",
+    "iteration_ms",
+    "p50_latency_ms",
+    "p99_latency_ms",
+];
+/// Fields whose 0 is the API's "none" (not started, no deadline, no objective).
+const NONE_IF_ZERO: [&str; 6] = [
+    "submit_ms",
+    "start_ms",
+    "end_ms",
+    "duration_ms",
+    "deadline_ms",
+    "slo_ms",
+];
+
+/// `describe`'s text form of one field, appended to `lines` as (label, text): nested
+/// objects flattened as `progress.remaining`; times since the epoch shown as UTC
+/// timestamps and spans as durations, under the field's name without `_ms`; nothing for a
+/// field that says nothing (null, empty, or a 0 that means "none"). `--json` keeps the
+/// API's fields and milliseconds.
+fn described_fields(prefix: &str, value: &serde_json::Value, lines: &mut Vec<(String, String)>) {
+    let serde_json::Value::Object(fields) = value else {
+        return;
+    };
+    for (key, v) in fields {
+        let timed = INSTANT_FIELDS.contains(&key.as_str()) || SPAN_FIELDS.contains(&key.as_str());
+        let label = |name: &str| format!("{prefix}{name}");
+        let shown = match v {
+            serde_json::Value::Null => continue,
+            serde_json::Value::String(s) if s.is_empty() => continue,
+            serde_json::Value::String(s) => s.clone(),
+            serde_json::Value::Object(_) => {
+                described_fields(&label(&format!("{key}.")), v, lines);
+                continue;
+            }
+            serde_json::Value::Number(n) if timed && n.as_u64().is_some() => {
+                let ms = n.as_u64().unwrap_or_default();
+                if ms == 0 && NONE_IF_ZERO.contains(&key.as_str()) {
+                    continue;
+                }
+                let span = Duration::from_millis(ms);
+                let text = if INSTANT_FIELDS.contains(&key.as_str()) {
+                    humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + span).to_string()
+                } else {
+                    humantime::format_duration(span).to_string()
+                };
+                lines.push((label(key.trim_end_matches("_ms")), text));
+                continue;
+            }
+            other => other.to_string(),
+        };
+        lines.push((label(key), shown));
+    }
 }
 
 #[derive(Args)]
@@ -1711,5 +1779,42 @@ mod tests {
         assert!(parse_duration("42").is_err_and(|e| e.contains("42s") && e.contains("42ms")));
         assert!(parse_duration("10 parsecs").is_err());
         assert!(parse_duration("m").is_err());
+    }
+
+    #[test]
+    fn describe_shows_times_as_timestamps_and_spans_as_durations() {
+        let job = serde_json::json!({
+            "name": "j0",
+            "node": "",
+            "gpu_milli": 0,
+            "submit_ms": 1_795_964_254_868u64,
+            "start_ms": 0,
+            "duration_ms": 5_400_000,
+            "deadline_ms": 0,
+            "slo_ms": 128,
+            "service": null,
+            "progress": {"attained_ms": 0, "remaining_ms": 90_000, "remaining_workers": 1},
+        });
+        let mut lines = Vec::new();
+        described_fields("", &job, &mut lines);
+        let shown: Vec<(&str, &str)> = lines
+            .iter()
+            .map(|(l, t)| (l.as_str(), t.as_str()))
+            .collect();
+        // 0 is "none" for a start, a deadline or an objective, not for a count or for
+        // progress; empty strings and nulls say nothing.
+        assert_eq!(
+            shown,
+            [
+                ("duration", "1h 30m"),
+                ("gpu_milli", "0"),
+                ("name", "j0"),
+                ("progress.attained", "0s"),
+                ("progress.remaining", "1m 30s"),
+                ("progress.remaining_workers", "1"),
+                ("slo", "128ms"),
+                ("submit", "2026-11-29T14:57:34.868Z"),
+            ]
+        );
     }
 }
