@@ -285,7 +285,7 @@ impl CoordinatorDriver {
         let mut refused_by_faults = Vec::new();
         let outcome = ask_chain(
             &self.slot,
-            "coordinator",
+            arbiter_policy_sdk::model::Role::Coordinator,
             view.now_ms,
             || FaultInput::Node(view.clone()),
             |instance| {

@@ -83,7 +83,7 @@ impl MatcherDriver {
         let state = &*state;
         let outcome = ask_chain(
             &self.slot,
-            "matcher",
+            arbiter_policy_sdk::model::Role::Matcher,
             request.epoch,
             || FaultInput::Match(request.clone()),
             |instance| {

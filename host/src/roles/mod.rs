@@ -31,6 +31,7 @@ pub mod tenant;
 
 use crate::registry::{FaultInput, FaultRecord, Generation, PolicySlot};
 use crate::runtime::{PolicyFault, PolicyInstance};
+use arbiter_policy_sdk::model::Role;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -97,7 +98,10 @@ impl<T> ChainOutcome<T> {
     }
 }
 
-/// Asks `slot`'s generations in fallback order until one answers.
+/// Asks `slot`'s generations in fallback order until one answers. A generation that does
+/// not declare `role` ([`crate::registry::PolicyCode::has_role`]) is passed over without
+/// a call or a fault; one that declares it and then answers `unsupported` has a manifest
+/// that is wrong, a fault like any other.
 ///
 /// `call` runs the role's call on an instance and validates the answer: an
 /// `Err` is a fault of that generation, recorded with `epoch` and the input
@@ -105,7 +109,7 @@ impl<T> ChainOutcome<T> {
 /// is read once, so a swap takes effect between calls, never inside one.
 pub fn ask_chain<T>(
     slot: &PolicySlot,
-    role: &'static str,
+    role: Role,
     epoch: u64,
     input: impl Fn() -> FaultInput,
     mut call: impl FnMut(&mut PolicyInstance) -> Result<T, PolicyFault>,
@@ -133,7 +137,18 @@ pub fn ask_chain<T>(
                 }
             }
         };
-        match ask_generation(&generation, role, &mut call) {
+        if !generation.code.has_role(role) {
+            // It has no answer to give, and not having one is no fault: counted as one, three
+            // reclaims in a row quarantined a scheduler-only active policy.
+            tracing::debug!(
+                slot = %slot.name(),
+                role = role.as_str(),
+                generation = generation.id,
+                "generation does not declare the role; not asked"
+            );
+            continue;
+        }
+        match ask_generation(&generation, role.as_str(), &mut call) {
             Ok((value, policy_time)) => {
                 generation.record_success(slot.quarantine_rule());
                 let served = if Some(generation.id) == active_id {
@@ -151,7 +166,7 @@ pub fn ask_chain<T>(
                 };
             }
             Err(fault) => {
-                on_fault(slot, &generation, role, epoch, input(), &fault);
+                on_fault(slot, &generation, role.as_str(), epoch, input(), &fault);
                 faults.push((Some(generation.id), fault));
             }
         }

@@ -66,7 +66,7 @@ impl ReclaimDriver {
         let state = &*state;
         let outcome = ask_chain(
             &self.slot,
-            "reclaim",
+            arbiter_policy_sdk::model::Role::Reclaim,
             request.epoch,
             || FaultInput::Reclaim(request.clone()),
             |instance| {

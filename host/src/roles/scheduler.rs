@@ -79,7 +79,7 @@ impl RoundDriver {
         let _guard = span.enter();
         let outcome = ask_chain(
             &self.slot,
-            "scheduler",
+            arbiter_policy_sdk::model::Role::Scheduler,
             round.epoch,
             || FaultInput::Delta(Delta::clone(&delta)),
             |instance| ask(instance, state, round),

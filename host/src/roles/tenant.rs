@@ -51,7 +51,7 @@ pub fn admit(slot: Option<&PolicySlot>, epoch: u64, request: &AdmissionRequest) 
     let outcome = match slot {
         Some(slot) => ask_chain(
             slot,
-            "tenant",
+            arbiter_policy_sdk::model::Role::Tenant,
             epoch,
             || FaultInput::Tenant(request.view.clone()),
             |instance| {
