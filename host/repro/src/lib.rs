@@ -25,6 +25,7 @@ pub mod pai;
 
 use anyhow::{Context, bail};
 use arbiter_host::runtime::{CompiledPolicy, PolicyEngine};
+use arbiter_policy_sdk::model::Role;
 use arbiter_sim::models::{fgd::FgdConfig, replay::ReplayConfig};
 use arbiter_sim::prediction::Prediction;
 use arbiter_sim::{
@@ -325,6 +326,18 @@ pub fn run(args: &SimArgs) -> anyhow::Result<SimOutput> {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
     let policies = compile_policies(&engine, &args.policy, threads)?;
+    // A policy without the role would be passed over every round and the run would be the
+    // native fallback's under its name.
+    for (label, compiled) in &policies {
+        if !compiled.has_role(Role::Scheduler) {
+            let roles: Vec<&str> = compiled.roles().iter().map(|r| r.as_str()).collect();
+            bail!(
+                "policy `{label}` is not a scheduler (its roles: {}); `arbiter sim` runs \
+                 scheduler policies (the paper protocols run their coordinators and matchers)",
+                roles.join(", ")
+            );
+        }
+    }
     let model = match protocol {
         Protocol::Fgd => ModelConfig::Fgd(FgdConfig { tune: args.tune }),
         _ => ModelConfig::Replay(ReplayConfig {

@@ -180,6 +180,24 @@ fn unrecognised_files_are_named() {
     assert!(format!("{err:#}").contains("--tune"), "{err:#}");
 }
 
+/// A policy that is not a scheduler is refused by name, with its roles: every round would
+/// pass it over and the run would be the native fallback's under its name.
+#[test]
+fn a_policy_without_the_scheduler_role_is_refused() {
+    for (policy, role) in [("sysmonitor", "coordinator"), ("greedy-matcher", "matcher")] {
+        let err = run(&SimArgs {
+            policy: format!("best-fit,{policy}"),
+            ..SimArgs::default()
+        })
+        .expect_err("not a scheduler");
+        let text = format!("{err:#}");
+        assert!(
+            text.contains(&format!("`{policy}` is not a scheduler")) && text.contains(role),
+            "{text}"
+        );
+    }
+}
+
 /// Answers every round with nothing.
 struct NeverPlace;
 
