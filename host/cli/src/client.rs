@@ -845,7 +845,7 @@ fn print_slot(s: &v1::SlotInfo, json: bool) -> anyhow::Result<()> {
             }
         }
         if g.quarantined {
-            println!("       quarantined: never served and never rolled back to");
+            println!("       quarantined: not asked any more, and never rolled back to");
         }
         if !g.last_fault.is_empty() {
             println!("       last fault: {}", g.last_fault);
