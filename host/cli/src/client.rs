@@ -1604,6 +1604,12 @@ pub async fn nodes(cmd: &NodesCommand) -> anyhow::Result<()> {
             for f in &r.faults {
                 println!("  fault: {f}");
             }
+            if r.served == "native" && r.faults.is_empty() {
+                println!(
+                    "  (no policy of the slot answers reclaims: none declares the role, or those \
+                     that do are quarantined; the host chose, smallest count first)"
+                );
+            }
             Ok(())
         }
     }
