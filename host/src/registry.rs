@@ -954,4 +954,33 @@ mod tests {
         assert!(report.faults.is_empty());
         assert_eq!(third.mirror_epoch(), Some(state.epoch()));
     }
+
+    /// Epochs count one state's history: a mirror of one state is not caught
+    /// up by another state's deltas, even where the epochs line up.
+    #[test]
+    fn a_feed_of_another_state_leaves_the_mirror_alone() {
+        use crate::roles::scheduler::RoundDriver;
+        use crate::state::{ClusterState, JobRequest, NodeRequest};
+        let one_node = || {
+            let mut s = ClusterState::new();
+            s.add_node(NodeRequest::gpus("n0", "default", "A100", 81_920, 8))
+                .unwrap();
+            s
+        };
+        let (mut followed, mut other) = (one_node(), one_node());
+        let slot = Arc::new(PolicySlot::new("fifo"));
+        let generation = slot.swap(compiled("fifo"), None, None, None).unwrap();
+        RoundDriver::new(slot.clone()).run_round(&mut followed);
+        let at = followed.epoch();
+        assert_eq!(generation.mirror_epoch(), Some(at));
+        other.begin_round(0);
+        assert_eq!(other.epoch(), at);
+        other
+            .submit(JobRequest::gpus("elsewhere", "t", 1, 1))
+            .unwrap();
+        other.begin_round(0);
+        assert!(other.delta_since(at).is_some());
+        assert!(matches!(generation.catch_up(&other.delta_feed()), Ok(None)));
+        assert_eq!(generation.mirror_epoch(), Some(at));
+    }
 }

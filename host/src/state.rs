@@ -21,6 +21,7 @@ use arbiter_policy_sdk::{Cluster, DecisionError, Plan};
 use parking_lot::RwLock;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A job's stable identity (indices change; this does not).
 #[derive(
@@ -245,8 +246,15 @@ impl Applied {
     }
 }
 
+/// Tells cluster states apart: see [`ClusterState::lineage`].
+static NEXT_LINEAGE: AtomicU64 = AtomicU64::new(1);
+
 /// The cluster state of one host (live or simulated).
 pub struct ClusterState {
+    /// Which state this is, unique in the process: epochs count one state's
+    /// history, so a mirror synchronised to another state at the same epoch
+    /// is not current (see [`ClusterState::lineage`]).
+    lineage: u64,
     cluster: Cluster,
     interned: HashMap<String, u32>,
     node_index: HashMap<String, u32>,
@@ -289,6 +297,7 @@ impl Default for ClusterState {
 impl ClusterState {
     pub fn new() -> Self {
         ClusterState {
+            lineage: NEXT_LINEAGE.fetch_add(1, Ordering::Relaxed),
             cluster: Cluster::new(),
             interned: HashMap::new(),
             node_index: HashMap::new(),
@@ -832,6 +841,7 @@ impl ClusterState {
     /// instead of every delta since its snapshot.
     pub fn delta_feed(&self) -> DeltaFeed {
         DeltaFeed {
+            lineage: self.lineage,
             log: self.history.clone(),
         }
     }
@@ -847,6 +857,15 @@ impl ClusterState {
         if !self.events.is_empty() {
             self.begin_round(0);
         }
+    }
+
+    /// This state's identity, unique in the process. Epochs and deltas only
+    /// mean something within one state's history: a policy instance asked
+    /// about several states (the control plane's `matcher` and `reclaim`
+    /// slots answer for every cell) resyncs when the state changes, even at
+    /// an epoch its mirror has ([`crate::runtime::PolicyInstance::sync_to`]).
+    pub fn lineage(&self) -> u64 {
+        self.lineage
     }
 
     /// The full state, exact at the epoch it is labelled with (pending
@@ -1343,10 +1362,17 @@ fn merge<'a>(
 /// before its activation.
 #[derive(Clone, Debug)]
 pub struct DeltaFeed {
+    /// The [`ClusterState::lineage`] of the state it reads.
+    lineage: u64,
     log: Arc<RwLock<DeltaLog>>,
 }
 
 impl DeltaFeed {
+    /// The [`ClusterState::lineage`] of the state whose deltas these are.
+    pub fn lineage(&self) -> u64 {
+        self.lineage
+    }
+
     /// The state's epoch as of its last round (or seal, or compaction).
     pub fn epoch(&self) -> u64 {
         self.log.read().epoch

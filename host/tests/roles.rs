@@ -332,6 +332,38 @@ mod reclaim {
         assert_eq!(slot.active_id(), Some(fifo));
     }
 
+    /// One slot asked for two cells' reclaims (the control plane's `reclaim` slot answers
+    /// for every cell): the instance's mirror follows the state it is asked about. Both
+    /// states are at the same epoch, so an epoch alone says the mirror of the empty one is
+    /// current for the busy one — aryl then returned nodes with jobs left on them.
+    #[test]
+    fn one_instance_asked_about_two_states_mirrors_each_in_turn() {
+        let slot = Arc::new(PolicySlot::new("reclaim"));
+        let g = load(&slot, "aryl", None);
+        let driver = ReclaimDriver::new(Arc::clone(&slot));
+        let mut busy = loaned();
+        let mut idle = cluster(4, 0);
+        while idle.epoch() < busy.epoch() {
+            idle.begin_round(100);
+        }
+        assert_eq!(idle.epoch(), busy.epoch());
+        for busy_turn in [false, true, false] {
+            let (name, state) = if busy_turn {
+                ("busy", &mut busy)
+            } else {
+                ("idle", &mut idle)
+            };
+            let out = driver.reclaim(state, &[0, 1, 2], 2, 100);
+            assert_eq!(out.served, Served::Active(g), "{name}: {:?}", out.faults);
+            assert_eq!(validate_plan(state, &out.request, &out.plan), Ok(()));
+        }
+        let busy_plan = driver.reclaim(&mut busy, &[0, 1, 2], 2, 100).plan;
+        assert!(
+            !busy_plan.decisions.is_empty(),
+            "two of n0..n2 back from the busy state preempt something: {busy_plan:?}"
+        );
+    }
+
     #[test]
     fn aryls_reclaim_plan_passes_the_one_check() {
         let slot = Arc::new(PolicySlot::new("aryl"));

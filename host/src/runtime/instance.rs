@@ -81,10 +81,20 @@ enum Backend {
     Native(Box<dyn NativePolicy>),
 }
 
-/// A live policy instance and the epoch its mirror is at.
+/// Where an instance's cluster mirror is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Mirror {
+    epoch: u64,
+    /// The [`ClusterState::lineage`] of the state it follows; `None` after a
+    /// bare [`PolicyInstance::resync`] (the caller vouches for the snapshot's
+    /// source until the next [`PolicyInstance::sync_to`] names the state).
+    lineage: Option<u64>,
+}
+
+/// A live policy instance and where its mirror is.
 pub struct PolicyInstance {
     backend: Backend,
-    mirror_epoch: Option<u64>,
+    mirror: Option<Mirror>,
     poisoned: Option<PolicyFault>,
     last: CallStats,
 }
@@ -132,7 +142,7 @@ impl PolicyInstance {
                 max_log_lines: config.max_log_lines,
                 ticker,
             })),
-            mirror_epoch: None,
+            mirror: None,
             poisoned: None,
             last: CallStats::default(),
         })
@@ -142,7 +152,7 @@ impl PolicyInstance {
     pub fn native(policy: Box<dyn NativePolicy>) -> PolicyInstance {
         PolicyInstance {
             backend: Backend::Native(policy),
-            mirror_epoch: None,
+            mirror: None,
             poisoned: None,
             last: CallStats::default(),
         }
@@ -159,7 +169,7 @@ impl PolicyInstance {
 
     /// Epoch of the instance's cluster mirror, if synchronised.
     pub fn mirror_epoch(&self) -> Option<u64> {
-        self.mirror_epoch
+        self.mirror.map(|m| m.epoch)
     }
 
     pub fn last_call(&self) -> CallStats {
@@ -216,7 +226,7 @@ impl PolicyInstance {
             && fault.poisons_instance()
         {
             self.poisoned = Some(fault.clone());
-            self.mirror_epoch = None;
+            self.mirror = None;
         }
         result
     }
@@ -276,7 +286,10 @@ impl PolicyInstance {
             });
             self.lift_result(r)
         };
-        self.mirror_epoch = r.is_ok().then_some(epoch);
+        self.mirror = r.is_ok().then_some(Mirror {
+            epoch,
+            lineage: None,
+        });
         r
     }
 
@@ -301,22 +314,45 @@ impl PolicyInstance {
             });
             self.lift_result(r)
         };
-        self.mirror_epoch = r.is_ok().then_some(epoch);
+        // The delta continues whatever state the mirror followed.
+        let lineage = self.mirror.and_then(|m| m.lineage);
+        self.mirror = r.is_ok().then_some(Mirror { epoch, lineage });
         r
     }
 
     /// Brings the mirror to the state's epoch: a delta if history allows, else a snapshot.
+    /// A mirror of another state resyncs, whatever its epoch: epochs count one state's
+    /// history (an instance of the control plane's `reclaim` slot answers for every cell).
     pub fn sync_to(&mut self, state: &ClusterState) -> Result<(), PolicyFault> {
-        if self.mirror_epoch == Some(state.epoch()) {
-            return Ok(());
+        let lineage = state.lineage();
+        let Some(mirror) = self
+            .mirror
+            .filter(|m| m.lineage.is_none_or(|l| l == lineage))
+        else {
+            return self.resync_to(state);
+        };
+        let r = if mirror.epoch == state.epoch() {
+            Ok(())
+        } else {
+            match state.delta_since(mirror.epoch) {
+                Some(d) => match self.apply_delta(Cow::Owned(d)) {
+                    Err(PolicyFault::Stale(_)) => return self.resync_to(state),
+                    other => other,
+                },
+                None => return self.resync_to(state),
+            }
+        };
+        self.follow(lineage, r)
+    }
+
+    /// After a successful sync, the mirror follows the state of `lineage`.
+    fn follow(&mut self, lineage: u64, r: Result<(), PolicyFault>) -> Result<(), PolicyFault> {
+        if r.is_ok()
+            && let Some(m) = &mut self.mirror
+        {
+            m.lineage = Some(lineage);
         }
-        match self.mirror_epoch.and_then(|e| state.delta_since(e)) {
-            Some(d) => match self.apply_delta(Cow::Owned(d)) {
-                Err(PolicyFault::Stale(_)) => self.resync_to(state),
-                other => other,
-            },
-            None => self.resync_to(state),
-        }
+        r
     }
 
     /// Brings the mirror as far as a [`DeltaFeed`] reaches, off the round loop
@@ -325,9 +361,12 @@ impl PolicyInstance {
     /// older than the feed's history or resync epoch) and the next round
     /// resyncs it. A fault other than `stale` is returned.
     pub fn catch_up(&mut self, feed: &DeltaFeed) -> Result<Option<u64>, PolicyFault> {
-        let Some(epoch) = self.mirror_epoch else {
+        let Some(Mirror { epoch, lineage }) = self.mirror else {
             return Ok(None);
         };
+        if lineage.is_some_and(|l| l != feed.lineage()) {
+            return Ok(None);
+        }
         let Some(delta) = feed.delta_since(epoch) else {
             return Ok(None);
         };
@@ -341,8 +380,9 @@ impl PolicyInstance {
             events = delta.events.len()
         );
         let _guard = span.enter();
-        match self.apply(&delta) {
-            Ok(()) => Ok(self.mirror_epoch),
+        let applied = self.apply(&delta);
+        match self.follow(feed.lineage(), applied) {
+            Ok(()) => Ok(self.mirror_epoch()),
             Err(PolicyFault::Stale(_)) => Ok(None),
             Err(fault) => Err(fault),
         }
@@ -353,7 +393,8 @@ impl PolicyInstance {
         let snapshot = state.snapshot_at_epoch().ok_or_else(|| {
             PolicyFault::Abi("cluster state has unsealed changes; seal it before syncing".into())
         })?;
-        self.resync(snapshot)
+        let r = self.resync(snapshot);
+        self.follow(state.lineage(), r)
     }
 
     pub fn schedule(&mut self, round: RoundInfo) -> Result<Vec<Decision>, PolicyFault> {
@@ -437,7 +478,7 @@ impl PolicyInstance {
             Ok(Err(e)) => {
                 let fault = self.classify(e);
                 self.poisoned = Some(fault.clone());
-                self.mirror_epoch = None;
+                self.mirror = None;
                 Err(fault)
             }
             Err(fault) => Err(fault),
