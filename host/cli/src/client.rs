@@ -1591,13 +1591,18 @@ pub async fn nodes(cmd: &NodesCommand) -> anyhow::Result<()> {
             if a.conn.json {
                 return print_json(&serde_json::json!({
                     "returned": r.returned, "preempted": r.preempted,
-                    "scaled_in": r.scaled_in, "served": r.served, "faults": r.faults,
+                    "scaled_in": r.scaled_in, "slot": r.slot, "served": r.served,
+                    "faults": r.faults,
                 }));
             }
+            let chooser = if r.served == "native" {
+                "the host, smallest count first".to_string()
+            } else {
+                format!("slot `{}`, {} generation", r.slot, r.served)
+            };
             println!(
-                "returned {} (chosen by {}); preempted {:?}, scaled in {:?}",
+                "returned {} (chosen by {chooser}); preempted {:?}, scaled in {:?}",
                 r.returned.join(", "),
-                r.served,
                 r.preempted,
                 r.scaled_in
             );
@@ -1606,8 +1611,10 @@ pub async fn nodes(cmd: &NodesCommand) -> anyhow::Result<()> {
             }
             if r.served == "native" && r.faults.is_empty() {
                 println!(
-                    "  (no policy of the slot answers reclaims: none declares the role, or those \
-                     that do are quarantined; the host chose, smallest count first)"
+                    "  (no policy of slot `{}` answers reclaims: none declares the role, or those \
+                     that do are quarantined; to have one choose for every cell: \
+                     arbiter policy load builtin:aryl --slot reclaim)",
+                    r.slot
                 );
             }
             Ok(())

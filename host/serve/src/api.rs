@@ -512,6 +512,7 @@ impl v1::nodes_server::Nodes for Api {
             preempted: reclaimed.preempted,
             scaled_in: reclaimed.scaled_in,
             served: reclaimed.served,
+            slot: reclaimed.slot,
             faults: reclaimed.faults,
         }))
     }

@@ -135,6 +135,8 @@ pub struct Reclaimed {
     pub preempted: Vec<u64>,
     pub scaled_in: Vec<u64>,
     pub served: String,
+    /// The slot asked (of the cell whose answer `served` names).
+    pub slot: String,
     pub faults: Vec<String>,
 }
 

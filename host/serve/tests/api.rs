@@ -1731,6 +1731,74 @@ async fn a_reclaim_takes_lent_nodes_back_through_the_reclaim_driver() {
     running.shutdown().await.unwrap();
 }
 
+/// The `reclaim` slot answers reclaims for the cells: the operator keeps
+/// `best-fit` scheduling and has Aryl choose what goes back. It takes only a
+/// policy with the role, and is no experiment's candidate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reclaim_slot_chooses_what_goes_back_for_the_cells_scheduler() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = server(dir.path(), 2, Duration::from_secs(3600)).await;
+    let admin_token = running.new_admin_token.clone().unwrap();
+    let mut admin = client(&running, Some(&admin_token)).await;
+    let fifo = arbiter_policies::get("fifo").unwrap();
+    let e = upload(&mut admin, "reclaim", fifo, "").await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("`reclaim` role"), "{}", e.message());
+    let aryl = load(
+        &mut admin,
+        "reclaim",
+        arbiter_policies::get("aryl").unwrap(),
+        "",
+    )
+    .await;
+    let e = admin
+        .experiments
+        .start(v1::StartExperimentRequest {
+            name: "e".into(),
+            mode: v1::ExperimentMode::Split as i32,
+            candidate_slot: "reclaim".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("does not schedule"), "{}", e.message());
+
+    lend(&mut admin, "sim-01").await;
+    let a = submit(&mut admin, spec("a", 8, 3_600_000)).await;
+    let b = submit(&mut admin, spec("b", 8, 3_600_000)).await;
+    wait_state(&admin, a, v1::JobState::Running).await;
+    wait_state(&admin, b, v1::JobState::Running).await;
+    let mut victim = None;
+    for id in [a, b] {
+        let j = admin
+            .jobs
+            .get(v1::JobRef { id })
+            .await
+            .unwrap()
+            .into_inner();
+        if j.node == "sim-01" {
+            victim = Some(id);
+        }
+    }
+    let r = reclaim_one(&mut admin).await.unwrap().into_inner();
+    assert_eq!(r.returned, ["sim-01"]);
+    assert_eq!(r.preempted, [victim.expect("a job on sim-01")]);
+    assert_eq!((r.slot.as_str(), r.served.as_str()), ("reclaim", "active"));
+    assert!(r.faults.is_empty(), "{:?}", r.faults);
+    let reclaim = describe(&mut admin, "reclaim").await;
+    let answered = reclaim
+        .generations
+        .iter()
+        .find(|g| g.id == aryl.id)
+        .unwrap();
+    assert!(answered.active && answered.faults == 0, "{answered:?}");
+    // The cell's scheduler was not asked, and not blamed.
+    let default = describe(&mut admin, "default").await;
+    assert!(default.generations.iter().all(|g| g.faults == 0));
+    running.shutdown().await.unwrap();
+}
+
 /// A generation's configuration reaches the journal, and replay uses it:
 /// `random` loaded with `seed = 7` replays bit for bit from the journal
 /// alone, the same component under its default seed does not, and the

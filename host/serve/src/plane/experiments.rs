@@ -50,6 +50,12 @@ impl Plane {
                 "candidate_slot must name a loaded scheduler slot other than `default`".into(),
             ));
         }
+        if ROLE_SLOTS.contains(&req.candidate_slot.as_str()) {
+            return Err(ApiError::InvalidArgument(format!(
+                "slot `{}` serves one role for every cell, it does not schedule; load the candidate scheduler into a slot of its own",
+                req.candidate_slot
+            )));
+        }
         let share = if req.candidate_share == 0.0 {
             0.5
         } else {

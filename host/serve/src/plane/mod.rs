@@ -83,6 +83,14 @@ pub const DEFAULT_SLOT: &str = "default";
 /// The slot whose active generation answers the `matcher` role (MuxFlow's pairing of offline
 /// with online work); empty: nothing is paired, offline work runs where the scheduler put it.
 pub const MATCHER_SLOT: &str = "matcher";
+/// The slot whose active generation answers every cell's reclaims (`arbiter nodes reclaim`),
+/// so an operator can keep one scheduler and take Aryl's reclaim plan (or their own); empty:
+/// each cell's scheduling slot answers through its `reclaim` role, else the host's
+/// Smallest-Count-First plan.
+pub const RECLAIM_SLOT: &str = "reclaim";
+/// Slots the host gives one role to, never a cell's scheduling: refused as an experiment's
+/// candidate even when their policy also declares `scheduler` (e.g. `aryl` in `reclaim`).
+pub const ROLE_SLOTS: [&str; 2] = [MATCHER_SLOT, RECLAIM_SLOT];
 pub const CONTROL: &str = "control";
 pub const CANDIDATE: &str = "candidate";
 /// Largest component accepted by upload.

@@ -160,8 +160,9 @@ impl Plane {
     }
 
     /// Takes `count` on-loan nodes of `pool` back through the host core's
-    /// reclaim driver: each cell's scheduling slot answers (its `reclaim`
-    /// role), or the native Smallest-Count-First plan. The plan's preemptions
+    /// reclaim driver: the `reclaim` slot answers when it holds an active
+    /// generation, else each cell's scheduling slot (its `reclaim` role), or
+    /// the native Smallest-Count-First plan. The plan's preemptions
     /// and scale-ins are reconciled like a round's; the returned nodes are
     /// cordoned and no longer on loan.
     pub fn reclaim(
@@ -192,6 +193,10 @@ impl Plane {
         let mut response = Reclaimed::default();
         let mut remaining = count;
         let mut writes = Vec::new();
+        let reclaim_slot = self
+            .registry
+            .find(RECLAIM_SLOT)
+            .filter(|s| s.active().is_some());
         for index in 0..self.cells.len() {
             if remaining == 0 {
                 break;
@@ -206,7 +211,8 @@ impl Plane {
             }
             let take = remaining.min(candidates.len() as u32);
             cell.state.set_now(now);
-            let driver = ReclaimDriver::new(Arc::clone(&cell.slot));
+            let asked = reclaim_slot.as_ref().unwrap_or(&cell.slot);
+            let driver = ReclaimDriver::new(Arc::clone(asked));
             let outcome =
                 driver.reclaim(&mut cell.state, &candidates, take, self.cfg.max_decisions);
             let returned: Vec<String> = outcome
@@ -228,8 +234,8 @@ impl Plane {
                     .set_node_state(name, model::node_state::CORDONED)
                     .map_err(internal)?;
             }
+            let slot = asked.name().to_string();
             let changes = Changes::read(cell, &applied);
-            let slot = cell.slot.name().to_string();
             response.preempted.extend(changes.preempted.iter().copied());
             response.scaled_in.extend(
                 applied
@@ -239,6 +245,7 @@ impl Plane {
             );
             if response.served.is_empty() || outcome.served != Served::Native {
                 response.served = outcome.served.label().to_string();
+                response.slot = slot.clone();
             }
             for (generation, fault) in &outcome.faults {
                 let g = generation_label(*generation);
@@ -256,6 +263,7 @@ impl Plane {
             tracing::info!(
                 cell = %self.cells[index].arm,
                 returned = ?returned,
+                slot = %slot,
                 served = outcome.served.label(),
                 "nodes reclaimed"
             );

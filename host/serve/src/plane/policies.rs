@@ -39,6 +39,12 @@ impl Plane {
             {
                 MATCHER_SLOT.to_string()
             }
+            // So has a pure reclaim policy.
+            (Caller::Admin, "")
+                if compiled.has_role(Role::Reclaim) && !compiled.has_role(Role::Scheduler) =>
+            {
+                RECLAIM_SLOT.to_string()
+            }
             (Caller::Admin, "") => compiled.manifest.name.clone(),
             (_, s) => s.to_string(),
         };
@@ -58,6 +64,13 @@ impl Plane {
             if !compiled.has_role(Role::Matcher) {
                 return Err(ApiError::InvalidArgument(format!(
                     "slot `{MATCHER_SLOT}` pairs offline with online work; `{}` does not implement the `matcher` role (it implements {:?})",
+                    compiled.manifest.name, compiled.manifest.roles
+                )));
+            }
+        } else if slot == RECLAIM_SLOT {
+            if !compiled.has_role(Role::Reclaim) {
+                return Err(ApiError::InvalidArgument(format!(
+                    "slot `{RECLAIM_SLOT}` chooses the nodes a reclaim takes back; `{}` does not implement the `reclaim` role (it implements {:?})",
                     compiled.manifest.name, compiled.manifest.roles
                 )));
             }
