@@ -56,6 +56,46 @@ fn a_duration_without_a_unit_is_refused_and_errors_say_each_cause_once() {
     }
 }
 
+/// openb's `multigpu*` variants have no time columns: replayed, nothing
+/// ever departs, and the run says so rather than print a JCT of 0 s as if
+/// measured. The FGD protocol on the same files says nothing.
+#[test]
+fn a_replay_of_a_trace_without_times_says_it_has_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = dir.path().join("nodes.csv");
+    let pods = dir.path().join("pods.csv");
+    std::fs::write(
+        &nodes,
+        "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,8,V100M32\n",
+    )
+    .unwrap();
+    std::fs::write(
+        &pods,
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,4000,8192,2,1000\np1,2000,4096,1,500\n",
+    )
+    .unwrap();
+    let sim = |protocol: &str| {
+        Command::new(BIN)
+            .args(["sim", "--protocol", protocol, "--nodes"])
+            .arg(&nodes)
+            .arg("--trace")
+            .arg(&pods)
+            .output()
+            .unwrap()
+    };
+    let replay = sim("replay");
+    let stderr = String::from_utf8_lossy(&replay.stderr);
+    assert!(replay.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("no time columns") && stderr.contains("--protocol fgd"),
+        "{stderr}"
+    );
+    let fgd = sim("fgd");
+    let stderr = String::from_utf8_lossy(&fgd.stderr);
+    assert!(fgd.status.success(), "{stderr}");
+    assert!(!stderr.contains("no time columns"), "{stderr}");
+}
+
 #[test]
 fn everyday_commands_against_a_live_plane() {
     let dir = tempfile::tempdir().unwrap();

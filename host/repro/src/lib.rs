@@ -338,6 +338,14 @@ pub fn run(args: &SimArgs) -> anyhow::Result<SimOutput> {
             );
         }
     }
+    if protocol == Protocol::Replay && scenario.tasks.iter().all(|t| t.duration_ms.is_none()) {
+        tracing::warn!(
+            "`{}` has no time columns: under the replay protocol its tasks arrive at 0 and never \
+             depart, so there is no JCT or makespan to report, only where they were placed; \
+             `--protocol fgd` is the placement protocol for such a trace",
+            scenario.name
+        );
+    }
     let model = match protocol {
         Protocol::Fgd => ModelConfig::Fgd(FgdConfig { tune: args.tune }),
         _ => ModelConfig::Replay(ReplayConfig {
