@@ -15,8 +15,8 @@ use std::time::Duration;
 
 #[derive(Args)]
 pub struct NodeArgs {
-    /// Control plane URL.
-    #[arg(long, default_value = "http://127.0.0.1:7070")]
+    /// Control plane URL (like every other command's, `ARBITER_SERVER`).
+    #[arg(long, env = "ARBITER_SERVER", default_value = "http://127.0.0.1:7070")]
     pub server: String,
     /// Node token (`node.token` in the control plane's data directory: it
     /// opens node sessions and nothing else); the admin token works too.
