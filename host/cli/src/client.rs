@@ -733,6 +733,9 @@ pub enum RemotePolicy {
     Swap(SwapArgs),
     /// Go back to the previous healthy generation (or `--to` one).
     Rollback(RollbackArgs),
+    /// Remove a generation from a slot, or (without `--generation`) every
+    /// generation and the slot: e.g. `policy unload matcher` stops pairing.
+    Unload(UnloadArgs),
     /// A slot's generations, manifests, faults and configuration.
     Describe(DescribeArgs),
     /// A slot's rounds, fallbacks and latency.
@@ -745,7 +748,9 @@ pub struct LoadArgs {
     pub conn: Conn,
     /// The `.wasm` component, or `builtin:<name>`.
     pub file: String,
-    /// Slot to load into (default: `default`, the scheduler the plane runs).
+    /// Slot to load into (`default`: the scheduler the plane runs). Without
+    /// it: the slot named by the component's manifest — `matcher` for a pure
+    /// matcher, `reclaim` for a pure reclaim policy.
     #[arg(long)]
     pub slot: Option<String>,
     /// Load into the calling tenant's own slot (`tenant:<name>`).
@@ -779,6 +784,17 @@ pub struct RollbackArgs {
     /// quarantined one).
     #[arg(long)]
     pub to: Option<u64>,
+}
+
+#[derive(Args)]
+pub struct UnloadArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+    /// The slot to unload from.
+    pub slot: String,
+    /// The generation to remove (default: all of them, and the slot).
+    #[arg(long)]
+    pub generation: Option<u64>,
 }
 
 #[derive(Args)]
@@ -867,7 +883,7 @@ pub async fn remote_policy(cmd: &RemotePolicy) -> anyhow::Result<()> {
                 bail!("--tenant and --slot are exclusive");
             }
             let mut c = connect(&a.conn).await?;
-            let g = c
+            let loaded = c
                 .policies
                 .upload(v1::UploadPolicyRequest {
                     slot: a.slot.clone().unwrap_or_default(),
@@ -877,16 +893,18 @@ pub async fn remote_policy(cmd: &RemotePolicy) -> anyhow::Result<()> {
                 })
                 .await
                 .map_err(status_error)?
-                .into_inner()
-                .generation
-                .unwrap_or_default();
+                .into_inner();
+            let g = loaded.generation.unwrap_or_default();
             if a.conn.json {
-                print_json(&gen_json(&g))
+                let mut json = gen_json(&g);
+                json["slot"] = serde_json::Value::String(loaded.slot);
+                print_json(&json)
             } else {
                 println!(
-                    "loaded {} {} as generation {}{} (digest {})",
+                    "loaded {} {} into slot `{}` as generation {}{} (digest {})",
                     g.name,
                     g.version,
+                    loaded.slot,
                     g.id,
                     if g.active { ", active" } else { "" },
                     &g.digest[..12.min(g.digest.len())]
@@ -918,6 +936,23 @@ pub async fn remote_policy(cmd: &RemotePolicy) -> anyhow::Result<()> {
                 .await
                 .map_err(status_error)?
                 .into_inner();
+            print_slot(&s, a.conn.json)
+        }
+        RemotePolicy::Unload(a) => {
+            let mut c = connect(&a.conn).await?;
+            let s = c
+                .policies
+                .unload(v1::UnloadPolicyRequest {
+                    slot: a.slot.clone(),
+                    generation: a.generation.unwrap_or(0),
+                })
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            if s.generations.is_empty() && !a.conn.json {
+                println!("slot {} unloaded: it is empty and gone", s.slot);
+                return Ok(());
+            }
             print_slot(&s, a.conn.json)
         }
         RemotePolicy::Describe(a) => {

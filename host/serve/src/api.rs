@@ -344,6 +344,7 @@ impl v1::policies_server::Policies for Api {
             .ok_or_else(|| written_but_not_shown("generation"))?;
         Ok(Response::new(v1::UploadPolicyResponse {
             generation: Some(generation),
+            slot: loaded.slot,
         }))
     }
 
@@ -369,6 +370,23 @@ impl v1::policies_server::Policies for Api {
         Ok(Response::new(convert::slot_info(
             &self.board.slot(&caller, &r.slot)?,
         )))
+    }
+
+    async fn unload(&self, request: Request<v1::UnloadPolicyRequest>) -> Reply<v1::SlotInfo> {
+        let caller = self.caller(&request)?;
+        let r = request.get_ref();
+        let ack = self
+            .admin_write(|p| p.unload(&caller, &r.slot, r.generation))
+            .await?;
+        durable(ack).await?;
+        // An emptied slot is gone: shown with no generations.
+        Ok(Response::new(match self.board.slot(&caller, &r.slot) {
+            Ok(view) => convert::slot_info(&view),
+            Err(_) => v1::SlotInfo {
+                slot: r.slot.clone(),
+                generations: Vec::new(),
+            },
+        }))
     }
 
     async fn describe(&self, request: Request<v1::SlotRef>) -> Reply<v1::SlotInfo> {

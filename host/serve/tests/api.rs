@@ -1796,6 +1796,57 @@ async fn the_reclaim_slot_chooses_what_goes_back_for_the_cells_scheduler() {
     // The cell's scheduler was not asked, and not blamed.
     let default = describe(&mut admin, "default").await;
     assert!(default.generations.iter().all(|g| g.faults == 0));
+
+    // Unloaded, the slot is gone (across a restart too) and the cell's own
+    // slot answers again; the scheduler's active generation stays put.
+    let unload = |slot: &str, generation: u64| v1::UnloadPolicyRequest {
+        slot: slot.into(),
+        generation,
+    };
+    let active = default.generations.iter().find(|g| g.active).unwrap().id;
+    let e = admin
+        .policies
+        .unload(unload("default", 0))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    let e = admin
+        .policies
+        .unload(unload("default", active))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    let e = admin
+        .policies
+        .unload(unload("reclaim", aryl.id + 100))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    let emptied = admin
+        .policies
+        .unload(unload("reclaim", 0))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (emptied.slot.as_str(), emptied.generations.len()),
+        ("reclaim", 0)
+    );
+    drop(admin);
+    running.shutdown().await.unwrap();
+    let running = server(dir.path(), 2, Duration::from_secs(3600)).await;
+    let mut admin = client(&running, Some(&admin_token)).await;
+    let e = admin
+        .policies
+        .describe(v1::SlotRef {
+            slot: "reclaim".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    lend(&mut admin, "sim-01").await;
+    let r = reclaim_one(&mut admin).await.unwrap().into_inner();
+    assert_eq!((r.slot.as_str(), r.served.as_str()), ("default", "native"));
     running.shutdown().await.unwrap();
 }
 

@@ -295,6 +295,68 @@ impl Plane {
         Ok(self.writer.send_durable(vec![self.slot_write(&s)?]))
     }
 
+    /// Removes generation `generation` from `slot`, or (0) every generation and
+    /// the slot with them: how an operator stops the `matcher` pairing or the
+    /// `reclaim` slot answering, or a tenant drops its policy. If the active
+    /// generation goes, the newest healthy one left becomes active. `default`'s
+    /// active generation (the cluster's scheduler) and a running experiment's
+    /// candidate are refused. Components no generation runs any more are
+    /// deleted from the store.
+    pub fn unload(
+        &mut self,
+        caller: &Caller,
+        slot: &str,
+        generation: u64,
+    ) -> Result<Ack, ApiError> {
+        let s = self.find_slot(caller, slot)?;
+        let gone: Vec<Arc<Generation>> = if generation == 0 {
+            s.generations()
+        } else {
+            vec![
+                s.get(generation)
+                    .map_err(|e| ApiError::NotFound(e.to_string()))?,
+            ]
+        };
+        let takes = |id: Option<u64>| id.is_some_and(|id| gone.iter().any(|g| g.id == id));
+        if slot == DEFAULT_SLOT && takes(s.active_id()) {
+            return Err(ApiError::FailedPrecondition(
+                "`default` schedules the cluster and its active generation cannot be unloaded: \
+                 activate another (`policy swap default N`) or load a new one first"
+                    .into(),
+            ));
+        }
+        if let Some(e) = &self.experiment
+            && e.record.candidate_slot == slot
+            && takes(Some(e.candidate_generation))
+        {
+            return Err(ApiError::FailedPrecondition(format!(
+                "generation {} of `{slot}` is experiment `{}`'s candidate: promote or abort it first",
+                e.candidate_generation, e.record.name
+            )));
+        }
+        for g in &gone {
+            s.unload(g.id).map_err(internal)?;
+        }
+        let mut writes = Vec::new();
+        if s.generations().is_empty() {
+            self.registry.remove(slot);
+            writes.push(Write::Delete(format!("slot/{slot}")));
+        } else {
+            writes.push(self.slot_write(&s)?);
+        }
+        let held_now = self.digests_in_use();
+        let mut deleted = HashSet::new();
+        for g in &gone {
+            let digest = g.digest().to_string();
+            if !held_now.contains(&digest) && deleted.insert(digest.clone()) {
+                writes.push(Write::Delete(format!("blob/{digest}")));
+            }
+        }
+        let ids: Vec<u64> = gone.iter().map(|g| g.id).collect();
+        tracing::info!(slot, generations = ?ids, active = ?s.active_id(), "policy generations unloaded");
+        Ok(self.writer.send_durable(writes))
+    }
+
     /// Slot `slot`'s generations and how it has served (`None`: no such slot).
     pub(super) fn slot_view(&self, slot: &str) -> Option<views::SlotView> {
         let s = self.registry.find(slot)?;
