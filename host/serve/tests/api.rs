@@ -1052,6 +1052,20 @@ async fn a_tenant_policy_orders_its_own_queue_within_quota() {
     // Cancelling one frees quota and the waiting job is released.
     a.jobs.cancel(v1::JobRef { id: ids[1] }).await.unwrap();
     wait_state(&a, ids[0], v1::JobState::Running).await;
+
+    // Its policy is the tenant's to drop, and no other tenant's.
+    let unload = v1::UnloadPolicyRequest {
+        slot: "tenant:team-a".into(),
+        generation: 0,
+    };
+    let e = b.policies.unload(unload.clone()).await.unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied);
+    let gone = a.policies.unload(unload).await.unwrap().into_inner();
+    assert!(gone.generations.is_empty());
+    // Without it the tenant's jobs still run, in submission order within quota.
+    let after = submit(&mut a, spec("after", 1, 600_000)).await;
+    a.jobs.cancel(v1::JobRef { id: ids[2] }).await.unwrap();
+    wait_state(&a, after, v1::JobState::Running).await;
     running.shutdown().await.unwrap();
 }
 
