@@ -904,7 +904,10 @@ async fn link_loop(
         {
             Ok(SessionEnd::Stopped) => break,
             Ok(SessionEnd::Closed) => tracing::warn!("the control plane closed the link"),
-            Err(e) => tracing::warn!(error = format!("{e:#}"), "node link failed"),
+            Err(e) => tracing::warn!(
+                error = arbiter_proto::endpoint::cause_line(e.as_ref()),
+                "node link failed"
+            ),
         }
         if registrations.load(Ordering::Relaxed) > before {
             backoff = cfg.backoff_initial.max(Duration::from_millis(1));

@@ -10,6 +10,7 @@ mod node;
 mod policy;
 mod serve;
 
+use arbiter_proto::endpoint::cause_line;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
@@ -138,21 +139,6 @@ fn quiet_on_broken_pipe() {
     }));
 }
 
-/// An error's causes on one line, each said once: a library error that
-/// repeats its source in its own message ("tcp connect error: tcp connect
-/// error") is not repeated.
-fn cause_line(e: &anyhow::Error) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
-        if text.is_empty() || parts.iter().any(|p| p.contains(&text)) {
-            continue;
-        }
-        parts.push(text);
-    }
-    parts.join(": ")
-}
-
 fn main() -> ExitCode {
     quiet_on_broken_pipe();
     let cli = Cli::parse();
@@ -178,7 +164,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("arbiter: {}", cause_line(&e));
+            eprintln!("arbiter: {}", cause_line(e.as_ref()));
             ExitCode::FAILURE
         }
     }
@@ -211,34 +197,5 @@ mod tests {
             &mut out,
         );
         assert!(out.is_empty(), "flags without help:\n{}", out.join("\n"));
-    }
-
-    #[test]
-    fn a_cause_repeated_by_its_wrapper_is_said_once() {
-        #[derive(Debug)]
-        struct Inner;
-        impl std::fmt::Display for Inner {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("tcp connect error")
-            }
-        }
-        impl std::error::Error for Inner {}
-        #[derive(Debug)]
-        struct Outer(Inner);
-        impl std::fmt::Display for Outer {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("tcp connect error")
-            }
-        }
-        impl std::error::Error for Outer {
-            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-                Some(&self.0)
-            }
-        }
-        let e = anyhow::Error::new(Outer(Inner)).context("connecting to http://127.0.0.1:1");
-        assert_eq!(
-            cause_line(&e),
-            "connecting to http://127.0.0.1:1: tcp connect error"
-        );
     }
 }

@@ -70,6 +70,23 @@ pub fn endpoint(
         .map_err(|e| EndpointError::Tls(e.to_string()))
 }
 
+/// An error's causes on one line, each said once. tonic's transport errors
+/// repeat their source in their own message (`tcp connect error: tcp
+/// connect error: Connection refused`); a cause already said is not
+/// repeated. The CLI's last line and the node agent's link warnings use it.
+pub fn cause_line(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut next = Some(error);
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        if !text.is_empty() && !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        next = cause.source();
+    }
+    parts.join(": ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,5 +105,37 @@ mod tests {
             endpoint("http://exa mple:1", None, t),
             Err(EndpointError::Url(_))
         ));
+    }
+
+    /// tonic's shape: a wrapper whose message repeats its source's, under a
+    /// context of our own.
+    #[test]
+    fn a_cause_repeated_by_its_wrapper_is_said_once() {
+        #[derive(Debug)]
+        struct Layer(&'static str, Option<Box<Layer>>);
+        impl std::fmt::Display for Layer {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.0)
+            }
+        }
+        impl std::error::Error for Layer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                self.1
+                    .as_deref()
+                    .map(|l| l as &(dyn std::error::Error + 'static))
+            }
+        }
+        let inner = Layer("tcp connect error", None);
+        let outer = Layer("tcp connect error", Some(Box::new(inner)));
+        let refused = Layer("Connection refused", None);
+        let e = Layer(
+            "connecting to http://127.0.0.1:1",
+            Some(Box::new(Layer("transport error", Some(Box::new(outer))))),
+        );
+        assert_eq!(
+            cause_line(&e),
+            "connecting to http://127.0.0.1:1: transport error: tcp connect error"
+        );
+        assert_eq!(cause_line(&refused), "Connection refused");
     }
 }
