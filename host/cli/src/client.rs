@@ -979,10 +979,28 @@ pub async fn remote_policy(cmd: &RemotePolicy) -> anyhow::Result<()> {
                 .into_inner();
             if a.conn.json {
                 return print_json(&serde_json::json!({
-                    "slot": s.slot, "rounds": s.rounds, "fallbacks": s.fallbacks,
+                    "slot": s.slot, "cells": s.cells, "rounds": s.rounds, "fallbacks": s.fallbacks,
                     "latency_p50_ms": s.latency_p50_ms, "latency_p99_ms": s.latency_p99_ms,
                     "generations": s.generations.iter().map(gen_json).collect::<Vec<_>>(),
                 }));
+            }
+            if s.cells == 0 {
+                // A role slot or a tenant's: no rounds of its own to time.
+                println!(
+                    "slot {}: runs no cell's rounds; answers by generation:",
+                    s.slot
+                );
+                for g in &s.generations {
+                    println!(
+                        "  {:>4} {:<22} {} answered, {} faults{}",
+                        g.id,
+                        g.name,
+                        g.rounds_served,
+                        g.faults,
+                        if g.active { " (active)" } else { "" }
+                    );
+                }
+                return Ok(());
             }
             println!(
                 "slot {}: {} rounds, {} fallbacks, policy latency p50 {:.3} ms p99 {:.3} ms",

@@ -260,6 +260,7 @@ pub fn policy_stats(s: &SlotView) -> v1::PolicyStats {
     v1::PolicyStats {
         slot: s.slot.clone(),
         generations: s.generations.iter().map(generation).collect(),
+        cells: s.cells,
         rounds: s.rounds,
         fallbacks: s.fallbacks,
         latency_p50_ms: s.latency_p50_ms,

@@ -97,6 +97,8 @@ pub struct NodeView {
 pub struct SlotView {
     pub slot: String,
     pub generations: Vec<GenerationView>,
+    /// The cells this slot schedules (0: it answers another role for them).
+    pub cells: u32,
     /// Rounds of the cells this slot schedules, and those the fallback served.
     pub rounds: u64,
     pub fallbacks: u64,

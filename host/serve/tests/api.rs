@@ -1807,6 +1807,10 @@ async fn the_reclaim_slot_chooses_what_goes_back_for_the_cells_scheduler() {
         .find(|g| g.id == aryl.id)
         .unwrap();
     assert!(answered.active && answered.faults == 0, "{answered:?}");
+    assert_eq!(answered.rounds_served, 1, "its answers are counted");
+    // It runs no cell's rounds; `default` runs the one cell's.
+    assert_eq!(policy_stats(&mut admin, "reclaim").await.cells, 0);
+    assert_eq!(policy_stats(&mut admin, "default").await.cells, 1);
     // The cell's scheduler was not asked, and not blamed.
     let default = describe(&mut admin, "default").await;
     assert!(default.generations.iter().all(|g| g.faults == 0));

@@ -380,6 +380,7 @@ impl Plane {
                 .iter()
                 .map(|g| self.generation_view(slot, g))
                 .collect(),
+            cells: u32::try_from(cells.len()).unwrap_or(u32::MAX),
             rounds: cells
                 .iter()
                 .map(|c| self.metrics.rounds.get(&c.arm).copied().unwrap_or(0))
