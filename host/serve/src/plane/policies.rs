@@ -137,16 +137,26 @@ impl Plane {
             Write::Put(format!("blob/{digest}"), wasm.to_vec()),
             self.slot_write(&slot)?,
         ];
-        // A generation the slot pruned takes its component with it, unless
-        // another generation (of any slot) still runs the same code.
-        let held_now = self.digests_in_use();
-        for gone in held_before {
-            if !held_now.contains(&gone) {
-                writes.push(Write::Delete(format!("blob/{gone}")));
-            }
-        }
+        // A generation the slot pruned takes its component with it.
+        writes.extend(self.unused_blobs(held_before));
         let ack = self.writer.send_durable(writes);
         Ok((generation, ack))
+    }
+
+    /// Deletes of the stored components among `digests` that no generation
+    /// (of any slot) runs any more.
+    fn unused_blobs(&self, digests: impl IntoIterator<Item = String>) -> Vec<Write> {
+        let held_now = self.digests_in_use();
+        let mut unused: Vec<String> = digests
+            .into_iter()
+            .filter(|d| !held_now.contains(d))
+            .collect();
+        unused.sort();
+        unused.dedup();
+        unused
+            .into_iter()
+            .map(|d| Write::Delete(format!("blob/{d}")))
+            .collect()
     }
 
     pub(super) fn digests_in_use(&self) -> HashSet<String> {
@@ -344,14 +354,7 @@ impl Plane {
         } else {
             writes.push(self.slot_write(&s)?);
         }
-        let held_now = self.digests_in_use();
-        let mut deleted = HashSet::new();
-        for g in &gone {
-            let digest = g.digest().to_string();
-            if !held_now.contains(&digest) && deleted.insert(digest.clone()) {
-                writes.push(Write::Delete(format!("blob/{digest}")));
-            }
-        }
+        writes.extend(self.unused_blobs(gone.iter().map(|g| g.digest().to_string())));
         let ids: Vec<u64> = gone.iter().map(|g| g.id).collect();
         tracing::info!(slot, generations = ?ids, active = ?s.active_id(), "policy generations unloaded");
         Ok(self.writer.send_durable(writes))
