@@ -50,7 +50,7 @@ impl Plane {
                 "candidate_slot must name a loaded scheduler slot other than `default`".into(),
             ));
         }
-        if ROLE_SLOTS.contains(&req.candidate_slot.as_str()) {
+        if ROLE_SLOTS.iter().any(|(s, ..)| *s == req.candidate_slot) {
             return Err(ApiError::InvalidArgument(format!(
                 "slot `{}` serves one role for every cell, it does not schedule; load the candidate scheduler into a slot of its own",
                 req.candidate_slot

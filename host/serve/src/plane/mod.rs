@@ -88,9 +88,22 @@ pub const MATCHER_SLOT: &str = "matcher";
 /// each cell's scheduling slot answers through its `reclaim` role, else the host's
 /// Smallest-Count-First plan.
 pub const RECLAIM_SLOT: &str = "reclaim";
-/// Slots the host gives one role to, never a cell's scheduling: refused as an experiment's
-/// candidate even when their policy also declares `scheduler` (e.g. `aryl` in `reclaim`).
-pub const ROLE_SLOTS: [&str; 2] = [MATCHER_SLOT, RECLAIM_SLOT];
+/// Slots that serve one role for every cell, never a cell's scheduling, and what they do:
+/// each takes only a policy with its role (a pure one, uploaded with no slot, goes there),
+/// and none is an experiment's candidate, even when its policy also declares `scheduler`
+/// (e.g. `aryl` in `reclaim`).
+pub const ROLE_SLOTS: [(&str, Role, &str); 2] = [
+    (
+        MATCHER_SLOT,
+        Role::Matcher,
+        "pairs offline with online work",
+    ),
+    (
+        RECLAIM_SLOT,
+        Role::Reclaim,
+        "chooses the nodes a reclaim takes back",
+    ),
+];
 pub const CONTROL: &str = "control";
 pub const CANDIDATE: &str = "candidate";
 /// Largest component accepted by upload.

@@ -33,52 +33,40 @@ impl Plane {
     ) -> Result<(Loaded, Ack), ApiError> {
         let slot = match (caller, slot) {
             (Caller::Tenant(t), "") => tenant_slot(t),
-            // A pure matcher has one place to go.
-            (Caller::Admin, "")
-                if compiled.has_role(Role::Matcher) && !compiled.has_role(Role::Scheduler) =>
-            {
-                MATCHER_SLOT.to_string()
-            }
-            // So has a pure reclaim policy.
-            (Caller::Admin, "")
-                if compiled.has_role(Role::Reclaim) && !compiled.has_role(Role::Scheduler) =>
-            {
-                RECLAIM_SLOT.to_string()
-            }
-            (Caller::Admin, "") => compiled.manifest.name.clone(),
+            // A pure matcher or reclaim policy has one place to go.
+            (Caller::Admin, "") => ROLE_SLOTS
+                .iter()
+                .find(|(_, role, _)| {
+                    compiled.has_role(*role) && !compiled.has_role(Role::Scheduler)
+                })
+                .map_or_else(|| compiled.manifest.name.clone(), |(s, ..)| s.to_string()),
             (_, s) => s.to_string(),
         };
         check_slot_access(caller, &slot)?;
-        if let Some(tenant) = slot_tenant(&slot) {
-            if !self.tenants.contains_key(tenant) {
-                return Err(ApiError::NotFound(format!("no tenant `{tenant}`")));
-            }
-            if !compiled.has_role(Role::Tenant) {
-                return Err(ApiError::InvalidArgument(format!(
-                    "slot `{slot}` needs the `tenant` role; `{}` implements {:?}",
-                    compiled.manifest.name, compiled.manifest.roles
-                )));
-            }
-            self.check_tenant_code(tenant, &slot, &compiled)?;
-        } else if slot == MATCHER_SLOT {
-            if !compiled.has_role(Role::Matcher) {
-                return Err(ApiError::InvalidArgument(format!(
-                    "slot `{MATCHER_SLOT}` pairs offline with online work; `{}` does not implement the `matcher` role (it implements {:?})",
-                    compiled.manifest.name, compiled.manifest.roles
-                )));
-            }
-        } else if slot == RECLAIM_SLOT {
-            if !compiled.has_role(Role::Reclaim) {
-                return Err(ApiError::InvalidArgument(format!(
-                    "slot `{RECLAIM_SLOT}` chooses the nodes a reclaim takes back; `{}` does not implement the `reclaim` role (it implements {:?})",
-                    compiled.manifest.name, compiled.manifest.roles
-                )));
-            }
-        } else if !compiled.has_role(Role::Scheduler) {
+        let tenant = slot_tenant(&slot);
+        if let Some(tenant) = tenant
+            && !self.tenants.contains_key(tenant)
+        {
+            return Err(ApiError::NotFound(format!("no tenant `{tenant}`")));
+        }
+        // Every slot takes one role: a tenant's, a role slot's, else scheduling.
+        let (needed, purpose) = if tenant.is_some() {
+            (Role::Tenant, "orders its tenant's queue")
+        } else if let Some((_, role, purpose)) = ROLE_SLOTS.iter().find(|(s, ..)| *s == slot) {
+            (*role, *purpose)
+        } else {
+            (Role::Scheduler, "schedules")
+        };
+        if !compiled.has_role(needed) {
             return Err(ApiError::InvalidArgument(format!(
-                "slot `{slot}` schedules; `{}` does not implement the `scheduler` role (it implements {:?})",
-                compiled.manifest.name, compiled.manifest.roles
+                "slot `{slot}` {purpose}; `{}` does not implement the `{}` role (it implements {:?})",
+                compiled.manifest.name,
+                needed.as_str(),
+                compiled.manifest.roles
             )));
+        }
+        if let Some(tenant) = tenant {
+            self.check_tenant_code(tenant, &slot, &compiled)?;
         }
         if slot == DEFAULT_SLOT && self.experiment.is_some() && activate {
             return Err(ApiError::FailedPrecondition(
