@@ -5,12 +5,15 @@
 
 use arbiter_host::registry::PolicySlot;
 use arbiter_host::roles::Served;
+use arbiter_host::roles::coordinator::{ActionRules, CoordinatorDriver};
+use arbiter_host::roles::matcher::MatcherDriver;
+use arbiter_host::roles::reclaim::ReclaimDriver;
 use arbiter_host::roles::scheduler::RoundDriver;
 use arbiter_host::roles::tenant::{AdmissionRequest, admit};
 use arbiter_host::runtime::{MAX_ERROR_TEXT, PolicyEngine, PolicyFault, RuntimeConfig, is_plain};
 use arbiter_host::state::{ClusterState, JobRequest, NodeRequest};
 use arbiter_hostile::{Case, Expect, Role};
-use arbiter_policy_sdk::model::{TenantJob, TenantView};
+use arbiter_policy_sdk::model::{GpuStatus, NodeView, TenantJob, TenantView, WorkloadStatus};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -113,9 +116,33 @@ fn tenant_request(round: u64) -> AdmissionRequest {
     }
 }
 
+/// A node with two GPUs and two workloads, as a coordinator sees it.
+fn node_view(now_ms: u64) -> NodeView {
+    NodeView {
+        now_ms,
+        gpus: (0..2)
+            .map(|index| GpuStatus {
+                index,
+                ..GpuStatus::default()
+            })
+            .collect(),
+        workloads: (0..2)
+            .map(|id| WorkloadStatus {
+                id,
+                gpu: id,
+                ..WorkloadStatus::default()
+            })
+            .collect(),
+        ..NodeView::default()
+    }
+}
+
 /// Calls `role` `calls` times; returns who served each call and the faults.
 fn run_role(slot: &Arc<PolicySlot>, role: Role, calls: u64) -> Vec<(Served, Vec<PolicyFault>)> {
     let mut out = Vec::new();
+    let collect = |faults: Vec<(Option<u64>, PolicyFault)>| -> Vec<PolicyFault> {
+        faults.into_iter().map(|(_, f)| f).collect()
+    };
     match role {
         Role::Scheduler => {
             let mut state = cluster();
@@ -128,7 +155,30 @@ fn run_role(slot: &Arc<PolicySlot>, role: Role, calls: u64) -> Vec<(Served, Vec<
         Role::Tenant => {
             for round in 0..calls {
                 let a = admit(Some(slot), round, &tenant_request(round));
-                out.push((a.served, a.faults.into_iter().map(|(_, f)| f).collect()));
+                out.push((a.served, collect(a.faults)));
+            }
+        }
+        Role::Reclaim => {
+            let mut state = cluster();
+            let driver = ReclaimDriver::new(slot.clone());
+            for _ in 0..calls {
+                let r = driver.reclaim(&mut state, &[0, 1], 1, 100);
+                out.push((r.served, collect(r.faults)));
+            }
+        }
+        Role::Matcher => {
+            let mut state = cluster();
+            let driver = MatcherDriver::new(slot.clone());
+            for _ in 0..calls {
+                let m = driver.match_workloads(&mut state, &[0, 1], &[2, 3], Vec::new());
+                out.push((m.served, collect(m.faults)));
+            }
+        }
+        Role::Coordinator => {
+            let driver = CoordinatorDriver::new(slot.clone(), ActionRules::default());
+            for period in 0..calls {
+                let (_, served, faults, _) = driver.decide(&node_view(period * 100));
+                out.push((served, collect(faults)));
             }
         }
     }

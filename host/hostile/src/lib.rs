@@ -16,7 +16,8 @@
 //!   terminal escapes, 40 MiB role names or 24 MiB descriptions, and whose
 //!   `configure` loops, traps, fails or allocates without bound;
 //! - **modes** configure `fixture-misbehave` to fail every call with a
-//!   32 MiB message, loop, flap, and so on, as a scheduler or a tenant policy.
+//!   32 MiB message, loop, flap, answer the impossible, and so on, in each
+//!   of the five roles.
 //!
 //! The same corpus runs through the engine (`host/tests/hostile.rs`),
 //! `arbiter policy check` and `arbiter sim` (`host/cli/tests/hostile.rs`) and
@@ -39,6 +40,22 @@ use wasm_encoder::{
 pub enum Role {
     Scheduler,
     Tenant,
+    Reclaim,
+    Matcher,
+    Coordinator,
+}
+
+impl Role {
+    /// The role's name in the contract.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Scheduler => "scheduler",
+            Role::Tenant => "tenant",
+            Role::Reclaim => "reclaim",
+            Role::Matcher => "matcher",
+            Role::Coordinator => "coordinator",
+        }
+    }
 }
 
 /// What the host must do with a case.
@@ -397,19 +414,17 @@ fn personas() -> Vec<Case> {
 }
 
 fn modes() -> Vec<Case> {
-    let mode = |role: Role, mode: &str, expect: Expect| {
-        let prefix = match role {
-            Role::Scheduler => "scheduler",
-            Role::Tenant => "tenant",
-        };
-        Case {
-            config: Some(format!("mode = {mode}")),
-            ..Case::new(format!("{prefix}-{mode}"), misbehave().to_vec(), expect)
-        }
+    let mode = |role: Role, mode: &str, expect: Expect| Case {
+        config: Some(format!("mode = {mode}")),
+        ..Case::new(
+            format!("{}-{mode}", role.as_str()),
+            misbehave().to_vec(),
+            expect,
+        )
     };
     let faults = |role, kind| Expect::Faults { role, kind };
-    use Role::{Scheduler, Tenant};
-    vec![
+    use Role::{Coordinator, Matcher, Reclaim, Scheduler, Tenant};
+    let mut cases = vec![
         mode(Scheduler, "loop", faults(Scheduler, "deadline")),
         mode(Scheduler, "trap", faults(Scheduler, "trap")),
         mode(Scheduler, "alloc", faults(Scheduler, "memory")),
@@ -425,12 +440,34 @@ fn modes() -> Vec<Case> {
         mode(Scheduler, "flap", Expect::Flaps { role: Scheduler }),
         mode(Scheduler, "hang-flap", Expect::Flaps { role: Scheduler }),
         mode(Scheduler, "log-escape", Expect::Works),
-        mode(Tenant, "loop", faults(Tenant, "deadline")),
-        mode(Tenant, "trap", faults(Tenant, "trap")),
-        mode(Tenant, "fail-huge", faults(Tenant, "reported")),
         mode(Tenant, "bad-verdict", faults(Tenant, "bad-answer")),
-        mode(Tenant, "flap", Expect::Flaps { role: Tenant }),
-    ]
+    ];
+    // What every other role's call shares (the fixture's `misbehave_in`).
+    for role in [Tenant, Reclaim, Matcher, Coordinator] {
+        cases.extend([
+            mode(role, "loop", faults(role, "deadline")),
+            mode(role, "trap", faults(role, "trap")),
+            mode(role, "alloc", faults(role, "memory")),
+            mode(role, "fail-huge", faults(role, "reported")),
+            // `hang-flap` is the scheduler's alone: a second per hang, and
+            // the fault-rate rule it proves is the one every role shares.
+            mode(role, "flap", Expect::Flaps { role }),
+        ]);
+    }
+    // Impossible answers, each caught by its role's one check.
+    cases.extend([
+        mode(Reclaim, "bad-answer", faults(Reclaim, "bad-answer")),
+        mode(Reclaim, "huge", faults(Reclaim, "bad-answer")),
+        mode(Matcher, "bad-answer", faults(Matcher, "bad-answer")),
+        mode(Matcher, "huge", faults(Matcher, "bad-answer")),
+        mode(Coordinator, "bad-answer", faults(Coordinator, "bad-answer")),
+        mode(
+            Coordinator,
+            "huge",
+            faults(Coordinator, "too-many-decisions"),
+        ),
+    ]);
+    cases
 }
 
 #[cfg(test)]

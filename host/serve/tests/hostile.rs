@@ -1,8 +1,8 @@
 //! The hostile corpus (`arbiter-hostile`) against a live `arbiter serve`
 //! over loopback gRPC: refused uploads say why in bounded, escaped text and
-//! leave nothing behind; misbehaving schedulers and tenant policies are
-//! faulted, quarantined and replaced by their fallback while jobs keep
-//! running; a tenant's policies share one memory budget; the components of
+//! leave nothing behind; misbehaving schedulers, tenant policies and
+//! reclaim policies are faulted, quarantined and replaced by their fallback
+//! while jobs keep running and servers go back; a tenant's policies share one memory budget; the components of
 //! generations that leave a slot leave the store.
 
 mod common;
@@ -121,6 +121,40 @@ async fn run_until_faulted(c: &mut Client, case: &Case, slot: &str, id: u64, qua
     panic!("{}: 40 jobs later, {g:?}", case.name);
 }
 
+/// Lends `sim-01` and takes it back, again and again, until generation `id`
+/// of the `reclaim` slot has faulted twice (and, if `quarantine`, is
+/// quarantined): every reclaim still returns the node, chosen by a fallback.
+async fn reclaim_until_faulted(c: &mut Client, case: &Case, id: u64, quarantine: bool) {
+    for _ in 0..40 {
+        c.nodes
+            .lend(v1::LendNodeRequest {
+                name: "sim-01".into(),
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{}: lend: {e:?}", case.name));
+        let r = c
+            .nodes
+            .reclaim(v1::ReclaimNodesRequest {
+                pool: "sim".into(),
+                count: 1,
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{}: reclaim: {e:?}", case.name))
+            .into_inner();
+        assert_eq!(r.returned, ["sim-01"], "{}: {r:?}", case.name);
+        for fault in &r.faults {
+            assert_shown(&case.name, "reclaim fault", fault);
+        }
+        let g = generation(c, "reclaim", id).await;
+        if g.faults >= 2 && (!quarantine || g.quarantined) {
+            assert_shown(&case.name, "last fault", &g.last_fault);
+            return;
+        }
+    }
+    let g = generation(c, "reclaim", id).await;
+    panic!("{}: 40 reclaims later, {g:?}", case.name);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_hostile_case_meets_its_safe_behaviour_in_a_live_plane() {
     let dir = tempfile::tempdir().unwrap();
@@ -160,11 +194,21 @@ async fn every_hostile_case_meets_its_safe_behaviour_in_a_live_plane() {
                 let (c, slot) = match role {
                     Role::Scheduler => (&mut admin, "default"),
                     Role::Tenant => (&mut tenant, "tenant:hostile"),
+                    Role::Reclaim => (&mut admin, "reclaim"),
+                    // The plane asks a matcher only about running inference
+                    // work and a coordinator runs on a node agent: their
+                    // cases run through the same drivers in the host's
+                    // `tests/hostile.rs`.
+                    Role::Matcher | Role::Coordinator => continue,
                 };
                 let g = upload_case(c, slot, &case)
                     .await
                     .unwrap_or_else(|e| panic!("{name}: refused: {e:?}"));
-                run_until_faulted(c, &case, slot, g.id, quarantine).await;
+                if *role == Role::Reclaim {
+                    reclaim_until_faulted(c, &case, g.id, quarantine).await;
+                } else {
+                    run_until_faulted(c, &case, slot, g.id, quarantine).await;
+                }
             }
             Expect::Works => {
                 let g = upload_case(&mut tenant, "", &case)

@@ -99,15 +99,30 @@ pub fn validate_plan(
     request: &ReclaimRequest,
     plan: &ReclaimPlan,
 ) -> Result<(), PolicyFault> {
+    let refuse = || {
+        // A hostile plan may name millions of servers: show a few.
+        const SHOWN: usize = 8;
+        let more = plan.nodes.len().saturating_sub(SHOWN);
+        let shown = &plan.nodes[..plan.nodes.len().min(SHOWN)];
+        let tail = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        Err(PolicyFault::BadAnswer(format!(
+            "reclaim plan returns {shown:?}{tail}, not {} distinct candidates",
+            request.count
+        )))
+    };
+    // The length first: the set below is as large as the plan.
+    if plan.nodes.len() != request.count as usize {
+        return refuse();
+    }
     let distinct: BTreeSet<u32> = plan.nodes.iter().copied().collect();
-    if plan.nodes.len() != request.count as usize
-        || distinct.len() != plan.nodes.len()
+    if distinct.len() != plan.nodes.len()
         || !plan.nodes.iter().all(|n| request.candidates.contains(n))
     {
-        return Err(PolicyFault::BadAnswer(format!(
-            "reclaim plan returns {:?}, not {} distinct candidates",
-            plan.nodes, request.count
-        )));
+        return refuse();
     }
     let after = state
         .replay(&plan.decisions, request.max_decisions)

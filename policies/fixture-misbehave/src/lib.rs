@@ -6,10 +6,22 @@
 //! loops past the deadline in those rounds instead (neither faults twice in
 //! a row: only a fault-rate quarantine catches them). `slow` (with
 //! `spin = N`) loops N times before answering like `ok` — a policy that takes
-//! most of its deadline every round without faulting. As a tenant policy
-//! (`order`), `trap`, `loop`, `flap`, `fail-huge` and `bad-verdict` misbehave;
-//! `slow` spins, then releases the queue in submit order; anything else
-//! releases the queue in submit order. `evacuate` is well-behaved: it
+//! most of its deadline every round without faulting.
+//!
+//! It declares every other role too, so one component misbehaves in each.
+//! Their calls share the faults `trap`, `loop`, `alloc`, `fail-huge`, `slow`,
+//! and `flap`/`hang-flap` on every other call (their requests carry no
+//! epoch that changes between calls, so the fixture counts its calls).
+//! Otherwise each answers sensibly, unless `bad-verdict`/`bad-answer` or
+//! `huge` asks for an impossible answer: as a tenant policy (`order`) it
+//! releases the queue in submit order (`bad-verdict`: a position that does
+//! not exist); as `reclaim` it returns the first `count` candidates and
+//! preempts every running job with a worker on one (`bad-answer`: the first
+//! candidate `count + 1` times; `huge`: four million distinct servers); as a
+//! `matcher` it pairs nothing (`bad-answer`: the first offline job with
+//! every online one; `huge`: a million pairings); as a `coordinator` it
+//! takes no action (`bad-answer`: an eviction of a workload the view does
+//! not list; `huge`: a million freezes). `evacuate` is well-behaved: it
 //! migrates every running job off node 0 (each worker to the first other
 //! node where it fits), then places like `ok` — a policy that moves running
 //! work, for the control plane's reconcile tests. `upgrade` is
@@ -50,8 +62,9 @@ fn huge(len: usize) -> String {
 #[derive(Default)]
 pub struct Misbehave {
     mode: String,
-    /// Calls of `order` so far (a tenant policy sees no epoch).
-    orders: u64,
+    /// Calls of every role but `scheduler` so far (their requests carry
+    /// no epoch that changes from one call to the next).
+    calls: u64,
     /// `mode = slow` (scheduler and tenant): loop iterations before each
     /// answer (`spin = N`), so a call costs most of its deadline without faulting.
     spin: u64,
@@ -128,6 +141,15 @@ fn evacuate_node_zero(cluster: &Cluster, round: &RoundInfo) -> Vec<Decision> {
     plan.into_decisions()
 }
 
+/// Allocates a MiB at a time until the host stops it.
+fn hoard() -> ! {
+    let mut hoard: Vec<Vec<u8>> = Vec::new();
+    loop {
+        hoard.push(vec![1u8; 1 << 20]);
+        std::hint::black_box(&hoard);
+    }
+}
+
 fn spin() -> ! {
     let mut x = 0u64;
     loop {
@@ -140,7 +162,13 @@ impl Policy for Misbehave {
         let mut m = manifest(
             "fixture-misbehave",
             "0.1.0",
-            &[Role::Scheduler, Role::Tenant],
+            &[
+                Role::Scheduler,
+                Role::Tenant,
+                Role::Reclaim,
+                Role::Matcher,
+                Role::Coordinator,
+            ],
             "Misbehaves on purpose.",
         );
         m.default_config = "mode = ok".into();
@@ -167,7 +195,7 @@ impl Policy for Misbehave {
     fn create() -> Self {
         Misbehave {
             mode: "ok".into(),
-            orders: 0,
+            calls: 0,
             spin: 0,
         }
     }
@@ -182,13 +210,7 @@ impl Policy for Misbehave {
                 )));
             }
             "configure-fail-huge" => return Err(PolicyError::Failed(huge(32 << 20))),
-            "configure-alloc" => {
-                let mut hoard: Vec<Vec<u8>> = Vec::new();
-                loop {
-                    hoard.push(vec![1u8; 1 << 20]);
-                    std::hint::black_box(&hoard);
-                }
-            }
+            "configure-alloc" => hoard(),
             _ => {}
         }
         let mode = config
@@ -228,13 +250,7 @@ impl Policy for Misbehave {
             "evacuate" => Ok(evacuate_node_zero(cluster, round)),
             "upgrade" => Ok(upgrade_running(cluster, round)),
             "recurse" => Ok(vec![Decision::Preempt(recurse(0) as u32)]),
-            "alloc" => {
-                let mut hoard: Vec<Vec<u8>> = Vec::new();
-                loop {
-                    hoard.push(vec![1u8; 1 << 20]);
-                    std::hint::black_box(&hoard);
-                }
-            }
+            "alloc" => hoard(),
             "log-flood" => {
                 for i in 0..100_000 {
                     log(LogLevel::Info, &"x".repeat(10_000 + i % 7));
@@ -305,23 +321,110 @@ impl Policy for Misbehave {
     }
 
     fn order(&mut self, view: &TenantView) -> Result<TenantVerdict, PolicyError> {
-        self.orders += 1;
+        self.misbehave_in("tenant")?;
         match self.mode.as_str() {
-            "trap" => panic!("fixture asked to trap"),
-            "loop" => spin(),
-            "flap" if self.orders.is_multiple_of(2) => {
-                panic!("tenant flaps at call {}", self.orders)
-            }
-            "fail-huge" => Err(PolicyError::Failed(huge(32 << 20))),
-            "slow" => {
-                self.spin_a_while();
-                Ok(TenantVerdict::default())
-            }
             "bad-verdict" => Ok(TenantVerdict {
                 order: vec![view.jobs.len() as u32 + 3],
                 hold: Vec::new(),
             }),
             _ => Ok(TenantVerdict::default()),
+        }
+    }
+
+    fn reclaim(
+        &mut self,
+        cluster: &Cluster,
+        request: &ReclaimRequest,
+    ) -> Result<ReclaimPlan, PolicyError> {
+        self.misbehave_in("reclaim")?;
+        let count = request.count as usize;
+        match self.mode.as_str() {
+            "bad-answer" => Ok(ReclaimPlan {
+                nodes: vec![request.candidates.first().copied().unwrap_or(0); count + 1],
+                decisions: Vec::new(),
+            }),
+            "huge" => Ok(ReclaimPlan {
+                nodes: (0..4_000_000).collect(),
+                decisions: Vec::new(),
+            }),
+            _ => {
+                let nodes: Vec<u32> = request.candidates.iter().copied().take(count).collect();
+                let decisions = cluster
+                    .running_jobs()
+                    .filter(|j| j.placement().iter().any(|w| nodes.contains(&w.node)))
+                    .map(|j| Decision::Preempt(j.index()))
+                    .collect();
+                Ok(ReclaimPlan { nodes, decisions })
+            }
+        }
+    }
+
+    fn match_workloads(
+        &mut self,
+        cluster: &Cluster,
+        request: &MatchRequest,
+    ) -> Result<Vec<Pairing>, PolicyError> {
+        self.misbehave_in("matcher")?;
+        let first_gpu = |online: u32| {
+            cluster
+                .job(online)
+                .placement()
+                .first()
+                .and_then(|w| w.gpus.first().copied())
+                .unwrap_or(0)
+        };
+        let pair = |online: u32, offline: u32| Pairing {
+            online,
+            offline,
+            gpu: first_gpu(online),
+            sm_percent: 50,
+        };
+        let (Some(&online), Some(&offline)) = (request.online.first(), request.offline.first())
+        else {
+            return Ok(Vec::new());
+        };
+        match self.mode.as_str() {
+            "bad-answer" => Ok(request.online.iter().map(|&o| pair(o, offline)).collect()),
+            "huge" => Ok(vec![pair(online, offline); 1_000_000]),
+            _ => Ok(Vec::new()),
+        }
+    }
+
+    fn tick(&mut self, view: &NodeView) -> Result<Vec<NodeAction>, PolicyError> {
+        self.misbehave_in("coordinator")?;
+        match self.mode.as_str() {
+            "bad-answer" => {
+                let absent = view
+                    .workloads
+                    .iter()
+                    .map(|w| w.id)
+                    .max()
+                    .map_or(0, |m| m + 1);
+                Ok(vec![NodeAction::Evict(absent)])
+            }
+            "huge" => Ok(vec![NodeAction::Freeze(0); 1_000_000]),
+            _ => Ok(Vec::new()),
+        }
+    }
+}
+
+impl Misbehave {
+    /// The faults every role but `scheduler` shares, counted per call.
+    fn misbehave_in(&mut self, role: &str) -> Result<(), PolicyError> {
+        self.calls += 1;
+        let every_other = self.calls.is_multiple_of(2);
+        match self.mode.as_str() {
+            "trap" => panic!("fixture asked to trap as {role}"),
+            "loop" => spin(),
+            "alloc" => hoard(),
+            "fail-huge" => Err(PolicyError::Failed(huge(32 << 20))),
+            "flap" if every_other => panic!("{role} flaps at call {}", self.calls),
+            "hang-flap" if every_other => spin(),
+            "slow" => {
+                self.spin_a_while();
+                Ok(())
+            }
+            _ => Ok(()),
         }
     }
 }
