@@ -521,12 +521,8 @@ mod matcher {
     #[test]
     fn a_policy_without_the_role_leaves_offline_work_unpaired() {
         let mut state = cluster(2, 4);
-        let out = MatcherDriver::new(slot_of("fixture:misbehave")).match_workloads(
-            &mut state,
-            &[0],
-            &[1],
-            Vec::new(),
-        );
+        let out =
+            MatcherDriver::new(slot_of("fifo")).match_workloads(&mut state, &[0], &[1], Vec::new());
         assert_eq!(out.served, Served::Native);
         assert!(out.pairings.is_empty());
         assert!(out.faults.is_empty(), "{:?}", out.faults);

@@ -730,11 +730,11 @@ fn policies_that_are_not_coordinators_are_refused_at_load() {
     common::init_tracing();
     let engine =
         PolicyEngine::new(node_runtime_config(Duration::from_millis(100))).expect("engine");
-    let misbehave = arbiter_policies::fixture("misbehave").expect("fixture");
-    match Coordinator::from_wasm(&engine, misbehave, None, CoordinatorConfig::default()) {
+    let fifo = arbiter_policies::get("fifo").expect("fifo");
+    match Coordinator::from_wasm(&engine, fifo, None, CoordinatorConfig::default()) {
         Err(CoordinatorError::NotACoordinator { name, roles }) => {
-            assert_eq!(name, "fixture-misbehave");
-            assert_eq!(roles, ["scheduler", "tenant"]);
+            assert_eq!(name, "fifo");
+            assert_eq!(roles, ["scheduler"]);
         }
         other => panic!("expected NotACoordinator, got {other:?}"),
     }
