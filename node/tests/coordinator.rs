@@ -559,6 +559,80 @@ fn a_wasm_policy_that_traps_every_period_falls_back_to_holding_steady() {
     evict_all(&mut node);
 }
 
+/// The hostile corpus's coordinator cases (`arbiter-hostile`: a `tick` that loops, traps,
+/// allocates without bound, fails with 32 MiB of text, flaps, evicts a workload the node does
+/// not have, or floods a million actions) on a node: each is quarantined within 40 periods,
+/// what it says reaches the log bounded, and the node's workloads keep exactly the limits they
+/// had — nothing a faulting answer held is applied.
+#[test]
+fn hostile_coordinators_are_quarantined_and_leave_the_workloads_as_they_were() {
+    use arbiter_hostile::{Expect, Role};
+    let env = Env::new("coord-hostile");
+    let sim = Arc::new(SimBackend::new(2, GPU_MIB << 20));
+    let mut node = env.sim_node(sim);
+    let offline = node.launch(&sleeper(OFFLINE, 0)).expect("offline");
+    let online = node.launch(&sleeper(ONLINE, 1)).expect("online");
+    node.apply_actions(&[NodeAction::SetComputeShare(offline, 700)]);
+    let limits = |node: &mut Node| {
+        (
+            status(node, offline),
+            status(node, online),
+            pace_interval(node, offline),
+        )
+    };
+    let before = limits(&mut node);
+    let engine =
+        PolicyEngine::new(node_runtime_config(Duration::from_millis(100))).expect("engine");
+    let cases: Vec<_> = arbiter_hostile::corpus()
+        .into_iter()
+        .filter(|c| {
+            matches!(
+                c.expect,
+                Expect::Faults {
+                    role: Role::Coordinator,
+                    ..
+                } | Expect::Flaps {
+                    role: Role::Coordinator
+                }
+            )
+        })
+        .collect();
+    assert!(cases.len() >= 7, "{} coordinator cases", cases.len());
+    for case in &cases {
+        let name = &case.name;
+        let compiled = engine.compile(&case.wasm).expect("the fixture compiles");
+        let mut coord = Coordinator::from_compiled(
+            compiled,
+            case.config.as_deref(),
+            CoordinatorConfig::default(),
+        )
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let mut faults = 0;
+        for _ in 0..40 {
+            if coord.on_fallback() {
+                break;
+            }
+            let r = coord.step(&mut node);
+            if let Some(fault) = &r.fault {
+                faults += 1;
+                let shown = fault.to_string();
+                assert!(
+                    shown.len() <= arbiter_host::runtime::MAX_ERROR_TEXT + 64,
+                    "{name}: a {} byte fault",
+                    shown.len()
+                );
+                assert!(r.outcomes.is_empty(), "{name}: applied {:?}", r.outcomes);
+            }
+        }
+        assert!(coord.on_fallback(), "{name}: not quarantined in 40 periods");
+        assert!(faults >= 2, "{name}: {faults} faults");
+        let r = coord.step(&mut node);
+        assert_eq!(r.served, Served::Fallback, "{name}");
+        assert_eq!(limits(&mut node), before, "{name}");
+    }
+    evict_all(&mut node);
+}
+
 /// A native coordinator that answers from a script (then nothing).
 struct Scripted {
     answers: VecDeque<Result<Vec<NodeAction>, PolicyError>>,
