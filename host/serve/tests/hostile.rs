@@ -1,8 +1,8 @@
 //! The hostile corpus (`arbiter-hostile`) against a live `arbiter serve`
 //! over loopback gRPC: refused uploads say why in bounded, escaped text and
-//! leave nothing behind; misbehaving schedulers, tenant policies and
-//! reclaim policies are faulted, quarantined and replaced by their fallback
-//! while jobs keep running and servers go back; a tenant's policies share one memory budget; the components of
+//! leave nothing behind; misbehaving schedulers, tenant policies, reclaim
+//! policies and matchers are faulted, quarantined and replaced by their
+//! fallback while jobs keep running and servers go back; a tenant's policies share one memory budget; the components of
 //! generations that leave a slot leave the store.
 
 mod common;
@@ -37,6 +37,8 @@ async fn hostile_server_with(dir: &std::path::Path, cfg: PlaneConfig) -> Running
         PlaneConfig {
             nodes: default_pool(2, 8),
             default_duration: Duration::from_millis(200),
+            // The matcher cases are asked every few rounds, not every 10 s.
+            match_interval: Some(Duration::from_millis(100)),
             // Long enough that a loaded test machine cannot turn a refusal
             // for what a component is (a 40 MiB role name) into one for time.
             runtime: RuntimeConfig {
@@ -155,6 +157,47 @@ async fn reclaim_until_faulted(c: &mut Client, case: &Case, id: u64, quarantine:
     panic!("{}: 40 reclaims later, {g:?}", case.name);
 }
 
+/// What the plane asks a matcher about: two running inference services
+/// (guaranteed) and a one-GPU opportunistic job, all running for the rest
+/// of the test.
+async fn start_work_to_match(c: &mut Client) {
+    let mut services = Vec::new();
+    for k in 0..2 {
+        let service = v1::JobSpec {
+            kind: 1,
+            ..spec(&format!("service-{k}"), 1, 3_600_000)
+        };
+        services.push(submit(c, service).await);
+    }
+    let offline = v1::JobSpec {
+        qos: 1,
+        ..spec("offline", 1, 3_600_000)
+    };
+    submit(c, offline).await;
+    for id in services {
+        wait_state(c, id, v1::JobState::Running).await;
+    }
+}
+
+/// Waits while the plane asks the `matcher` slot every 100 ms, until
+/// generation `id` has faulted twice (and, if `quarantine`, is quarantined).
+async fn matched_until_faulted(c: &mut Client, case: &Case, id: u64, quarantine: bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let g = generation(c, "matcher", id).await;
+        if g.faults >= 2 && (!quarantine || g.quarantined) {
+            assert_shown(&case.name, "last fault", &g.last_fault);
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}: a minute of matching later, {g:?}",
+            case.name
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_hostile_case_meets_its_safe_behaviour_in_a_live_plane() {
     let dir = tempfile::tempdir().unwrap();
@@ -163,6 +206,8 @@ async fn every_hostile_case_meets_its_safe_behaviour_in_a_live_plane() {
     let token = add_tenant(&mut admin, "hostile", 0).await;
     let mut tenant = client(&running, Some(&token)).await;
     let cache_bound = RuntimeConfig::default().compiled_cache_bytes;
+    // Whether the work a matcher is asked about runs yet.
+    let mut matching = false;
 
     for case in arbiter_hostile::corpus() {
         let name = case.name.as_str();
@@ -195,19 +240,22 @@ async fn every_hostile_case_meets_its_safe_behaviour_in_a_live_plane() {
                     Role::Scheduler => (&mut admin, "default"),
                     Role::Tenant => (&mut tenant, "tenant:hostile"),
                     Role::Reclaim => (&mut admin, "reclaim"),
-                    // The plane asks a matcher only about running inference
-                    // work and a coordinator runs on a node agent: their
-                    // cases run through the same drivers in the host's
-                    // `tests/hostile.rs`.
-                    Role::Matcher | Role::Coordinator => continue,
+                    Role::Matcher => (&mut admin, "matcher"),
+                    // A coordinator runs on a node agent: its cases run on a
+                    // node in `node/tests/coordinator.rs`.
+                    Role::Coordinator => continue,
                 };
+                if *role == Role::Matcher && !matching {
+                    start_work_to_match(c).await;
+                    matching = true;
+                }
                 let g = upload_case(c, slot, &case)
                     .await
                     .unwrap_or_else(|e| panic!("{name}: refused: {e:?}"));
-                if *role == Role::Reclaim {
-                    reclaim_until_faulted(c, &case, g.id, quarantine).await;
-                } else {
-                    run_until_faulted(c, &case, slot, g.id, quarantine).await;
+                match role {
+                    Role::Reclaim => reclaim_until_faulted(c, &case, g.id, quarantine).await,
+                    Role::Matcher => matched_until_faulted(c, &case, g.id, quarantine).await,
+                    _ => run_until_faulted(c, &case, slot, g.id, quarantine).await,
                 }
             }
             Expect::Works => {
