@@ -831,9 +831,11 @@ fn print_slot(s: &v1::SlotInfo, json: bool) -> anyhow::Result<()> {
         }));
     }
     println!("slot {}", s.slot);
+    // SERVED: the calls a generation answered — a scheduling slot's rounds,
+    // or a role or tenant slot's answers (`rounds_served` counts both).
     println!(
         "  {:>4} {:<22} {:<9} {:<14} {:>8} {:>7} STATE",
-        "GEN", "NAME", "VERSION", "DIGEST", "ROUNDS", "FAULTS"
+        "GEN", "NAME", "VERSION", "DIGEST", "SERVED", "FAULTS"
     );
     for g in &s.generations {
         let state = match (g.active, g.quarantined) {
