@@ -425,11 +425,7 @@ fn modes() -> Vec<Case> {
     let faults = |role, kind| Expect::Faults { role, kind };
     use Role::{Coordinator, Matcher, Reclaim, Scheduler, Tenant};
     let mut cases = vec![
-        mode(Scheduler, "loop", faults(Scheduler, "deadline")),
-        mode(Scheduler, "trap", faults(Scheduler, "trap")),
-        mode(Scheduler, "alloc", faults(Scheduler, "memory")),
         mode(Scheduler, "recurse", faults(Scheduler, "trap")),
-        mode(Scheduler, "fail-huge", faults(Scheduler, "reported")),
         mode(Scheduler, "fail-escape", faults(Scheduler, "reported")),
         mode(
             Scheduler,
@@ -437,13 +433,12 @@ fn modes() -> Vec<Case> {
             faults(Scheduler, "unsupported"),
         ),
         mode(Scheduler, "huge", faults(Scheduler, "too-many-decisions")),
-        mode(Scheduler, "flap", Expect::Flaps { role: Scheduler }),
         mode(Scheduler, "hang-flap", Expect::Flaps { role: Scheduler }),
         mode(Scheduler, "log-escape", Expect::Works),
         mode(Tenant, "bad-verdict", faults(Tenant, "bad-answer")),
     ];
-    // What every other role's call shares (the fixture's `misbehave_in`).
-    for role in [Tenant, Reclaim, Matcher, Coordinator] {
+    // What every role's call can do.
+    for role in [Scheduler, Tenant, Reclaim, Matcher, Coordinator] {
         cases.extend([
             mode(role, "loop", faults(role, "deadline")),
             mode(role, "trap", faults(role, "trap")),
