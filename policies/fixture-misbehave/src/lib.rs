@@ -29,7 +29,8 @@
 //! job to guaranteed where the plan allows, then places like `ok`.
 //!
 //! The **persona** changes what the component is before any configuration
-//! reaches it: its manifest, and how `configure` answers. It is read from
+//! reaches it: its manifest (or a `manifest` call that loops, traps or
+//! allocates without bound), and how `configure` answers. It is read from
 //! `PERSONA`, a fixed-size string in the component's data segment that a
 //! test patches in the `.wasm` bytes (see `arbiter-hostile`), so one build
 //! yields a whole corpus of hostile components. `none` is the plain fixture.
@@ -187,6 +188,11 @@ impl Policy for Misbehave {
             "config-huge" => m.default_config = "mode = ok\n".repeat(200_000),
             "config-escape" => m.default_config = "mode = ok\n\x1b[2J".into(),
             "version-huge" => m.version = huge(1 << 20),
+            "roles-none" => m.roles.clear(),
+            "name-blank" => m.name = " \t ".into(),
+            "manifest-loop" => spin(),
+            "manifest-trap" => panic!("fixture traps in manifest"),
+            "manifest-alloc" => hoard(),
             _ => {}
         }
         m
