@@ -441,6 +441,7 @@ fn modes() -> Vec<Case> {
         mode(Scheduler, "hang-flap", Expect::Flaps { role: Scheduler }),
         mode(Scheduler, "log-escape", Expect::Works),
         mode(Tenant, "bad-verdict", faults(Tenant, "bad-answer")),
+        mode(Tenant, "huge", faults(Tenant, "bad-answer")),
     ];
     // What every role's call can do.
     for role in [Scheduler, Tenant, Reclaim, Matcher, Coordinator] {

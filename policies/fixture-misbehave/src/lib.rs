@@ -1,32 +1,36 @@
-//! Test fixture: a scheduler that misbehaves as its configuration says.
+//! Test fixture: a policy that misbehaves as its configuration says.
 //!
 //! `configure("mode = <m>")` picks the fault the host's sandbox and validator
-//! must survive. With `ok` it places the first pending job with first fit.
-//! `flap` traps in rounds of even epoch and works in the others; `hang-flap`
-//! loops past the deadline in those rounds instead (neither faults twice in
-//! a row: only a fault-rate quarantine catches them). `slow` (with
-//! `spin = N`) loops N times before answering like `ok` — a policy that takes
-//! most of its deadline every round without faulting.
+//! must survive. As a scheduler, with `ok` it places the first pending job
+//! with first fit. `flap` traps in rounds of even epoch and works in the
+//! others; `hang-flap` loops past the deadline in those rounds instead
+//! (neither faults twice in a row: only a fault-rate quarantine catches
+//! them). `slow` (with `spin = N`) loops N times before answering like `ok`
+//! — a policy that takes most of its deadline every round without faulting.
+//! `evacuate` is well-behaved: it migrates every running job off node 0
+//! (each worker to the first other node where it fits), then places like
+//! `ok` — a policy that moves running work, for the control plane's
+//! reconcile tests. `upgrade` is well-behaved too: it upgrades every running
+//! opportunistic or best-effort job to guaranteed where the plan allows,
+//! then places like `ok`.
 //!
 //! It declares every other role too, so one component misbehaves in each.
 //! Their calls share the faults `trap`, `loop`, `alloc`, `fail-huge`, `slow`,
 //! and `flap`/`hang-flap` on every other call (their requests carry no
 //! epoch that changes between calls, so the fixture counts its calls).
 //! Otherwise each answers sensibly, unless `bad-verdict`/`bad-answer` or
-//! `huge` asks for an impossible answer: as a tenant policy (`order`) it
-//! releases the queue in submit order (`bad-verdict`: a position that does
-//! not exist); as `reclaim` it returns the first `count` candidates and
-//! preempts every running job with a worker on one (`bad-answer`: the first
-//! candidate `count + 1` times; `huge`: four million distinct servers); as a
-//! `matcher` it pairs nothing (`bad-answer`: the first offline job with
-//! every online one; `huge`: a million pairings); as a `coordinator` it
-//! takes no action (`bad-answer`: an eviction of a workload the view does
-//! not list; `huge`: a million freezes). `evacuate` is well-behaved: it
-//! migrates every running job off node 0 (each worker to the first other
-//! node where it fits), then places like `ok` — a policy that moves running
-//! work, for the control plane's reconcile tests. `upgrade` is
-//! well-behaved too: it upgrades every running opportunistic or best-effort
-//! job to guaranteed where the plan allows, then places like `ok`.
+//! `huge` asks for an impossible answer:
+//!
+//! - as a tenant policy (`order`) it releases the queue in submit order
+//!   (`bad-verdict`: a position that does not exist; `huge`: the first
+//!   position a million times, to run and to hold);
+//! - as `reclaim` it returns the first `count` candidates and preempts every
+//!   running job with a worker on one (`bad-answer`: the first candidate
+//!   `count + 1` times; `huge`: four million distinct servers);
+//! - as a `matcher` it pairs nothing (`bad-answer`: the first offline job
+//!   with every online one; `huge`: a million pairings);
+//! - as a `coordinator` it takes no action (`bad-answer`: an eviction of a
+//!   workload the view does not list; `huge`: a million freezes).
 //!
 //! The **persona** changes what the component is before any configuration
 //! reaches it: its manifest (or a `manifest` call that loops, traps or
@@ -332,6 +336,10 @@ impl Policy for Misbehave {
             "bad-verdict" => Ok(TenantVerdict {
                 order: vec![view.jobs.len() as u32 + 3],
                 hold: Vec::new(),
+            }),
+            "huge" => Ok(TenantVerdict {
+                order: vec![0; 1_000_000],
+                hold: vec![0; 1_000_000],
             }),
             _ => Ok(TenantVerdict::default()),
         }
