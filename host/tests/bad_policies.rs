@@ -185,6 +185,32 @@ fn trapping_policy_falls_back_and_is_quarantined() {
     }
 }
 
+/// A Rust policy that panics: the fault says what panicked, where, and in
+/// which of the policy's functions — not a kilobyte of backtrace, and not
+/// the environment read std's default panic hook would trap on first.
+#[test]
+fn a_panic_is_reported_with_its_message_and_place() {
+    let PolicyFault::Trap(text) = first_fault("trap") else {
+        panic!("not a trap");
+    };
+    assert!(
+        text.starts_with("wasm `unreachable` instruction executed in "),
+        "{text}"
+    );
+    assert!(
+        text.contains("Misbehave"),
+        "names the policy's function: {text}"
+    );
+    assert!(
+        text.contains("; last error logged: panicked at ")
+            && text.contains("fixture-misbehave/src/lib.rs:")
+            && text.ends_with(": fixture asked to trap"),
+        "{text}"
+    );
+    assert!(!text.contains("environment"), "{text}");
+    assert!(text.len() < 1024, "{} bytes: {text}", text.len());
+}
+
 #[test]
 fn infinite_loop_hits_the_deadline() {
     assert_eq!(

@@ -128,6 +128,10 @@ pub struct HostState {
     pub(crate) log_bytes: LogAllowance,
     /// Lines dropped since the last report of drops.
     pub(crate) logs_dropped: u64,
+    /// The last error-level line the policy logged in the current call,
+    /// kept even over the log budget: a trap's fault quotes it (the SDK's
+    /// panic hook logs what panicked and where just before the trap).
+    pub(crate) last_error_log: Option<String>,
 }
 
 /// Log bytes an instance may still write: a token bucket refilled by wall
@@ -166,7 +170,7 @@ impl LogAllowance {
 }
 
 /// Severity of a guest log line, whichever contract version wrote it.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum LogLevel {
     Trace,
     Debug,
@@ -191,6 +195,9 @@ impl HostState {
 
     fn log_line(&mut self, level: LogLevel, message: String) {
         let message = guest_text(&message, MAX_LOG_LINE, false);
+        if level == LogLevel::Error {
+            self.last_error_log = Some(message.clone());
+        }
         if self.log_budget == 0 || !self.log_bytes.take(message.len() as u64) {
             self.logs_dropped += 1;
             return;
@@ -480,6 +487,7 @@ impl PolicyEngine {
                 self.inner.config.log_bytes_per_s,
             ),
             logs_dropped: 0,
+            last_error_log: None,
         };
         let mut store = wasmtime::Store::new(&self.inner.engine, state);
         store.limiter(|s| &mut s.limits);

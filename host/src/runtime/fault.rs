@@ -52,14 +52,79 @@ pub struct FaultLimits {
     pub answer_cap: usize,
 }
 
+/// Innermost guest functions a trap's text names.
+const TRAP_FRAMES: usize = 3;
+
+/// A trap's text: what stopped the guest (the error's root cause, e.g.
+/// "wasm `unreachable` instruction executed" or an unknown import), the
+/// innermost functions of the policy's own code it stopped in (demangled;
+/// the standard library's, the panic machinery's and unnamed frames
+/// skipped), and the last error line the policy logged in the call — where
+/// the SDK's panic hook puts the panic's message and location. Not the whole
+/// backtrace: that is kilobytes of frames an operator cannot act on.
+/// Bounded and escaped like everything a guest says (function names come
+/// from its name section).
+fn trap_text(err: &wasmtime::Error, last_error_log: Option<&str>) -> String {
+    let cause = err.root_cause().to_string();
+    // The fault's own text already says "policy trapped".
+    let mut text = cause
+        .strip_prefix("wasm trap: ")
+        .unwrap_or(&cause)
+        .to_string();
+    if let Some(trace) = err.downcast_ref::<wasmtime::WasmBacktrace>() {
+        let frames: Vec<String> = trace
+            .frames()
+            .iter()
+            .filter_map(|f| f.func_name())
+            .map(|name| match rustc_demangle::try_demangle(name) {
+                Ok(d) => format!("{d:#}"),
+                Err(_) => name.to_string(),
+            })
+            .filter(|name| !is_runtime_frame(name))
+            .take(TRAP_FRAMES)
+            .collect();
+        if !frames.is_empty() {
+            text.push_str(" in ");
+            text.push_str(&frames.join(" < "));
+        }
+    }
+    if let Some(line) = last_error_log {
+        text.push_str("; last error logged: ");
+        text.push_str(line);
+    }
+    guest_text(&text, MAX_ERROR_TEXT, false)
+}
+
+/// A frame of the language runtime rather than of the policy: Rust's
+/// standard library and panic machinery, wasi-libc's C runtime.
+fn is_runtime_frame(name: &str) -> bool {
+    const RUNTIME: [&str; 8] = [
+        "std::", "core::", "alloc::", "__", "rust_", "<std::", "<core::", "<alloc::",
+    ];
+    const LIBC: [&str; 5] = [
+        "abort",
+        "getenv",
+        "environment_get_environment",
+        "exit",
+        "_start",
+    ];
+    RUNTIME.iter().any(|p| name.starts_with(p)) || LIBC.contains(&name)
+}
+
 impl PolicyFault {
-    /// Classifies an error from a guest call.
-    pub fn from_call_error(err: &wasmtime::Error, limits: &FaultLimits) -> PolicyFault {
+    /// Classifies an error from a guest call; `last_error_log` is the last
+    /// error-level line the policy logged in the call, which a trap's text
+    /// quotes.
+    pub fn from_call_error(
+        err: &wasmtime::Error,
+        limits: &FaultLimits,
+        last_error_log: Option<&str>,
+    ) -> PolicyFault {
         if let Some(trap) = err.downcast_ref::<wasmtime::Trap>() {
             return match trap {
                 wasmtime::Trap::Interrupt => PolicyFault::Deadline(limits.deadline),
                 wasmtime::Trap::OutOfFuel => PolicyFault::OutOfFuel,
-                other => PolicyFault::Trap(other.to_string()),
+                _ => PolicyFault::Trap(trap_text(err, last_error_log)),
             };
         }
         // A memory-budget refusal is not a `Trap` value: it is the
@@ -86,9 +151,7 @@ impl PolicyFault {
         {
             return PolicyFault::MemoryCap(limits.memory_cap);
         }
-        // A trap's text can quote the guest (function names from its name
-        // section, a panic message): bounded like everything a guest says.
-        PolicyFault::Trap(guest_text(&chain.join(": "), MAX_ERROR_TEXT, false))
+        PolicyFault::Trap(trap_text(err, last_error_log))
     }
 
     /// Turns an error the policy reported itself into a fault; its text is

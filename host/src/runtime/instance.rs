@@ -123,10 +123,9 @@ impl PolicyInstance {
         let ticker = engine.ticker().clone();
         let running = ticker.call();
         let limits = config.fault_limits();
-        let instance = compiled
-            .pre
-            .instantiate(&mut store)
-            .map_err(|e| PolicyFault::from_call_error(&e, &limits))?;
+        let instance = compiled.pre.instantiate(&mut store).map_err(|e| {
+            PolicyFault::from_call_error(&e, &limits, store.data().last_error_log.as_deref())
+        })?;
         let exports = compiled
             .roles
             .load(&mut store, &instance)
@@ -209,6 +208,7 @@ impl PolicyInstance {
             let data = w.store.data_mut();
             data.now_ms = now_ms;
             data.log_budget = w.max_log_lines;
+            data.last_error_log = None;
         }
         let start = Instant::now();
         let running = w.ticker.call();
@@ -233,7 +233,11 @@ impl PolicyInstance {
 
     fn classify(&self, e: wasmtime::Error) -> PolicyFault {
         match &self.backend {
-            Backend::Wasm(w) => PolicyFault::from_call_error(&e, &w.limits),
+            Backend::Wasm(w) => PolicyFault::from_call_error(
+                &e,
+                &w.limits,
+                w.store.data().last_error_log.as_deref(),
+            ),
             Backend::Native(_) => PolicyFault::Trap(format!("{e:#}")),
         }
     }

@@ -31,7 +31,34 @@ thread_local! {
     static RUNTIME: RefCell<Option<Box<dyn Any>>> = const { RefCell::new(None) };
 }
 
+/// Installs, once per instance, a panic hook that tells the host what
+/// panicked and where — an error-level [`log`] line, which the host quotes in
+/// the trap's fault — before the instance traps. std's default hook reads
+/// `RUST_BACKTRACE` first, and the sandbox gives a policy no environment:
+/// that read traps inside the hook, and the panic's message was lost.
+fn report_panics() {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        std::panic::set_hook(Box::new(|info| {
+            let message = info
+                .payload_as_str()
+                .unwrap_or("(a panic without a message)");
+            let text = match info.location() {
+                Some(at) => format!(
+                    "panicked at {}:{}:{}: {message}",
+                    at.file(),
+                    at.line(),
+                    at.column()
+                ),
+                None => format!("panicked: {message}"),
+            };
+            log(crate::LogLevel::Error, &text);
+        }));
+    });
+}
+
 fn with_runtime<P: Policy, R>(f: impl FnOnce(&mut Runtime<P>) -> R) -> R {
+    report_panics();
     RUNTIME.with(|cell| {
         let taken = cell.borrow_mut().take();
         let mut runtime = match taken.and_then(|b| b.downcast::<Runtime<P>>().ok()) {
@@ -54,6 +81,7 @@ fn result<T, U: From<T>>(r: Result<T, model::PolicyError>) -> Result<U, wit::Pol
 
 impl<P: Policy> exports::meta::Guest for Export<P> {
     fn describe() -> wit::Manifest {
+        report_panics();
         P::manifest().into()
     }
     fn configure(config: String) -> Result<(), wit::PolicyError> {
