@@ -72,7 +72,7 @@ fn trap_text(err: &wasmtime::Error, last_error_log: Option<&str>) -> String {
         .unwrap_or(&cause)
         .to_string();
     if let Some(trace) = err.downcast_ref::<wasmtime::WasmBacktrace>() {
-        let frames: Vec<String> = trace
+        let names: Vec<String> = trace
             .frames()
             .iter()
             .filter_map(|f| f.func_name())
@@ -80,11 +80,20 @@ fn trap_text(err: &wasmtime::Error, last_error_log: Option<&str>) -> String {
                 Ok(d) => format!("{d:#}"),
                 Err(_) => name.to_string(),
             })
+            .collect();
+        // A component built without the SDK's panic hook traps inside std's
+        // (on the environment read), which says nothing of the panic itself.
+        if last_error_log.is_none() && names.iter().any(|n| n.contains("::panicking::")) {
+            text.push_str(" while panicking");
+        }
+        let frames: Vec<&String> = names
+            .iter()
             .filter(|name| !is_runtime_frame(name))
             .take(TRAP_FRAMES)
             .collect();
         if !frames.is_empty() {
             text.push_str(" in ");
+            let frames: Vec<&str> = frames.iter().map(|f| f.as_str()).collect();
             text.push_str(&frames.join(" < "));
         }
     }
@@ -199,5 +208,53 @@ impl PolicyFault {
                 // The lift failed half-way: the instance never finished the call.
                 | PolicyFault::AnswerTooLarge(_)
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A real trap with a real backtrace: `run` calls `my_policy::pick`,
+    /// which calls into a panic hook that executes `unreachable`.
+    fn trap(last_error_log: Option<&str>) -> String {
+        let engine = wasmtime::Engine::default();
+        let wasm = wat::parse_str(
+            r#"(module
+                (func $std::panicking::default_hook unreachable)
+                (func $my_policy::pick call $std::panicking::default_hook)
+                (func $run (export "run") call $my_policy::pick))"#,
+        )
+        .expect("module text");
+        let module = wasmtime::Module::new(&engine, wasm).expect("module");
+        let mut store = wasmtime::Store::new(&engine, ());
+        let instance = wasmtime::Instance::new(&mut store, &module, &[]).expect("instance");
+        let run = instance
+            .get_typed_func::<(), ()>(&mut store, "run")
+            .expect("run");
+        let err = run.call(&mut store, ()).expect_err("traps");
+        let limits = FaultLimits {
+            deadline: Duration::from_millis(1),
+            memory_cap: 1,
+            answer_cap: 1,
+        };
+        match PolicyFault::from_call_error(&err, &limits, last_error_log) {
+            PolicyFault::Trap(text) => text,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_trap_names_its_cause_the_policys_frames_and_its_last_error_line() {
+        assert_eq!(
+            trap(Some("panicked at src/lib.rs:3:5: no node fits")),
+            "wasm `unreachable` instruction executed in my_policy::pick < run; \
+             last error logged: panicked at src/lib.rs:3:5: no node fits"
+        );
+        // Without the SDK's report, a trap inside std's panic machinery says so.
+        assert_eq!(
+            trap(None),
+            "wasm `unreachable` instruction executed while panicking in my_policy::pick < run"
+        );
     }
 }
