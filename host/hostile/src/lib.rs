@@ -440,8 +440,6 @@ fn modes() -> Vec<Case> {
         mode(Scheduler, "huge", faults(Scheduler, "too-many-decisions")),
         mode(Scheduler, "hang-flap", Expect::Flaps { role: Scheduler }),
         mode(Scheduler, "log-escape", Expect::Works),
-        mode(Tenant, "bad-verdict", faults(Tenant, "bad-answer")),
-        mode(Tenant, "huge", faults(Tenant, "bad-answer")),
     ];
     // What every role's call can do.
     for role in [Scheduler, Tenant, Reclaim, Matcher, Coordinator] {
@@ -456,18 +454,17 @@ fn modes() -> Vec<Case> {
         ]);
     }
     // Impossible answers, each caught by its role's one check.
-    cases.extend([
-        mode(Reclaim, "bad-answer", faults(Reclaim, "bad-answer")),
-        mode(Reclaim, "huge", faults(Reclaim, "bad-answer")),
-        mode(Matcher, "bad-answer", faults(Matcher, "bad-answer")),
-        mode(Matcher, "huge", faults(Matcher, "bad-answer")),
-        mode(Coordinator, "bad-answer", faults(Coordinator, "bad-answer")),
-        mode(
-            Coordinator,
-            "huge",
-            faults(Coordinator, "too-many-decisions"),
-        ),
-    ]);
+    let impossible = [
+        (Tenant, "bad-verdict", "bad-answer"),
+        (Tenant, "huge", "bad-answer"),
+        (Reclaim, "bad-answer", "bad-answer"),
+        (Reclaim, "huge", "bad-answer"),
+        (Matcher, "bad-answer", "bad-answer"),
+        (Matcher, "huge", "bad-answer"),
+        (Coordinator, "bad-answer", "bad-answer"),
+        (Coordinator, "huge", "too-many-decisions"),
+    ];
+    cases.extend(impossible.map(|(role, m, kind)| mode(role, m, faults(role, kind))));
     cases
 }
 
