@@ -1626,26 +1626,6 @@ async fn services_report_their_load_and_it_survives_a_restart() {
     running.shutdown().await.unwrap();
 }
 
-/// Asks one node of the `sim` pool back.
-async fn reclaim_one(
-    c: &mut Client,
-) -> Result<tonic::Response<v1::ReclaimNodesResponse>, tonic::Status> {
-    c.nodes
-        .reclaim(v1::ReclaimNodesRequest {
-            pool: "sim".into(),
-            count: 1,
-        })
-        .await
-}
-
-async fn lend(c: &mut Client, name: &str) -> v1::NodeInfo {
-    c.nodes
-        .lend(v1::LendNodeRequest { name: name.into() })
-        .await
-        .unwrap()
-        .into_inner()
-}
-
 async fn node(c: &mut Client, name: &str) -> v1::NodeInfo {
     c.nodes
         .list(v1::ListNodesRequest {})

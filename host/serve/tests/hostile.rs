@@ -128,18 +128,8 @@ async fn run_until_faulted(c: &mut Client, case: &Case, slot: &str, id: u64, qua
 /// quarantined): every reclaim still returns the node, chosen by a fallback.
 async fn reclaim_until_faulted(c: &mut Client, case: &Case, id: u64, quarantine: bool) {
     for _ in 0..40 {
-        c.nodes
-            .lend(v1::LendNodeRequest {
-                name: "sim-01".into(),
-            })
-            .await
-            .unwrap_or_else(|e| panic!("{}: lend: {e:?}", case.name));
-        let r = c
-            .nodes
-            .reclaim(v1::ReclaimNodesRequest {
-                pool: "sim".into(),
-                count: 1,
-            })
+        lend(c, "sim-01").await;
+        let r = reclaim_one(c)
             .await
             .unwrap_or_else(|e| panic!("{}: reclaim: {e:?}", case.name))
             .into_inner();

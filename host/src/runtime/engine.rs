@@ -195,21 +195,22 @@ impl HostState {
 
     fn log_line(&mut self, level: LogLevel, message: String) {
         let message = guest_text(&message, MAX_LOG_LINE, false);
-        if level == LogLevel::Error {
-            self.last_error_log = Some(message.clone());
-        }
         if self.log_budget == 0 || !self.log_bytes.take(message.len() as u64) {
             self.logs_dropped += 1;
-            return;
+        } else {
+            self.log_budget -= 1;
+            let policy = &*self.policy;
+            match level {
+                LogLevel::Trace => tracing::trace!(policy, "{message}"),
+                LogLevel::Debug => tracing::debug!(policy, "{message}"),
+                LogLevel::Info => tracing::info!(policy, "{message}"),
+                LogLevel::Warn => tracing::warn!(policy, "{message}"),
+                LogLevel::Error => tracing::error!(policy, "{message}"),
+            }
         }
-        self.log_budget -= 1;
-        let policy = &*self.policy;
-        match level {
-            LogLevel::Trace => tracing::trace!(policy, "{message}"),
-            LogLevel::Debug => tracing::debug!(policy, "{message}"),
-            LogLevel::Info => tracing::info!(policy, "{message}"),
-            LogLevel::Warn => tracing::warn!(policy, "{message}"),
-            LogLevel::Error => tracing::error!(policy, "{message}"),
+        // Kept over the budget too: a trap's fault quotes it.
+        if level == LogLevel::Error {
+            self.last_error_log = Some(message);
         }
     }
 }

@@ -86,14 +86,14 @@ fn trap_text(err: &wasmtime::Error, last_error_log: Option<&str>) -> String {
         if last_error_log.is_none() && names.iter().any(|n| n.contains("::panicking::")) {
             text.push_str(" while panicking");
         }
-        let frames: Vec<&String> = names
+        let frames: Vec<&str> = names
             .iter()
+            .map(String::as_str)
             .filter(|name| !is_runtime_frame(name))
             .take(TRAP_FRAMES)
             .collect();
         if !frames.is_empty() {
             text.push_str(" in ");
-            let frames: Vec<&str> = frames.iter().map(|f| f.as_str()).collect();
             text.push_str(&frames.join(" < "));
         }
     }

@@ -269,3 +269,24 @@ pub async fn start_split(
         .unwrap()
         .into_inner()
 }
+
+/// Asks one node of the `sim` pool back.
+pub async fn reclaim_one(
+    c: &mut Client,
+) -> Result<tonic::Response<v1::ReclaimNodesResponse>, tonic::Status> {
+    c.nodes
+        .reclaim(v1::ReclaimNodesRequest {
+            pool: "sim".into(),
+            count: 1,
+        })
+        .await
+}
+
+/// Lends node `name` to training.
+pub async fn lend(c: &mut Client, name: &str) -> v1::NodeInfo {
+    c.nodes
+        .lend(v1::LendNodeRequest { name: name.into() })
+        .await
+        .unwrap()
+        .into_inner()
+}
