@@ -180,6 +180,48 @@ fn unrecognised_files_are_named() {
     assert!(format!("{err:#}").contains("--tune"), "{err:#}");
 }
 
+/// The simulator tells a trace's and a node list's format from their headers as the
+/// loaders read them: a spreadsheet's export (byte-order mark, quoted names, CRLF) is the
+/// same trace, not an unrecognised one.
+#[test]
+fn a_spreadsheet_export_runs_as_the_plain_files() {
+    let export = |text: &str| {
+        let mut lines = text.lines();
+        let header = lines.next().unwrap_or_default();
+        let quoted: Vec<String> = header.split(',').map(|c| format!("\"{c}\"")).collect();
+        let mut out = format!("\u{feff}{}\r\n", quoted.join(","));
+        for row in lines {
+            out += row;
+            out += "\r\n";
+        }
+        out
+    };
+    let pods = format!(
+        "{HEADER}p0,4000,8192,1,500,,LS,Running,0,100,0\np1,8000,16384,2,1000,V100M32,LS,Running,5,50,5\n"
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let summary = |nodes: &str, trace: &str| {
+        let out = run(&SimArgs {
+            nodes: Some(write(dir.path(), "nodes.csv", nodes)),
+            trace: Some(write(dir.path(), "pods.csv", trace)),
+            ..SimArgs::default()
+        })
+        .unwrap_or_else(|e| panic!("{e:#}"));
+        let run = &out.runs[0];
+        let records: Vec<String> = run.records.iter().map(|r| format!("{r:?}")).collect();
+        (
+            out.scenario.gpus,
+            run.tasks,
+            run.placed,
+            run.rounds,
+            records,
+        )
+    };
+    let plain = summary(NODES, &pods);
+    assert_eq!((plain.0, plain.1, plain.2), (20, 2, 2));
+    assert_eq!(summary(&export(NODES), &export(&pods)), plain);
+}
+
 /// A policy that is not a scheduler is refused by name, with its roles: every round would
 /// pass it over and the run would be the native fallback's under its name.
 #[test]

@@ -16,7 +16,6 @@ use arbiter_traces::{GpuModel, openb, pai, philly};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::HashSet;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 
 /// GPU memory given to every openb GPU. The trace has no GPU memory column;
@@ -367,29 +366,25 @@ enum NodeFormat {
     Pai,
 }
 
-fn header(path: &Path) -> anyhow::Result<String> {
-    let reader = arbiter_traces::open_trace(path)?;
-    let mut line = String::new();
-    BufReader::new(reader)
-        .read_line(&mut line)
-        .with_context(|| format!("reading {}", path.display()))?;
-    Ok(line.trim().to_string())
+/// The header's columns, read as the loaders read them, and the header as one line for
+/// an error message. An empty file is an error of its own.
+fn header(path: &Path) -> anyhow::Result<(Vec<String>, String)> {
+    let columns = arbiter_traces::header_columns(path)?;
+    let line = columns.join(",");
+    Ok((columns, line))
 }
 
-fn columns(header: &str) -> Vec<&str> {
-    header.split(',').map(str::trim).collect()
+fn has(columns: &[String], name: &str) -> bool {
+    columns.iter().any(|c| c == name)
 }
 
 /// Detects a trace's format from its header.
 pub fn detect_trace(path: &Path) -> anyhow::Result<TraceFormat> {
-    let h = header(path)?;
-    let c = columns(&h);
-    if c.contains(&"timestamp") && c.contains(&"num_gpus") {
+    let (c, h) = header(path)?;
+    if has(&c, "timestamp") && has(&c, "num_gpus") {
         Ok(TraceFormat::Philly)
-    } else if c.contains(&"name") && c.contains(&"num_gpu") {
+    } else if has(&c, "name") && has(&c, "num_gpu") {
         Ok(TraceFormat::Openb)
-    } else if h.is_empty() {
-        bail!("{}: empty file", path.display())
     } else {
         bail!(
             "{}: unrecognised trace header `{h}` (expected an openb pod list or the Philly job table)",
@@ -399,14 +394,11 @@ pub fn detect_trace(path: &Path) -> anyhow::Result<TraceFormat> {
 }
 
 fn detect_nodes(path: &Path) -> anyhow::Result<NodeFormat> {
-    let h = header(path)?;
-    let c = columns(&h);
-    if c.contains(&"sn") && c.contains(&"gpu") {
+    let (c, h) = header(path)?;
+    if has(&c, "sn") && has(&c, "gpu") {
         Ok(NodeFormat::Openb)
-    } else if c.contains(&"machine") && c.contains(&"cap_gpu") {
+    } else if has(&c, "machine") && has(&c, "cap_gpu") {
         Ok(NodeFormat::Pai)
-    } else if h.is_empty() {
-        bail!("{}: empty file", path.display())
     } else {
         bail!(
             "{}: unrecognised node list header `{h}` (expected openb `sn,...` or PAI `machine,...`)",

@@ -22,7 +22,8 @@
 //! and the value. Rows are never skipped silently: the traces are fixed public files, so a
 //! bad row means a wrong or damaged file, and dropping it would shift the totals that
 //! published results are compared against. Header columns are found by name, so column
-//! order does not matter and extra columns are ignored; a record with a different field
+//! order does not matter and extra columns are ignored; whitespace around a field and a
+//! UTF-8 byte-order mark before the header are dropped; a record with a different field
 //! count than the header is an error; blank lines are skipped. A zero-byte file is
 //! [`TraceError::Empty`]; a header with no rows loads as an empty trace.
 //!
@@ -72,4 +73,4 @@ pub mod philly;
 pub use error::{Result, TraceError};
 pub use gpu::{GpuModel, GpuModelSet, UnknownGpuModel};
 pub use location::{TRACES_DIR_ENV, trace_file, traces_dir};
-pub use table::{TraceReader, open_trace};
+pub use table::{TraceReader, header_columns, open_trace, read_header_columns};

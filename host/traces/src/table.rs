@@ -83,6 +83,9 @@ impl<'f, R: Read> Table<'f, R> {
             // Every record must have as many fields as the header: a short or long row is
             // reported, never padded or truncated.
             .flexible(false)
+            // `name, cpu_milli` and ` 12000` as hand-edited or exported files write them:
+            // whitespace around a field is never part of a trace's value.
+            .trim(csv::Trim::All)
             .buffer_capacity(READ_BUFFER_BYTES)
             .from_reader(source);
         let headers = reader
@@ -100,6 +103,15 @@ impl<'f, R: Read> Table<'f, R> {
             record: csv::ByteRecord::new(),
             file,
         })
+    }
+
+    /// The header's column names, as the loaders match them (byte-order mark removed,
+    /// quotes and surrounding whitespace gone).
+    pub(crate) fn column_names(&self) -> Vec<String> {
+        self.headers
+            .iter()
+            .map(|header| String::from_utf8_lossy(strip_bom(header)).into_owned())
+            .collect()
     }
 
     /// The column called `name`, if the header has it.
@@ -136,9 +148,42 @@ impl<'f, R: Read> Table<'f, R> {
                     line,
                 }))
             }
-            Err(error) => Err(csv_error(self.file, error)),
+            Err(error) => Err(self.located(error)),
         }
     }
+
+    /// A read error inside the file (a gzip stream cut short, a disk error) as the record
+    /// it stopped: the CSV reader stamps a record with its start before reading it.
+    fn located(&self, error: csv::Error) -> TraceError {
+        match error.kind() {
+            csv::ErrorKind::Io(source) => TraceError::Record {
+                file: self.file.to_path_buf(),
+                line: self.record.position().map_or(2, csv::Position::line),
+                reason: format!("read error: {source} (a truncated or damaged file?)"),
+            },
+            _ => csv_error(self.file, error),
+        }
+    }
+}
+
+/// The column names of a trace's header, read as every loader reads them: a table's format
+/// can be told from this without a second, looser parser.
+///
+/// ```
+/// let names = arbiter_traces::read_header_columns(
+///     "\u{feff}\"name\", cpu_milli ,num_gpu\npod-a,1000,1\n".as_bytes(),
+///     std::path::Path::new("pods.csv"),
+/// )?;
+/// assert_eq!(names, ["name", "cpu_milli", "num_gpu"]);
+/// # Ok::<(), arbiter_traces::TraceError>(())
+/// ```
+pub fn read_header_columns(source: impl Read, file: &Path) -> Result<Vec<String>> {
+    Ok(Table::new(source, file)?.column_names())
+}
+
+/// [`read_header_columns`] of a file, plain or gzip.
+pub fn header_columns(path: &Path) -> Result<Vec<String>> {
+    read_header_columns(open_trace(path)?, path)
 }
 
 /// A UTF-8 byte-order mark some spreadsheet exports put before the first header.

@@ -230,13 +230,66 @@ fn gzip_and_plain_files_load_the_same() {
 }
 
 #[test]
-fn truncated_gzip_is_an_io_error() {
-    let compressed = gzip(PHILLY_CSV.as_bytes());
-    let (_dir, path) = temp_file("jobs.csv.gz", &compressed[..compressed.len() / 2]);
+fn a_gzip_cut_short_is_reported_at_the_record_it_stopped() {
+    let rows: String = (0..2_000)
+        .map(|i| format!("2017-10-09 07:01:55,{i}.0,1,{i}.0,c{}\n", i % 97))
+        .collect();
+    let text = format!("timestamp,duration,num_gpus,gpu_time,cluster\n{rows}");
+    let compressed = gzip(text.as_bytes());
+    let cut = &compressed[..compressed.len() / 2];
+    // What a gzip reader recovers before the stream ends: the rows it holds whole, then
+    // the record the reader was inside.
+    let mut recovered = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(cut), &mut recovered);
+    let whole_lines = recovered.iter().filter(|&&b| b == b'\n').count() as u64;
+    assert!(whole_lines > 1, "the cut keeps some rows");
+
+    let (_dir, path) = temp_file("jobs.csv.gz", cut);
+    let error = philly::load_jobs(&path).unwrap_err();
+    assert_eq!(error.line(), Some(whole_lines + 1), "{error}");
+    assert!(
+        error.to_string().starts_with(&format!(
+            "{}:{}: read error: ",
+            path.display(),
+            whole_lines + 1
+        )) && error.to_string().contains("truncated or damaged"),
+        "{error}"
+    );
+
+    // Cut inside the header: nothing to locate, the file's read error.
+    let (_dir, path) = temp_file("jobs.csv.gz", &compressed[..12]);
     let error = philly::load_jobs(&path).unwrap_err();
     assert!(
         matches!(&error, TraceError::Io { file, .. } if file == &path),
         "{error:?}"
+    );
+}
+
+/// What spreadsheets and hand edits make of a trace — a byte-order mark, quoted names,
+/// spaces after the commas, CRLF line ends — loads as the plain file does.
+#[test]
+fn exported_forms_of_a_trace_load_as_the_plain_file() {
+    let plain = format!(
+        "{POD_HEADER}\npod-a,6000,12288,1,460,T4|P100,LS,Running,10,250,12\n\
+         pod-b,8000,30517,0,0,,BE,Pending,20,90,\n"
+    );
+    let quoted_header = POD_HEADER
+        .split(',')
+        .map(|name| format!("\"{name}\""))
+        .collect::<Vec<_>>()
+        .join(",");
+    let exported = format!("\u{feff}{quoted_header}\n")
+        + &plain
+            .lines()
+            .skip(1)
+            .map(|row| row.replace(',', ", ") + " \r\n")
+            .collect::<String>();
+    let read = |text: &str| openb::read_pods(text.as_bytes(), Path::new("pods.csv"));
+    let (from_plain, from_export) = (read(&plain).unwrap(), read(&exported).unwrap());
+    assert_eq!(format!("{from_plain:?}"), format!("{from_export:?}"));
+    assert_eq!(
+        arbiter_traces::read_header_columns(exported.as_bytes(), Path::new("pods.csv")).unwrap(),
+        POD_HEADER.split(',').collect::<Vec<_>>()
     );
 }
 
