@@ -2,7 +2,8 @@
 //!
 //! Every command takes `--server <url>` (env `ARBITER_SERVER`) and
 //! `--token <token>` (env `ARBITER_TOKEN`; else the admin token in
-//! `./arbiter-data/admin.token`, which `arbiter serve` writes on first start).
+//! `./arbiter-data/admin.token`, which `arbiter serve` writes on first start),
+//! after the command or before it (`arbiter --server URL jobs`).
 
 use anyhow::{Context, bail};
 use arbiter_policy_sdk::model;

@@ -27,8 +27,74 @@ struct Cli {
     /// Logs as JSON lines.
     #[arg(long, global = true)]
     log_json: bool,
+    #[command(flatten)]
+    conn: ConnBeforeCommand,
     #[command(subcommand)]
     command: Command,
+}
+
+/// The connection options, accepted before the command too (`arbiter --server URL jobs`,
+/// `arbiter ab --token T status`), as `kubectl` and `docker` take theirs. Hidden here: each
+/// command that connects documents its own, and clap hands a value given here down to the
+/// command's option of the same name (the command's own, if given too, wins). No default
+/// and no environment variable here, so only what was typed travels down.
+#[derive(clap::Args)]
+struct ConnBeforeCommand {
+    #[arg(long, global = true, hide = true)]
+    server: Option<String>,
+    #[arg(long, global = true, hide = true)]
+    token: Option<String>,
+    #[arg(long, global = true, hide = true)]
+    ca_cert: Option<std::path::PathBuf>,
+    #[arg(long, global = true, hide = true)]
+    json: bool,
+}
+
+/// The ids of [`ConnBeforeCommand`]'s options.
+const CONN_OPTIONS: [&str; 4] = ["server", "token", "ca_cert", "json"];
+
+/// Parses the command line. A connection option given before a command that has no such
+/// option of its own (`arbiter --server URL serve`) is a usage error, not ignored.
+fn parse_from<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let mut command = <Cli as clap::CommandFactory>::command();
+    let matches = command.clone().try_get_matches_from(args)?;
+    conn_options_apply(&mut command, &matches)?;
+    <Cli as clap::FromArgMatches>::from_arg_matches(&matches)
+}
+
+fn conn_options_apply(
+    command: &mut clap::Command,
+    matches: &clap::ArgMatches,
+) -> Result<(), clap::Error> {
+    command.build();
+    let (mut leaf, mut leaf_matches, mut path) = (&*command, matches, String::from("arbiter"));
+    while let Some((name, sub_matches)) = leaf_matches.subcommand() {
+        let Some(sub) = leaf.find_subcommand(name) else {
+            break;
+        };
+        path = format!("{path} {name}");
+        (leaf, leaf_matches) = (sub, sub_matches);
+    }
+    for id in CONN_OPTIONS {
+        let own = leaf
+            .get_arguments()
+            .any(|arg| arg.get_id() == id && !arg.is_hide_set());
+        let typed = leaf_matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
+        if typed && !own {
+            let flag = id.replace('_', "-");
+            return Err(command.error(
+                clap::error::ErrorKind::ArgumentConflict,
+                format!(
+                    "`--{flag}` does not apply to `{path}`, which connects to no control plane"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[derive(Subcommand)]
@@ -141,7 +207,7 @@ fn quiet_on_broken_pipe() {
 
 fn main() -> ExitCode {
     quiet_on_broken_pipe();
-    let cli = Cli::parse();
+    let cli = parse_from(std::env::args_os()).unwrap_or_else(|e| e.exit());
     init_logging(&cli.log, cli.log_json);
     let result = match &cli.command {
         Command::Policy(cmd) => policy::run(cmd),
@@ -173,6 +239,59 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parsed(args: &str) -> Result<Cli, String> {
+        parse_from(args.split_whitespace()).map_err(|e| e.to_string())
+    }
+
+    fn conn_of(args: &str) -> client::Conn {
+        match parsed(args)
+            .unwrap_or_else(|e| panic!("{args}: {e}"))
+            .command
+        {
+            Command::Jobs(a) => a.conn,
+            Command::Ab(client::AbCommand::Status(a)) => a.conn,
+            _ => panic!("{args}: not a command this test reads"),
+        }
+    }
+
+    #[test]
+    fn connection_options_may_come_before_the_command() {
+        let c = conn_of("arbiter --server http://plane:1 --token T --json jobs");
+        assert_eq!(
+            (c.server.as_str(), c.token.as_deref(), c.json),
+            ("http://plane:1", Some("T"), true)
+        );
+        // Before a command group, and the command's own value wins over the earlier one.
+        let c = conn_of("arbiter ab --token T --ca-cert ca.pem status e1");
+        assert_eq!(c.token.as_deref(), Some("T"));
+        assert_eq!(c.ca_cert, Some("ca.pem".into()));
+        let c = conn_of("arbiter --server http://a:1 jobs --server http://b:2");
+        assert_eq!(c.server, "http://b:2");
+        // Nothing typed: the command's default (or environment) stands.
+        assert!(!conn_of("arbiter jobs").server.is_empty());
+        assert_eq!(conn_of("arbiter jobs").token, None);
+        // A command that connects nowhere refuses them rather than ignoring them.
+        for args in [
+            "arbiter --server http://a:1 serve",
+            "arbiter --token T sim",
+            "arbiter policy --ca-cert ca.pem check fifo",
+        ] {
+            let error = parsed(args)
+                .err()
+                .unwrap_or_else(|| panic!("{args} parsed"));
+            assert!(
+                error.contains("does not apply to `arbiter "),
+                "{args}: {error}"
+            );
+        }
+        // Where the command has the option itself, it is that option.
+        assert!(parsed("arbiter --json sim").is_ok());
+        assert!(matches!(
+            parsed("arbiter --server http://a:1 policy ls").map(|c| c.command),
+            Ok(Command::Policy(policy::PolicyCommand::Ls(policy::LsArgs { server: Some(s), .. }))) if s == "http://a:1"
+        ));
+    }
 
     #[test]
     fn every_flag_says_what_it_is_for() {
