@@ -146,3 +146,31 @@ fn the_trace_experiment_runs_its_four_schedulers_on_a_set_up_file() {
     let out = trace(&["--trace", "philly.csv"]);
     assert!(!out.status.success(), "--trace does not apply");
 }
+
+/// A horizon shorter than the jobs leaves them unfinished, and the table says so: it once
+/// printed "Failed", the paper's word for a job out of memory or killed.
+#[test]
+fn jobs_cut_off_by_the_horizon_read_unfinished_not_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("scenario.toml");
+    std::fs::write(&file, "horizon_ms = 60000\n").unwrap();
+    let out = sim(&["--config", file.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    for setting in ["Preempt ", "FIFO ", "Pack ", "UMem ", "AntMan "] {
+        let row = text
+            .lines()
+            .find(|l| l.starts_with(setting))
+            .unwrap_or_default();
+        let ours: Vec<&str> = row
+            .split_whitespace()
+            .skip(1)
+            .map(|cell| cell.split('/').next().unwrap_or_default())
+            .collect();
+        assert_eq!(ours, ["unfinished", "unfinished"], "{text}");
+    }
+}

@@ -66,3 +66,32 @@ fn a_scenario_file_changes_the_scenario_and_nonsense_is_refused() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("do not apply"));
 }
+
+/// A horizon shorter than the training leaves jobs unfinished: no makespan and no ratio
+/// is printed for them (it once printed makespan 0.0 and a ratio of NaN), the table counts
+/// them, and the JSON's ratios are null.
+#[test]
+fn a_horizon_before_the_jobs_end_reports_them_unfinished_with_no_ratio() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("scenario.toml");
+    std::fs::write(&file, "horizon_ms = 600000\n").unwrap();
+    let out = sim(&["--json", "--config", file.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert!(v["makespan_ratio"].is_null(), "{v}");
+    assert!(v["training_cut_vs_native_pct"].is_null(), "{v}");
+    assert!(v["runs"][0]["metrics"]["unfinished"].as_u64().unwrap_or(0) > 0);
+
+    let out = sim(&["--config", file.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("makespan DynamoML / K8S+Scaling n/a (DynamoML left ")
+            && text.contains("unfinished at the horizon")
+            && !text.contains("NaN"),
+        "{text}"
+    );
+}

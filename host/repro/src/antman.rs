@@ -156,7 +156,8 @@ impl Table2 {
         } else {
             print_table_2(self);
             println!(
-                "JCT in minutes (Failed: out of memory or killed); the paper's on the right. \
+                "JCT in minutes (Failed: out of memory or killed; unfinished: still waiting or \
+                 running at the horizon); the paper's on the right. \
                  See docs/reproductions/antman.md."
             );
         }
@@ -167,6 +168,11 @@ impl Table2 {
 /// Table 2 as text: ours beside the paper's.
 pub fn print_table_2(t: &Table2) {
     let cell = |v: Option<f64>| v.map_or("Failed".to_string(), |m| format!("{m:.1}"));
+    let ours = |label: &str, job: &str| match (t.jct(label, job), t.end(label, job)) {
+        (Some(minutes), _) => format!("{minutes:.1}"),
+        (None, Some(JobEnd::OutOfMemory | JobEnd::Killed)) => "Failed".to_string(),
+        (None, _) => "unfinished".to_string(),
+    };
     println!(
         "{:<8} {:>16} {:>16}",
         "setting", "Job-A ours/paper", "Job-B ours/paper"
@@ -175,8 +181,8 @@ pub fn print_table_2(t: &Table2) {
         println!(
             "{:<8} {:>16} {:>16}",
             label,
-            format!("{}/{}", cell(t.jct(label, "job-a")), cell(a)),
-            format!("{}/{}", cell(t.jct(label, "job-b")), cell(b)),
+            format!("{}/{}", ours(label, "job-a"), cell(a)),
+            format!("{}/{}", ours(label, "job-b"), cell(b)),
         );
     }
 }

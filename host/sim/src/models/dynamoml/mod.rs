@@ -251,9 +251,22 @@ impl ModelConfigFile for DynamoSimConfig {
         if self.max_replicas == 0 || self.round_interval_ms == 0 {
             bail!("max_replicas and round_interval_ms must be positive");
         }
-        self.demand.check()
+        self.demand.check()?;
+        // Mean Value Analysis steps through the clients one by one.
+        let clients = self.clients_per_replica() * self.demand.peak_replicas;
+        if clients.is_nan() || clients > MAX_CLIENTS {
+            bail!(
+                "the busiest minute would have {clients:.0} closed-loop clients, more than \
+                 {MAX_CLIENTS}: lower think_ms or demand.peak_replicas, or raise service_ms"
+            );
+        }
+        Ok(())
     }
 }
+
+/// The most closed-loop clients the service model solves for (the default scenario's
+/// busiest minute has 29).
+pub const MAX_CLIENTS: f64 = 100_000.0;
 
 impl DynamoSimConfig {
     fn truth(&self, model: TrainingModel) -> &ModelTruth {
@@ -867,6 +880,19 @@ mod tests {
             DynamoSimConfig::from_toml("gpus = 3").is_err(),
             "unknown key"
         );
+        // A client population the service model cannot step through (it hung the run).
+        for huge in [
+            "think_ms = 1e300",
+            "service_ms = 1e-9",
+            "demand.peak_replicas = 1e9",
+        ] {
+            let error = DynamoSimConfig::from_toml(huge).expect_err(huge);
+            assert!(
+                format!("{error:#}").contains("closed-loop clients"),
+                "{huge}: {error:#}"
+            );
+        }
+        assert!(DynamoSimConfig::from_toml("think_ms = 100000").is_ok());
         // The HPA target is the rate one replica serves at its target load.
         let d = DynamoSimConfig::default();
         assert!((d.target_requests_per_replica() - 17.5).abs() < 1e-9);
