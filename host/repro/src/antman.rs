@@ -749,7 +749,7 @@ impl arbiter_sim::models::ModelConfigFile for TraceProtocolConfig {
         );
         anyhow::ensure!(
             self.load.is_finite() && self.load > 0.0 && self.load <= 100.0,
-            "load must be above 0 and at most 100 (got {})",
+            "load must be above 0 and at most 100 (got {:?})",
             self.load
         );
         anyhow::ensure!(
@@ -764,13 +764,13 @@ impl arbiter_sim::models::ModelConfigFile for TraceProtocolConfig {
         );
         anyhow::ensure!(
             self.max_hours.is_finite() && self.max_hours > 0.0 && self.max_hours <= 24.0 * 365.0,
-            "max_hours must be above 0 and at most a year (got {})",
+            "max_hours must be above 0 and at most a year (got {:?})",
             self.max_hours
         );
         anyhow::ensure!(
             self.coordinator_period_s.is_finite()
                 && (0.1..=3600.0).contains(&self.coordinator_period_s),
-            "coordinator_period_s must be 0.1 to 3600 (got {})",
+            "coordinator_period_s must be 0.1 to 3600 (got {:?})",
             self.coordinator_period_s
         );
         anyhow::ensure!(

@@ -593,7 +593,7 @@ impl arbiter_sim::models::ModelConfigFile for TraceProtocolConfig {
         let share = |name: &str, v: f64, zero_ok: bool| {
             anyhow::ensure!(
                 v.is_finite() && (v > 0.0 || (zero_ok && v == 0.0)) && v <= 1.0,
-                "{name} must be a share of the GPU, above 0 and at most 1 (got {v})"
+                "{name} must be a share of the GPU, above 0 and at most 1 (got {v:?})"
             );
             Ok(())
         };
@@ -607,12 +607,12 @@ impl arbiter_sim::models::ModelConfigFile for TraceProtocolConfig {
         ] {
             anyhow::ensure!(
                 v.is_finite() && v > 0.0 && v <= 24.0 * 365.0,
-                "{name} must be above 0 and at most 8,760 (got {v})"
+                "{name} must be above 0 and at most 8,760 (got {v:?})"
             );
         }
         anyhow::ensure!(
             self.restart_s.is_finite() && (0.0..=86_400.0).contains(&self.restart_s),
-            "restart_s must be 0 to 86,400 (got {})",
+            "restart_s must be 0 to 86,400 (got {:?})",
             self.restart_s
         );
         anyhow::ensure!(

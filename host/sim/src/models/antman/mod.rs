@@ -331,6 +331,9 @@ impl ModelConfigFile for AntmanSimConfig {
         if self.nodes == 0 || self.gpus_per_node == 0 || self.gpus_per_node > 256 {
             bail!("the cluster needs nodes with 1..=256 GPUs");
         }
+        if self.gpu_memory_mib == 0 {
+            bail!("gpu_memory_mib must be positive");
+        }
         if !(self.bandwidth_ratio.is_finite() && self.bandwidth_ratio >= 1.0) {
             bail!("bandwidth_ratio must be at least 1");
         }
@@ -1141,6 +1144,7 @@ mod tests {
         assert!(AntmanSimConfig::from_toml("packing_efficiency = 0.0").is_err());
         assert!(AntmanSimConfig::from_toml("timeslice_interference = -1.0").is_err());
         assert!(AntmanSimConfig::from_toml("sync_wait_ms = -0.5").is_err());
+        assert!(AntmanSimConfig::from_toml("gpu_memory_mib = 0").is_err());
         let model = "jobs = []\n[models.m]\niteration_ms = 100.0\ndemand = 0.5\nweight = 1.0\nmemory_mib = 1024\nspill_hotness = 1.0";
         let syncing = AntmanSimConfig::from_toml(&format!("{model}\nsync_rate = 4.0"))
             .expect("a model with a sync rate");

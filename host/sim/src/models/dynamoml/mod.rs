@@ -230,8 +230,8 @@ impl ModelConfigFile for DynamoSimConfig {
     const WHAT: &'static str = "the DynamoML scenario";
 
     fn check(&self) -> anyhow::Result<()> {
-        if self.nodes == 0 || self.gpus_per_node == 0 {
-            bail!("the cluster needs nodes with GPUs");
+        if self.nodes == 0 || self.gpus_per_node == 0 || self.gpu_memory_mib == 0 {
+            bail!("the cluster needs nodes with GPUs (and GPUs with memory)");
         }
         if self.notebook_gpu_milli == 0 || self.notebook_gpu_milli > 1000 {
             bail!("notebook_gpu_milli must be in 1..=1000");
@@ -893,6 +893,7 @@ mod tests {
             );
         }
         assert!(DynamoSimConfig::from_toml("think_ms = 100000").is_ok());
+        assert!(DynamoSimConfig::from_toml("gpu_memory_mib = 0").is_err());
         // The HPA target is the rate one replica serves at its target load.
         let d = DynamoSimConfig::default();
         assert!((d.target_requests_per_replica() - 17.5).abs() < 1e-9);
