@@ -133,6 +133,36 @@ fn sim_aryl_refuses_a_node_list() {
     assert!(stderr.contains("--nodes does not apply"), "{stderr}");
 }
 
+/// Pools the comparison cannot run on are refused before any work: an empty inference
+/// pool once ended in "run `aryl` has no paired rule `aryl`", and a hundred million
+/// training servers in the kernel's out-of-memory killer.
+#[test]
+fn sim_aryl_refuses_pools_it_cannot_run() {
+    for (flags, says) in [
+        (
+            ["--inference-nodes", "0"],
+            "--inference-nodes must be 1 to 100000, got 0",
+        ),
+        (
+            ["--training-nodes", "0"],
+            "--training-nodes must be 1 to 100000, got 0",
+        ),
+        (
+            ["--training-nodes", "100000000"],
+            "--training-nodes must be 1 to 100000, got 100000000",
+        ),
+    ] {
+        let out = Command::new(BIN)
+            .args(["sim", "--protocol", "aryl"])
+            .args(flags)
+            .output()
+            .expect("run arbiter");
+        assert!(!out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(says), "{flags:?}: {stderr}");
+    }
+}
+
 #[test]
 fn sim_aryl_config_reaches_the_policies_and_a_bad_one_is_refused() {
     require_traces();

@@ -462,6 +462,10 @@ impl ArylReport {
     }
 }
 
+/// The most servers in either pool of an Aryl run (the `paper` scale has 72 + 83; ten
+/// times PAI's cluster is 18,970).
+pub const MAX_POOL_NODES: u32 = 100_000;
+
 /// `arbiter sim --protocol aryl`: the eight runs of [`comparison_cases`] on
 /// the Philly trace (`--trace`, else the shared traces folder's job table)
 /// with the GenAI LoRA demand curve, at `--scale` (default `ci`) with the
@@ -494,8 +498,15 @@ pub fn run_protocol(args: &crate::SimArgs) -> anyhow::Result<ArylReport> {
     if let Some(n) = args.inference_nodes {
         scale.inference_nodes = n;
     }
-    if scale.training_nodes == 0 {
-        bail!("--training-nodes must be at least 1");
+    // Both pools exist (the comparison is about lending inference servers to training) and
+    // stay within what one machine simulates eight times over.
+    for (flag, n) in [
+        ("--training-nodes", scale.training_nodes),
+        ("--inference-nodes", scale.inference_nodes),
+    ] {
+        if !(1..=MAX_POOL_NODES).contains(&n) {
+            bail!("{flag} must be 1 to {MAX_POOL_NODES}, got {n}");
+        }
     }
     let jobs_file = match &args.trace {
         Some(path) => path.clone(),
