@@ -71,11 +71,12 @@ pub struct ServeArgs {
     /// Ended jobs are dropped this long after they ended.
     #[arg(long, value_parser = parse_duration, default_value = "7d")]
     pub keep_finished_for: Duration,
-    /// Simulated nodes in the embedded pool (0: only `arbiter node` agents).
-    #[arg(long, default_value_t = 4)]
+    /// Simulated nodes in the embedded pool (0: only `arbiter node` agents; at most
+    /// 100,000).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(0..=100_000))]
     pub nodes: u32,
-    /// GPUs on each simulated node.
-    #[arg(long, default_value_t = 8)]
+    /// GPUs on each simulated node (1 to 1,024, a node's most).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=i64::from(arbiter_policy_sdk::model::MAX_NODE_GPUS)))]
     pub gpus_per_node: u32,
     /// Built-in policy the `default` slot starts with (first start only).
     #[arg(long, default_value = "best-fit")]
@@ -136,10 +137,6 @@ fn parse_gpu_speed(s: &str) -> Result<(String, u32), String> {
 }
 
 pub fn serve(a: &ServeArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        a.nodes == 0 || a.gpus_per_node > 0,
-        "simulated nodes need GPUs (--nodes 0 for agents only)"
-    );
     anyhow::ensure!(!a.round.is_zero(), "--round must be positive");
     let cfg = arbiter_serve::ServeConfig {
         listen: a.listen,

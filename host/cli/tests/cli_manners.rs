@@ -56,6 +56,38 @@ fn a_duration_without_a_unit_is_refused_and_errors_say_each_cause_once() {
     }
 }
 
+/// Connection options before the command reach it: the error names the server given
+/// first, not the default one.
+#[test]
+fn connection_options_before_the_command_reach_it() {
+    let out = Command::new(BIN)
+        .args(["--server", "http://127.0.0.1:1", "--token", "t", "jobs"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("127.0.0.1:1"), "{stderr}");
+}
+
+/// An embedded pool one machine cannot hold, or a node past the contract's GPU count, is
+/// a usage error: the first aborted allocating 9.6 GB, the second overflowed a
+/// multiplication (a panic in a debug build, a wrong pool in a release one).
+#[test]
+fn an_embedded_pool_out_of_range_is_refused_before_anything_starts() {
+    for (flag, value) in [("--nodes", "100000000"), ("--gpus-per-node", "100000")] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = Command::new(BIN)
+            .args(["serve", flag, value, "--listen", "127.0.0.1:0"])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("is not in"), "{stderr}");
+        assert!(!dir.path().join("arbiter-data").exists(), "nothing written");
+    }
+}
+
 /// openb's `multigpu*` variants have no time columns: replayed, nothing
 /// ever departs, and the run says so rather than print a JCT of 0 s as if
 /// measured. The FGD protocol on the same files says nothing.

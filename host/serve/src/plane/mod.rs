@@ -204,8 +204,8 @@ pub fn default_pool(count: u32, gpus: u32) -> Vec<NodeRequest> {
         .map(|i| NodeRequest {
             name: format!("sim-{i:02}"),
             pool: "sim".into(),
-            cpu_milli: 16_000 * gpus,
-            memory_mib: 131_072 * gpus,
+            cpu_milli: 16_000u32.saturating_mul(gpus),
+            memory_mib: 131_072u32.saturating_mul(gpus),
             gpu_model: "A100-80GB".into(),
             gpu_memory_mib: 81_920,
             gpu_count: gpus,
