@@ -512,7 +512,7 @@ pub struct ServiceArgs {
     /// The inference job.
     pub id: u64,
     /// Requests per second over the reporter's window.
-    #[arg(long)]
+    #[arg(long, value_parser = parse_rate)]
     pub rps: f32,
     /// Median latency (e.g. `40ms`).
     #[arg(long, value_parser = parse_duration)]
@@ -520,6 +520,18 @@ pub struct ServiceArgs {
     /// 99th-percentile latency (e.g. `120ms`).
     #[arg(long, value_parser = parse_duration)]
     pub p99: Duration,
+}
+
+/// A request rate: a finite number ≥ 0 in the wire's `f32` (a larger number would reach the
+/// plane as infinity and be refused there with a less helpful word).
+fn parse_rate(s: &str) -> Result<f32, String> {
+    match s.trim().parse::<f32>() {
+        Ok(rate) if rate.is_finite() && rate >= 0.0 => Ok(rate),
+        _ => Err(format!(
+            "`{s}` is not a rate: a number of requests per second, 0 to {:e}",
+            f32::MAX
+        )),
+    }
 }
 
 pub async fn service(a: &ServiceArgs) -> anyhow::Result<()> {

@@ -294,6 +294,23 @@ mod tests {
     }
 
     #[test]
+    fn a_service_rate_past_the_wire_s_range_is_refused_at_the_command_line() {
+        // 1e308 is finite, but as the wire's f32 it is infinity.
+        for rate in ["1e308", "inf", "NaN", "-1", "fast"] {
+            let error = parsed(&format!(
+                "arbiter service 2 --rps={rate} --p50 1ms --p99 2ms"
+            ))
+            .err()
+            .unwrap_or_else(|| panic!("{rate} accepted"));
+            assert!(error.contains("is not a rate"), "{rate}: {error}");
+        }
+        assert!(matches!(
+            parsed("arbiter service 2 --rps 3.5e3 --p50 1ms --p99 2ms").map(|c| c.command),
+            Ok(Command::Service(client::ServiceArgs { rps, .. })) if rps == 3500.0
+        ));
+    }
+
+    #[test]
     fn every_flag_says_what_it_is_for() {
         fn missing(cmd: &clap::Command, path: &str, out: &mut Vec<String>) {
             for arg in cmd.get_arguments() {

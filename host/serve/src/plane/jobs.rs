@@ -260,11 +260,17 @@ impl Plane {
         load: ServiceReport,
     ) -> Result<ServiceRecord, ApiError> {
         self.live_job(caller, id)?;
-        let finite = load.requests_per_s.is_finite() && load.requests_per_s >= 0.0;
-        if !finite || load.p50_latency_ms > load.p99_latency_ms {
-            return Err(ApiError::InvalidArgument(
-                "requests_per_s must be a finite rate >= 0 and p50 <= p99".into(),
-            ));
+        if !(load.requests_per_s.is_finite() && load.requests_per_s >= 0.0) {
+            return Err(ApiError::InvalidArgument(format!(
+                "requests_per_s must be a finite rate >= 0 (got {:?})",
+                load.requests_per_s
+            )));
+        }
+        if load.p50_latency_ms > load.p99_latency_ms {
+            return Err(ApiError::InvalidArgument(format!(
+                "p50 latency ({} ms) above p99 ({} ms)",
+                load.p50_latency_ms, load.p99_latency_ms
+            )));
         }
         if self
             .jobs
