@@ -759,7 +759,8 @@ pub enum RemotePolicy {
 pub struct LoadArgs {
     #[command(flatten)]
     pub conn: Conn,
-    /// The `.wasm` component, or `builtin:<name>`.
+    /// The `.wasm` component, or a built-in policy's name (`builtin:<name>` whatever files
+    /// exist).
     pub file: String,
     /// Slot to load into (`default`: the scheduler the plane runs). Without
     /// it: the slot named by the component's manifest — `matcher` for a pure
@@ -819,12 +820,7 @@ pub struct DescribeArgs {
 }
 
 fn read_component(file: &str) -> anyhow::Result<Vec<u8>> {
-    if let Some(name) = file.strip_prefix("builtin:") {
-        return arbiter_policies::get(name)
-            .map(<[u8]>::to_vec)
-            .ok_or_else(|| anyhow::anyhow!("no built-in policy `{name}`"));
-    }
-    std::fs::read(file).with_context(|| format!("reading {file}"))
+    Ok(arbiter_policies::read(file)?.into_owned())
 }
 
 fn gen_json(g: &v1::GenerationInfo) -> serde_json::Value {
@@ -1095,25 +1091,41 @@ pub struct AbStartArgs {
     #[arg(long, value_delimiter = ',')]
     pub tenants: Vec<String>,
     /// Candidate's share of demand (randomised assignment) and of node capacity.
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, default_value_t = 0.5, value_parser = |s: &str| parse_within(s, 0.0, 1.0, false))]
     pub share: f64,
     /// Guardrail metric: queue_delay, jct, slo_violations or faults.
     #[arg(long, default_value = "queue_delay")]
     pub guardrail: String,
     /// False-rollback rate of the guardrail's sequential test; it holds however
     /// often the guardrail looks.
-    #[arg(long, default_value_t = 0.05)]
+    #[arg(long, default_value_t = 0.05, value_parser = |s: &str| parse_within(s, 0.0, 0.5, false))]
     pub alpha: f64,
     /// Samples each arm needs before the guardrail weighs evidence.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..))]
     pub min_samples: u32,
     /// Candidate policy faults that roll it back at once.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_faults: u32,
     /// The regression the guardrail is most sensitive to, as a fraction of the
     /// control's mean (0.1 = a candidate 10 % worse).
-    #[arg(long, default_value_t = 0.1)]
+    #[arg(long, default_value_t = 0.1, value_parser = |s: &str| parse_within(s, 0.0, 10.0, true))]
     pub min_effect: f64,
+}
+
+/// A number above `low` and below `high` (up to it if `high_included`). The wire reads 0
+/// as "the default", so an explicit 0 must be refused here rather than quietly replaced.
+fn parse_within(s: &str, low: f64, high: f64, high_included: bool) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number"))?;
+    let below_high = v < high || (high_included && v == high);
+    if v > low && below_high {
+        Ok(v)
+    } else {
+        let close = if high_included { ']' } else { ')' };
+        Err(format!("`{s}` is not in ({low}, {high}{close}"))
+    }
 }
 
 #[derive(Args)]

@@ -310,6 +310,28 @@ mod tests {
         ));
     }
 
+    /// The wire reads a zero as "the default": a typed zero (or anything out of range) is
+    /// refused where it was typed, not replaced.
+    #[test]
+    fn an_experiment_s_guardrail_out_of_range_is_refused_at_the_command_line() {
+        for flag in [
+            "--alpha 0",
+            "--alpha 0.5",
+            "--alpha=-0.1",
+            "--share 0",
+            "--share 1",
+            "--min-effect 0",
+            "--min-effect 11",
+            "--min-samples 0",
+            "--max-faults 0",
+        ] {
+            let args = format!("arbiter ab start e1 --candidate c {flag}");
+            assert!(parsed(&args).is_err(), "{flag} accepted");
+        }
+        let ok = "arbiter ab start e1 --candidate c --alpha 0.01 --share 0.2 --min-effect 10";
+        assert!(parsed(ok).is_ok(), "{:?}", parsed(ok).err());
+    }
+
     #[test]
     fn every_flag_says_what_it_is_for() {
         fn missing(cmd: &clap::Command, path: &str, out: &mut Vec<String>) {

@@ -7,7 +7,7 @@ use arbiter_host::runtime::{
 };
 use clap::{Args, Subcommand};
 use serde::Serialize;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 #[derive(Subcommand)]
 pub enum PolicyCommand {
@@ -98,15 +98,9 @@ struct ImportReport {
     class: ImportClass,
 }
 
-/// Bytes of a built-in policy name or a file path.
+/// Bytes of a built-in policy name or a file path ([`arbiter_policies::read`]'s rule).
 fn read_source(source: &str) -> anyhow::Result<Vec<u8>> {
-    let path = Path::new(source);
-    if !path.exists()
-        && let Some(bytes) = arbiter_policies::get(source)
-    {
-        return Ok(bytes.to_vec());
-    }
-    std::fs::read(path).with_context(|| format!("reading {source}"))
+    Ok(arbiter_policies::read(source)?.into_owned())
 }
 
 fn report(source: &str, bytes: &[u8], result: Result<CompiledPolicy, String>) -> Report {

@@ -213,11 +213,7 @@ pub struct ReplayArgs {
 }
 
 fn load(spec: &str) -> anyhow::Result<(String, Vec<u8>)> {
-    if let Some(bytes) = arbiter_policies::get(spec.trim_start_matches("builtin:")) {
-        return Ok((spec.to_string(), bytes.to_vec()));
-    }
-    let bytes = std::fs::read(spec).with_context(|| format!("reading {spec}"))?;
-    Ok((spec.to_string(), bytes))
+    Ok((spec.to_string(), arbiter_policies::read(spec)?.into_owned()))
 }
 
 /// Progress on standard error for a long replay: at most every two seconds.

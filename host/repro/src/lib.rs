@@ -214,28 +214,12 @@ pub struct PolicySource {
     pub bytes: Vec<u8>,
 }
 
-/// Resolves `name-or-path`: a built-in policy name, else a `.wasm` file.
+/// Resolves `name-or-path` as every command does ([`arbiter_policies::read`]).
 pub fn resolve_policy(spec: &str) -> anyhow::Result<PolicySource> {
-    if let Some(bytes) = arbiter_policies::get(spec) {
-        return Ok(PolicySource {
-            label: spec.to_string(),
-            bytes: bytes.to_vec(),
-        });
-    }
-    let path = std::path::Path::new(spec);
-    if path.exists() {
-        let bytes =
-            std::fs::read(path).with_context(|| format!("reading policy {}", path.display()))?;
-        return Ok(PolicySource {
-            label: spec.to_string(),
-            bytes,
-        });
-    }
-    let names: Vec<&str> = arbiter_policies::names().collect();
-    bail!(
-        "`{spec}` is neither a built-in policy ({}) nor a file",
-        names.join(", ")
-    )
+    Ok(PolicySource {
+        label: spec.to_string(),
+        bytes: arbiter_policies::read(spec)?.into_owned(),
+    })
 }
 
 /// Compiles each comma-separated policy once, on up to `threads` threads

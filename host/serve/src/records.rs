@@ -411,8 +411,9 @@ impl GuardrailRecord {
                 ));
             }
         };
+        // 0 is the wire's "unset"; any other value is the caller's and is checked.
         let alpha = match g.map(|g| g.alpha) {
-            Some(a) if a > 0.0 => a,
+            Some(a) if a != 0.0 => a,
             _ => 0.05,
         };
         if !(alpha > 0.0 && alpha < 0.5) {
@@ -530,5 +531,24 @@ mod tests {
             }))
             .is_err()
         );
+        // Zero fields are the defaults; any other value is checked (a negative alpha once
+        // became the default 0.05 without a word).
+        let asked = |alpha: f64, min_effect: f64| {
+            GuardrailRecord::resolved(Some(&GuardrailRecord {
+                metric: String::new(),
+                alpha,
+                min_samples: 0,
+                max_faults: 0,
+                min_effect,
+            }))
+        };
+        let defaults = asked(0.0, 0.0).expect("defaults");
+        assert_eq!(
+            (defaults.alpha, defaults.min_effect, defaults.min_samples),
+            (0.05, 0.1, 30)
+        );
+        for (alpha, min_effect) in [(-0.1, 0.0), (0.5, 0.0), (f64::NAN, 0.0), (0.0, -1.0)] {
+            assert!(asked(alpha, min_effect).is_err(), "{alpha} {min_effect}");
+        }
     }
 }
