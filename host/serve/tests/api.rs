@@ -202,6 +202,36 @@ async fn malformed_requests_get_clear_status_codes() {
         .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
     assert!(e.message().contains("upload limit"), "{}", e.message());
+    // A slot's name is what a policy's own may be: no escape codes to echo into
+    // terminals, no 3,000-byte listing rows.
+    for slot in ["a\u{1b}[31mred".to_string(), "s".repeat(3_000), " ".into()] {
+        let e = admin
+            .policies
+            .upload(v1::UploadPolicyRequest {
+                slot: slot.clone(),
+                wasm: arbiter_policies::get("fifo").unwrap().to_vec(),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{slot:?}");
+        assert!(e.message().contains("printable text"), "{}", e.message());
+        assert!(!e.message().contains('\u{1b}'), "{}", e.message());
+    }
+    for name in ["e\u{202e}vil".to_string(), "e".repeat(5_000)] {
+        let e = admin
+            .experiments
+            .start(v1::StartExperimentRequest {
+                name,
+                mode: v1::ExperimentMode::Split as i32,
+                candidate_slot: "x".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument);
+        assert!(e.message().contains("experiment name"), "{}", e.message());
+    }
     // A tenant-role slot refuses a scheduler-only component, and vice versa.
     let e = admin
         .policies

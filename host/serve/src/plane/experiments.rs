@@ -32,9 +32,7 @@ impl Plane {
                 e.record.name
             )));
         }
-        if req.name.is_empty() {
-            return Err(ApiError::InvalidArgument("experiment name is empty".into()));
-        }
+        check_label("experiment", &req.name)?;
         if self.experiments.contains_key(&req.name) {
             return Err(ApiError::AlreadyExists(format!(
                 "experiment `{}` exists",

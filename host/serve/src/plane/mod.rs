@@ -633,6 +633,21 @@ fn move_status(
 }
 
 /// The tenant whose slot `slot` is (the inverse of [`tenant_slot`]).
+/// A name the API creates something under (a slot, an experiment) is what a policy's own
+/// name may be — at most 128 bytes of printable text, not blank — so a slot named after
+/// its manifest always passes, and no name writes escape codes to the terminals and logs
+/// that show it or fills a listing.
+fn check_label(what: &str, name: &str) -> Result<(), ApiError> {
+    use arbiter_host::runtime::{MAX_NAME_TEXT, guest_text, is_plain};
+    if name.trim().is_empty() || name.len() > MAX_NAME_TEXT || !is_plain(name) {
+        return Err(ApiError::InvalidArgument(format!(
+            "{what} name `{}` must be 1 to {MAX_NAME_TEXT} bytes of printable text",
+            guest_text(name, 32, false)
+        )));
+    }
+    Ok(())
+}
+
 fn slot_tenant(slot: &str) -> Option<&str> {
     slot.strip_prefix("tenant:")
 }

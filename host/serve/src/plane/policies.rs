@@ -42,6 +42,7 @@ impl Plane {
                 .map_or_else(|| compiled.manifest.name.clone(), |(s, ..)| s.to_string()),
             (_, s) => s.to_string(),
         };
+        check_label("slot", &slot)?;
         check_slot_access(caller, &slot)?;
         let tenant = slot_tenant(&slot);
         if let Some(tenant) = tenant
