@@ -332,6 +332,27 @@ mod tests {
         assert!(parsed(ok).is_ok(), "{:?}", parsed(ok).err());
     }
 
+    /// A node agent refuses, where it is typed, what the plane would refuse at every
+    /// reconnect (no GPUs, more than a node may have) or what would spin its policy.
+    #[test]
+    fn a_node_agent_s_simulated_gpus_and_period_are_checked_at_the_command_line() {
+        let base = "arbiter node --token t --state-dir s --name n";
+        for flags in [
+            "--sim-gpus 0",
+            "--sim-gpus 1025",
+            "--sim-gpus 2 --sim-gpu-memory-mib 0",
+            "--sim-gpus 2 --sim-gpu-memory-mib 1152921504606846976",
+            "--sim-gpus 2 --period 0ms",
+            "--sim-gpus 2 --period 2h",
+        ] {
+            assert!(
+                parsed(&format!("{base} {flags}")).is_err(),
+                "{flags} accepted"
+            );
+        }
+        assert!(parsed(&format!("{base} --sim-gpus 1024 --period 10ms")).is_ok());
+    }
+
     #[test]
     fn every_flag_says_what_it_is_for() {
         fn missing(cmd: &clap::Command, path: &str, out: &mut Vec<String>) {

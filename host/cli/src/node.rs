@@ -42,17 +42,18 @@ pub struct NodeArgs {
     /// `libnvidia-ml.so.1` to load (default: the system's).
     #[arg(long)]
     pub nvml_lib: Option<PathBuf>,
-    /// Simulated GPUs instead of NVML (machines without a GPU).
-    #[arg(long)]
+    /// Simulated GPUs instead of NVML (machines without a GPU; 1 to 1,024, as the plane
+    /// accepts).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(arbiter_policy_sdk::model::MAX_NODE_GPUS)))]
     pub sim_gpus: Option<u32>,
-    /// Memory of each simulated GPU, MiB.
-    #[arg(long, default_value_t = 16_384)]
+    /// Memory of each simulated GPU, MiB (at most 16 TiB).
+    #[arg(long, default_value_t = 16_384, value_parser = clap::value_parser!(u64).range(1..=16 << 20))]
     pub sim_gpu_memory_mib: u64,
     /// `libarbiter_interpose.so` (default: next to this executable).
     #[arg(long)]
     pub interposer: Option<PathBuf>,
-    /// Control period of the node policy.
-    #[arg(long, value_parser = parse_duration, default_value = "100ms")]
+    /// Control period of the node policy (10ms to 1h).
+    #[arg(long, value_parser = parse_period, default_value = "100ms")]
     pub period: Duration,
     /// Built-in node policy (`none`: only supervise).
     #[arg(long, default_value = DEFAULT_POLICY)]
@@ -89,6 +90,17 @@ fn default_interposer() -> anyhow::Result<PathBuf> {
         .parent()
         .map(|d| d.join("libarbiter_interpose.so"))
         .unwrap_or_else(|| PathBuf::from("libarbiter_interpose.so")))
+}
+
+/// A control period: each one asks the node policy under a deadline, so a zero period
+/// spun the policy into deadline faults, and one past an hour never acts.
+fn parse_period(s: &str) -> Result<Duration, String> {
+    let period = parse_duration(s)?;
+    if (Duration::from_millis(10)..=Duration::from_secs(3600)).contains(&period) {
+        Ok(period)
+    } else {
+        Err(format!("`{s}` is not a control period from 10ms to 1h"))
+    }
 }
 
 pub fn node(a: &NodeArgs) -> anyhow::Result<()> {
