@@ -904,6 +904,16 @@ async fn link_loop(
         {
             Ok(SessionEnd::Stopped) => break,
             Ok(SessionEnd::Closed) => tracing::warn!("the control plane closed the link"),
+            // Refused before it ever joined, for a reason the next attempt repeats (its
+            // name, its GPUs, its token): say so and stop, rather than retry for ever. A
+            // node that has joined keeps retrying whatever the plane says: a restored
+            // plane or a rotated token may take it back.
+            Err(e) if registrations.load(Ordering::Relaxed) == 0 && is_refusal(&e) => {
+                return Err(e.context(
+                    "the control plane refuses this node, and would again: fix the \
+                     command line or the token",
+                ));
+            }
             Err(e) => tracing::warn!(
                 error = arbiter_proto::endpoint::cause_line(e.as_ref()),
                 "node link failed"
@@ -920,6 +930,23 @@ async fn link_loop(
         backoff = (backoff * 2).min(cfg.backoff_max.max(cfg.backoff_initial));
     }
     Ok(())
+}
+
+/// Whether the plane answered with a refusal that does not depend on time: a bad hello
+/// (`InvalidArgument`) or credentials (`Unauthenticated`, `PermissionDenied`). A name
+/// still held by a session that has not yet lapsed (`AlreadyExists`) and the plane's own
+/// troubles are worth waiting out.
+fn is_refusal(e: &anyhow::Error) -> bool {
+    e.chain()
+        .find_map(|cause| cause.downcast_ref::<tonic::Status>())
+        .is_some_and(|status| {
+            matches!(
+                status.code(),
+                tonic::Code::InvalidArgument
+                    | tonic::Code::Unauthenticated
+                    | tonic::Code::PermissionDenied
+            )
+        })
 }
 
 async fn session(

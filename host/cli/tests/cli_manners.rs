@@ -284,3 +284,50 @@ fn everyday_commands_against_a_live_plane() {
         "a removed tenant's token still works"
     );
 }
+
+/// A node agent the plane refuses for a reason the next attempt would repeat — a name it
+/// cannot take, a token it does not know — says why and exits, instead of retrying (and
+/// warning) for ever.
+#[test]
+fn a_node_agent_the_plane_refuses_says_why_and_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = serve(&data, "127.0.0.1:0");
+    let node_token = std::fs::read_to_string(data.join("node.token"))
+        .unwrap()
+        .trim()
+        .to_string();
+    for (name, token, says) in [
+        ("a b", node_token.as_str(), "node name must be"),
+        ("n1", "not-a-token", "unknown token"),
+    ] {
+        let mut child = Command::new(BIN)
+            .args(["node", "--server", &server.url, "--token", token])
+            .args(["--name", name, "--sim-gpus", "1"])
+            .arg("--state-dir")
+            .arg(dir.path().join(format!("state-{}", name.len())))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Before the fix it never ended: bound the wait, far above the one attempt it takes.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("`arbiter node --name {name:?}` still retrying after 60 s");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+        assert_eq!(status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.contains("refuses this node") && stderr.contains(says),
+            "{stderr}"
+        );
+    }
+}
