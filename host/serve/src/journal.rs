@@ -301,8 +301,8 @@ struct SegmentWriter {
 
 impl SegmentWriter {
     fn open_with(path: &Path, limits: JournalLimits) -> anyhow::Result<SegmentWriter> {
-        let file = open_private_append(path)?;
-        let bytes = file.metadata().map_or(0, |m| m.len());
+        let mut file = open_private_append(path)?;
+        let bytes = end_torn_record(&mut file, path)?;
         Ok(SegmentWriter {
             path: path.to_path_buf(),
             file,
@@ -436,6 +436,36 @@ impl SegmentWriter {
         }
         Ok(())
     }
+}
+
+/// A journal whose last record was cut short (the host died mid-write) gets the newline
+/// that record lacks, so the first record of this run starts a line of its own: appended
+/// onto the torn one, it would have been skipped with it. The torn line stays, and readers
+/// report it as skipped. Returns the file's length after.
+fn end_torn_record(file: &mut File, path: &Path) -> anyhow::Result<u64> {
+    use std::io::{Read, Seek, SeekFrom};
+    let len = file.metadata().map_or(0, |m| m.len());
+    if len == 0 {
+        return Ok(0);
+    }
+    let mut last = [0u8; 1];
+    File::open(path)
+        .and_then(|mut f| {
+            f.seek(SeekFrom::End(-1))?;
+            f.read_exact(&mut last)
+        })
+        .with_context(|| format!("reading the end of journal {}", path.display()))?;
+    if last[0] == b'\n' {
+        return Ok(len);
+    }
+    tracing::warn!(
+        journal = %path.display(),
+        "the journal ends inside a record (the host stopped mid-write); that record is kept \
+         as a line of its own, which readers skip"
+    );
+    file.write_all(b"\n")
+        .with_context(|| format!("ending the torn record of {}", path.display()))?;
+    Ok(len + 1)
 }
 
 /// Opens a journal file for appending, owner-only.
@@ -663,9 +693,18 @@ mod tests {
         let mut f = OpenOptions::new().append(true).open(&path)?;
         f.write_all(b"{\"kind\":\"round\",\"cel")?;
         let j = Journal::read(&path)?;
-        assert_eq!(j.records, vec![rec]);
+        assert_eq!(j.records, vec![rec.clone()]);
         assert_eq!(j.skipped.len(), 1);
         assert_eq!(j.cells(), vec!["control".to_string()]);
+        // The host restarts on the torn journal: its first record is not glued onto the
+        // torn one (which would lose it with it), and the torn one stays skipped.
+        let mut w = JournalWriter::open(&path)?;
+        w.append(rec.clone())?;
+        drop(w);
+        let j = Journal::read(&path)?;
+        assert_eq!(j.records, vec![rec.clone(), rec]);
+        assert_eq!(j.skipped.len(), 1);
+        assert_eq!(j.skipped[0].0, 2, "{:?}", j.skipped);
         Ok(())
     }
 
