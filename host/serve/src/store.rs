@@ -75,6 +75,16 @@ impl Store {
                     attempts += 1;
                     std::thread::sleep(std::time::Duration::from_millis(20));
                 }
+                Err(redb::DatabaseError::Storage(redb::StorageError::Corrupted(why))) => {
+                    // Starting empty would forget every job and policy in it without a
+                    // word; say what is wrong and what the way out costs.
+                    anyhow::bail!(
+                        "the store {} is damaged beyond repair ({why}); move it aside to \
+                         start with an empty store (its jobs, tenants and policies are \
+                         lost; the decision journal beside it is kept and still replays)",
+                        path.display()
+                    );
+                }
                 other => break other.with_context(|| format!("opening {}", path.display()))?,
             }
         };
@@ -229,6 +239,34 @@ impl StoreWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_store_damaged_beyond_repair_is_refused_with_the_way_out() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        {
+            let store = Store::open(dir.path())?;
+            store
+                .writer()?
+                .send_durable(vec![Write::Put("tenant/a".into(), b"1".to_vec())]);
+        }
+        let path = dir.path().join("arbiter.redb");
+        let mut bytes = std::fs::read(&path)?;
+        // Both commit slots of the header and every page after it overwritten, the magic
+        // number kept: a redb file with no root to recover.
+        for (i, b) in bytes.iter_mut().enumerate().skip(16) {
+            *b = (i % 251) as u8;
+        }
+        std::fs::write(&path, &bytes)?;
+        let error = match Store::open(dir.path()) {
+            Ok(_) => anyhow::bail!("a damaged store opened"),
+            Err(e) => format!("{e:#}"),
+        };
+        assert!(
+            error.contains("damaged beyond repair") && error.contains("move it aside"),
+            "{error}"
+        );
+        Ok(())
+    }
 
     #[test]
     fn writes_survive_reopen_and_prefixes_filter() -> anyhow::Result<()> {
