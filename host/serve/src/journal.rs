@@ -487,6 +487,9 @@ pub struct Journal {
     pub skipped: Vec<(usize, String)>,
     /// Lines read.
     pub lines: usize,
+    /// The line of each snapshot reference read, in order: a snapshot file that cannot be
+    /// read sets its line aside.
+    pub(crate) ref_lines: Vec<usize>,
 }
 
 impl Journal {
@@ -511,10 +514,14 @@ impl Journal {
             journal
                 .skipped
                 .extend(part.skipped.into_iter().map(|(n, why)| (n + offset, why)));
+            journal
+                .ref_lines
+                .extend(part.ref_lines.into_iter().map(|n| n + offset));
             offset += part.lines;
         }
         let dir = snapshot_dir(path);
         let mut resolved = Vec::with_capacity(journal.records.len());
+        let mut ref_lines = std::mem::take(&mut journal.ref_lines).into_iter();
         for record in journal.records.drain(..) {
             match record {
                 Record::SnapshotRef {
@@ -523,6 +530,7 @@ impl Journal {
                     snapshot,
                     checkpoint,
                 } => {
+                    let line = ref_lines.next().unwrap_or(0);
                     let file = dir.join(format!("{snapshot}.json"));
                     let read = std::fs::read(&file)
                         .with_context(|| format!("reading {}", file.display()))
@@ -548,13 +556,14 @@ impl Journal {
                                 }
                             });
                         }
-                        Err(e) => journal.skipped.push((0, format!("{e:#}"))),
+                        Err(e) => journal.skipped.push((line, format!("{e:#}"))),
                     }
                 }
                 other => resolved.push(other),
             }
         }
         journal.records = resolved;
+        journal.skipped.sort_by_key(|(line, _)| *line);
         Ok(journal)
     }
 
@@ -604,7 +613,12 @@ impl Journal {
                         snapshot,
                     });
                 }
-                Ok(r) => journal.records.push(r),
+                Ok(r) => {
+                    if matches!(r, Record::SnapshotRef { .. }) {
+                        journal.ref_lines.push(number);
+                    }
+                    journal.records.push(r);
+                }
                 Err(e) => journal.skipped.push((i + 1, e.to_string())),
             }
         }
@@ -710,6 +724,40 @@ mod tests {
 
     /// A journal a 0.1 host wrote (no speeds, no progress columns, bare
     /// model ids) still reads, and its snapshot still builds a mirror.
+    #[test]
+    fn a_snapshot_whose_file_is_lost_sets_its_own_line_aside() -> anyhow::Result<()> {
+        use arbiter_host::state::{ClusterState, NodeRequest};
+        let mut state = ClusterState::new();
+        state.add_node(NodeRequest::gpus("n0", "default", "V100", 32_768, 2))?;
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("j.jsonl");
+        let mut w = JournalWriter::open(&path)?;
+        let mut snapshot = |wall_ms| Record::Snapshot {
+            cell: "control".into(),
+            wall_ms,
+            snapshot: Box::new(state.snapshot()),
+        };
+        w.append(snapshot(1))?;
+        drop(w);
+        // A torn line, then the same snapshot again (one file, by digest) on line 3.
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)?
+            .write_all(b"{\"kind\"\n")?;
+        let mut w = JournalWriter::open(&path)?;
+        w.append(snapshot(2))?;
+        drop(w);
+        for entry in std::fs::read_dir(snapshot_dir(&path))? {
+            std::fs::remove_file(entry?.path())?;
+        }
+        let j = Journal::read(&path)?;
+        assert!(j.records.is_empty(), "{:?}", j.records);
+        let lines: Vec<usize> = j.skipped.iter().map(|(line, _)| *line).collect();
+        assert_eq!(lines, [1, 2, 3], "{:?}", j.skipped);
+        assert!(j.skipped[0].1.contains("reading"), "{:?}", j.skipped);
+        Ok(())
+    }
+
     #[test]
     fn reads_a_journal_written_before_contract_0_2() -> anyhow::Result<()> {
         use arbiter_host::state::{ClusterState, JobRequest, NodeRequest};

@@ -266,7 +266,15 @@ pub fn exact_with_progress(
                     None => out.served_by.push((r.digest.clone(), 1)),
                 }
                 let Some(inst) = instance.as_mut() else {
-                    bail!("journal has a round of `{cell}` before its first snapshot");
+                    // The snapshot is most often a line set aside (its file lost or damaged).
+                    let first_set_aside = journal
+                        .skipped
+                        .first()
+                        .map(|(line, why)| format!("; line {line} was set aside: {why}"))
+                        .unwrap_or_default();
+                    bail!(
+                        "journal has a round of `{cell}` before its first snapshot{first_set_aside}"
+                    );
                 };
                 if inst.mirror_epoch() != Some(r.delta.base_epoch) {
                     bail!(
