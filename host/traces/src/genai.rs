@@ -100,7 +100,7 @@ pub fn read_lora_requests(source: impl Read, file: &Path) -> Result<Vec<LoraRequ
             created_at: row.datetime(gmt_create)?,
             predict_type: predict_type_value,
             status,
-            exec_time_secs: row.non_negative_real(exec_time)?,
+            exec_time_secs: row.real_seconds(exec_time)?,
             num_images: row.whole_real_or_empty(num_images)?,
             num_inference_steps: row.whole_real_or_empty(num_steps)?,
             num_lora: row.unsigned(num_lora)?,

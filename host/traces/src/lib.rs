@@ -23,7 +23,8 @@
 //! bad row means a wrong or damaged file, and dropping it would shift the totals that
 //! published results are compared against. Header columns are found by name, so column
 //! order does not matter and extra columns are ignored; whitespace around a field and a
-//! UTF-8 byte-order mark before the header are dropped; a record with a different field
+//! UTF-8 byte-order mark before the header are dropped; times and durations past
+//! [`MAX_TRACE_SECONDS`] (the end of the year 9999) are refused; a record with a different field
 //! count than the header is an error; blank lines are skipped. A zero-byte file is
 //! [`TraceError::Empty`]; a header with no rows loads as an empty trace.
 //!
@@ -73,4 +74,4 @@ pub mod philly;
 pub use error::{Result, TraceError};
 pub use gpu::{GpuModel, GpuModelSet, UnknownGpuModel};
 pub use location::{TRACES_DIR_ENV, trace_file, traces_dir};
-pub use table::{TraceReader, header_columns, open_trace, read_header_columns};
+pub use table::{MAX_TRACE_SECONDS, TraceReader, header_columns, open_trace, read_header_columns};

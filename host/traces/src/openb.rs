@@ -409,15 +409,15 @@ fn read_times(
     deletion: Column,
     scheduled: Column,
 ) -> Result<PodTimes> {
-    let creation_value: u64 = row.unsigned(creation)?;
-    let deletion_value: u64 = row.unsigned(deletion)?;
+    let creation_value = row.seconds(creation)?;
+    let deletion_value = row.seconds(deletion)?;
     if deletion_value < creation_value {
         return Err(row.error(deletion, "deletion before creation"));
     }
     Ok(PodTimes {
         creation: creation_value,
         deletion: deletion_value,
-        scheduled: row.unsigned_or_empty(scheduled)?,
+        scheduled: row.seconds_or_empty(scheduled)?,
     })
 }
 

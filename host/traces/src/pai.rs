@@ -126,7 +126,7 @@ pub fn read_philly_runtimes(source: impl Read, file: &Path) -> Result<Vec<f64>> 
     let runtime = table.require("runtime")?;
     let mut runtimes = Vec::new();
     while let Some(row) = table.next_row()? {
-        runtimes.push(row.non_negative_real(runtime)?);
+        runtimes.push(row.real_seconds(runtime)?);
     }
     Ok(runtimes)
 }

@@ -72,7 +72,7 @@ pub fn read_jobs(source: impl Read, file: &Path) -> Result<PhillyTrace> {
             .ok_or_else(|| row.error(cluster, "more than 65,536 distinct clusters"))?;
         jobs.push(PhillyJob {
             submit_time: row.datetime(timestamp)?,
-            duration_secs: row.non_negative_real(duration)?,
+            duration_secs: row.real_seconds(duration)?,
             num_gpus: num_gpus_value,
             gpu_time_secs: row.non_negative_real(gpu_time)?,
             cluster: cluster_index,

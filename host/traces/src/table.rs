@@ -12,6 +12,11 @@ use flate2::bufread::MultiGzDecoder;
 
 use crate::error::{Result, TraceError};
 
+/// The most seconds a time or duration of a trace may hold: 9999-12-31 23:59:59 as a Unix
+/// time. Every real trace is far below it, and a simulator can turn it into milliseconds
+/// and add two of them without overflowing.
+pub const MAX_TRACE_SECONDS: u64 = 253_402_300_799;
+
 /// The two magic bytes every gzip member starts with.
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
@@ -276,6 +281,37 @@ impl Row<'_> {
             .map_err(|_| self.error(column, "integer out of range"))
     }
 
+    /// A time or duration in whole seconds, at most [`MAX_TRACE_SECONDS`].
+    pub(crate) fn seconds(&self, column: Column) -> Result<u64> {
+        self.seconds_or_empty(column)?
+            .ok_or_else(|| self.error(column, "empty value"))
+    }
+
+    /// Like [`Row::seconds`], but an empty field is `None`.
+    pub(crate) fn seconds_or_empty(&self, column: Column) -> Result<Option<u64>> {
+        let value = self.unsigned_or_empty::<u64>(column)?;
+        match value {
+            Some(v) if v > MAX_TRACE_SECONDS => Err(self.too_many_seconds(column)),
+            _ => Ok(value),
+        }
+    }
+
+    /// A duration in seconds, written as a real, at most [`MAX_TRACE_SECONDS`].
+    pub(crate) fn real_seconds(&self, column: Column) -> Result<f64> {
+        let value = self.non_negative_real(column)?;
+        if value > MAX_TRACE_SECONDS as f64 {
+            return Err(self.too_many_seconds(column));
+        }
+        Ok(value)
+    }
+
+    fn too_many_seconds(&self, column: Column) -> TraceError {
+        self.error(
+            column,
+            format!("more than {MAX_TRACE_SECONDS} seconds (the end of the year 9999)"),
+        )
+    }
+
     /// A finite, non-negative real number.
     pub(crate) fn non_negative_real(&self, column: Column) -> Result<f64> {
         self.non_negative_real_or_empty(column)?
@@ -322,8 +358,13 @@ impl Row<'_> {
 
     /// A timestamp in seconds written as a whole real (`1662858720.0`).
     pub(crate) fn whole_seconds(&self, column: Column) -> Result<i64> {
-        self.whole_real_or_empty::<i64>(column)?
-            .ok_or_else(|| self.error(column, "empty value"))
+        let value = self
+            .whole_real_or_empty::<i64>(column)?
+            .ok_or_else(|| self.error(column, "empty value"))?;
+        if value > MAX_TRACE_SECONDS as i64 {
+            return Err(self.too_many_seconds(column));
+        }
+        Ok(value)
     }
 
     /// A `YYYY-MM-DD HH:MM:SS` wall-clock time, as seconds since 1970-01-01 00:00:00 on the

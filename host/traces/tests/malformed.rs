@@ -111,6 +111,43 @@ fn pod_invariants_are_enforced() {
     }
 }
 
+/// Times and durations past the year 9999 are refused where they are read: a simulator
+/// turning 1.8e16 seconds into milliseconds saturated, and reported a finished job's JCT
+/// as 0 s beside a makespan of 584 million years.
+#[test]
+fn times_and_durations_past_the_year_9999_are_refused() {
+    let too_late = arbiter_traces::MAX_TRACE_SECONDS + 1;
+    for (row, column) in [
+        (
+            format!("p0,1000,1024,1,1000,,LS,Running,0,{too_late},0"),
+            "deletion_time",
+        ),
+        (
+            format!("p0,1000,1024,1,1000,,LS,Running,{too_late},{too_late},"),
+            "creation_time",
+        ),
+        (
+            format!("p0,1000,1024,1,1000,,LS,Running,0,5,{too_late}"),
+            "scheduled_time",
+        ),
+    ] {
+        let contents = format!("{POD_HEADER}\n{row}\n");
+        let error = openb::read_pods(contents.as_bytes(), Path::new("pods.csv")).unwrap_err();
+        assert_eq!(error.column(), Some(column), "{error}");
+        assert!(
+            error.to_string().contains("the end of the year 9999"),
+            "{error}"
+        );
+    }
+    let last = arbiter_traces::MAX_TRACE_SECONDS;
+    let contents = format!("{POD_HEADER}\np0,1000,1024,1,1000,,LS,Running,0,{last},0\n");
+    assert!(openb::read_pods(contents.as_bytes(), Path::new("pods.csv")).is_ok());
+
+    let jobs = "timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-09 07:01:55,1e300,1,1.0,c\n";
+    let error = philly::read_jobs(jobs.as_bytes(), Path::new("jobs.csv")).unwrap_err();
+    assert_eq!(error.column(), Some("duration"), "{error}");
+}
+
 #[test]
 fn wrong_field_count_reports_the_line() {
     let contents = format!("{NODE_HEADER}\nn0,1000,1024,2,T4\nn1,1000,1024,2\n");
