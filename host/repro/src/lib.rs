@@ -207,6 +207,12 @@ pub fn builtin_run_policy(
     })
 }
 
+/// The most runs per policy `--seeds` asks for (the FGD paper runs 10).
+pub const MAX_SEEDS: u32 = 1_000;
+
+/// The longest `--interval-s` between replay rounds: a year of virtual time.
+pub const MAX_INTERVAL_S: f64 = 365.0 * 86_400.0;
+
 /// A policy named on the command line, resolved to component bytes.
 pub struct PolicySource {
     /// As given (a built-in name or a path).
@@ -260,17 +266,15 @@ pub fn run(args: &SimArgs) -> anyhow::Result<SimOutput> {
     let span = tracing::info_span!("sim", policy = %args.policy, protocol = ?args.protocol);
     let _guard = span.enter();
     let started = Instant::now();
-    if !(args.tune.is_finite() && args.tune > 0.0) {
-        bail!("--tune must be a positive number, got {}", args.tune);
-    }
-    if !(args.interval_s.is_finite() && args.interval_s >= 0.0) {
+    arbiter_sim::models::fgd::check_tune(args.tune).context("--tune")?;
+    if !(args.interval_s >= 0.0 && args.interval_s <= MAX_INTERVAL_S) {
         bail!(
-            "--interval-s must be zero or positive, got {}",
+            "--interval-s must be 0 to {MAX_INTERVAL_S} (a year), got {:?}",
             args.interval_s
         );
     }
-    if args.seeds == 0 {
-        bail!("--seeds must be at least 1");
+    if !(1..=MAX_SEEDS).contains(&args.seeds) {
+        bail!("--seeds must be 1 to {MAX_SEEDS}, got {}", args.seeds);
     }
     match args.protocol {
         Some(Protocol::Aryl) => {

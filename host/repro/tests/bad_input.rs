@@ -172,12 +172,40 @@ fn unrecognised_files_are_named() {
         format!("{err:#}").contains("unrecognised trace header"),
         "{err:#}"
     );
-    let err = run(&SimArgs {
-        tune: -1.0,
-        ..SimArgs::default()
-    })
-    .unwrap_err();
-    assert!(format!("{err:#}").contains("--tune"), "{err:#}");
+    // Each of these ran for hours or ran out of memory: 1e9 copies of the trace, 1e8 runs.
+    for (args, flag) in [
+        (
+            SimArgs {
+                tune: -1.0,
+                ..SimArgs::default()
+            },
+            "--tune",
+        ),
+        (
+            SimArgs {
+                tune: 1e9,
+                ..SimArgs::default()
+            },
+            "--tune",
+        ),
+        (
+            SimArgs {
+                seeds: 100_000_000,
+                ..SimArgs::default()
+            },
+            "--seeds",
+        ),
+        (
+            SimArgs {
+                interval_s: 1e30,
+                ..SimArgs::default()
+            },
+            "--interval-s",
+        ),
+    ] {
+        let err = run(&args).unwrap_err();
+        assert!(format!("{err:#}").contains(flag), "{err:#}");
+    }
 }
 
 /// The simulator tells a trace's and a node list's format from their headers as the

@@ -45,11 +45,20 @@ impl ModelConfigFile for FgdConfig {
     const WHAT: &'static str = "the FGD protocol's configuration";
 
     fn check(&self) -> anyhow::Result<()> {
-        if !(self.tune.is_finite() && self.tune > 0.0) {
-            bail!("tune must be a positive number, got {}", self.tune);
-        }
-        Ok(())
+        check_tune(self.tune)
     }
+}
+
+/// The most the FGD protocol tunes a workload to, in multiples of the cluster's GPU
+/// capacity (the paper's axis ends at 1.3): each multiple is a copy of the trace's tasks.
+pub const MAX_TUNE: f64 = 10.0;
+
+/// `tune` is a multiple of capacity in (0, [`MAX_TUNE`]].
+pub fn check_tune(tune: f64) -> anyhow::Result<()> {
+    if !(tune > 0.0 && tune <= MAX_TUNE) {
+        bail!("tune must be above 0 and at most {MAX_TUNE}, got {tune:?}");
+    }
+    Ok(())
 }
 
 /// One entry of the protocol's task list.
