@@ -282,8 +282,8 @@ pub struct JobsArgs {
     /// Every matching job, page after page (newest first).
     #[arg(long, conflicts_with = "limit")]
     pub all: bool,
-    /// Refresh this often until interrupted (e.g. `2s`).
-    #[arg(long, value_parser = parse_duration)]
+    /// Refresh this often until interrupted (e.g. `2s`; at least 100ms).
+    #[arg(long, value_parser = parse_watch)]
     pub watch: Option<Duration>,
 }
 
@@ -1541,18 +1541,30 @@ pub struct ConnOnly {
 pub struct TopArgs {
     #[command(flatten)]
     pub conn: Conn,
-    /// Refresh this often until interrupted (e.g. `2s`).
-    #[arg(long, value_parser = parse_duration)]
+    /// Refresh this often until interrupted (e.g. `2s`; at least 100ms).
+    #[arg(long, value_parser = parse_watch)]
     pub watch: Option<Duration>,
 }
 
 /// Runs `show` once, or every `period` (clearing a terminal first) until interrupted.
+/// A refresh period a person can read and the plane need not notice: `--watch 1ms` asked
+/// the plane a thousand times a second and scrolled the terminal unreadably.
+fn parse_watch(s: &str) -> Result<Duration, String> {
+    let period = parse_duration(s)?;
+    if period < Duration::from_millis(100) {
+        return Err(format!(
+            "`{s}` refreshes faster than a person reads: at least 100ms"
+        ));
+    }
+    Ok(period)
+}
+
 pub async fn every<F, Fut>(period: Option<Duration>, mut show: F) -> anyhow::Result<()>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<()>>,
 {
-    let Some(period) = period.filter(|p| !p.is_zero()) else {
+    let Some(period) = period else {
         return show().await;
     };
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());

@@ -354,6 +354,17 @@ mod tests {
     }
 
     #[test]
+    fn a_watch_faster_than_a_person_reads_is_refused() {
+        for args in ["arbiter top --watch 1ms", "arbiter jobs --watch 0s"] {
+            let error = parsed(args)
+                .err()
+                .unwrap_or_else(|| panic!("{args} accepted"));
+            assert!(error.contains("at least 100ms"), "{args}: {error}");
+        }
+        assert!(parsed("arbiter top --watch 2s").is_ok());
+    }
+
+    #[test]
     fn every_flag_says_what_it_is_for() {
         fn missing(cmd: &clap::Command, path: &str, out: &mut Vec<String>) {
             for arg in cmd.get_arguments() {
