@@ -4,7 +4,9 @@
 use serde_json::Value;
 use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_arbiter");
+mod common;
+
+use common::{BIN, json_of, sim_scenario};
 
 fn sim(extra: &[&str]) -> std::process::Output {
     Command::new(BIN)
@@ -58,21 +60,15 @@ fn the_five_settings_run_with_the_papers_failures() {
 
 #[test]
 fn a_scenario_file_changes_the_scenario_and_nonsense_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
     // A 40 GB GPU holds both jobs: Pack no longer runs Job-B out of memory.
-    let file = dir.path().join("scenario.toml");
-    std::fs::write(&file, "gpu_memory_mib = 40960\n").unwrap();
-    let out = sim(&["--json", "--config", file.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let v = json_of(&sim_scenario(
+        "antman",
+        "gpu_memory_mib = 40960\n",
+        &["--json"],
+    ));
     assert_eq!(end_of(&v, 2, 1), "finished");
 
-    std::fs::write(&file, "packing_efficiency = 2.0\n").unwrap();
-    let out = sim(&["--config", file.to_str().unwrap()]);
+    let out = sim_scenario("antman", "packing_efficiency = 2.0\n", &[]);
     assert!(!out.status.success());
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("packing_efficiency"),
@@ -151,10 +147,7 @@ fn the_trace_experiment_runs_its_four_schedulers_on_a_set_up_file() {
 /// printed "Failed", the paper's word for a job out of memory or killed.
 #[test]
 fn jobs_cut_off_by_the_horizon_read_unfinished_not_failed() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("scenario.toml");
-    std::fs::write(&file, "horizon_ms = 60000\n").unwrap();
-    let out = sim(&["--config", file.to_str().unwrap()]);
+    let out = sim_scenario("antman", "horizon_ms = 60000\n", &[]);
     assert!(
         out.status.success(),
         "{}",

@@ -5,7 +5,9 @@
 use serde_json::Value;
 use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_arbiter");
+mod common;
+
+use common::{BIN, json_of, sim_scenario};
 
 fn sim(extra: &[&str]) -> std::process::Output {
     Command::new(BIN)
@@ -45,21 +47,11 @@ fn the_four_settings_run_and_the_peak_allocation_is_the_papers() {
 
 #[test]
 fn a_scenario_file_changes_the_scenario_and_nonsense_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
     // Half the SLO: more requests over it, same peak allocation.
-    let file = dir.path().join("scenario.toml");
-    std::fs::write(&file, "slo_ms = 64\n").unwrap();
-    let out = sim(&["--json", "--config", file.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let v = json_of(&sim_scenario("dynamoml", "slo_ms = 64\n", &["--json"]));
     assert_eq!(v["runs"][0]["metrics"]["inference_gpus_0_7"], 11);
 
-    std::fs::write(&file, "no_such_key = 1\n").unwrap();
-    let out = sim(&["--config", file.to_str().unwrap()]);
+    let out = sim_scenario("dynamoml", "no_such_key = 1\n", &[]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("scenario configuration"));
     let out = sim(&["--trace", "x.csv"]);
@@ -72,21 +64,13 @@ fn a_scenario_file_changes_the_scenario_and_nonsense_is_refused() {
 /// them, and the JSON's ratios are null.
 #[test]
 fn a_horizon_before_the_jobs_end_reports_them_unfinished_with_no_ratio() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("scenario.toml");
-    std::fs::write(&file, "horizon_ms = 600000\n").unwrap();
-    let out = sim(&["--json", "--config", file.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let short = "horizon_ms = 600000\n";
+    let v = json_of(&sim_scenario("dynamoml", short, &["--json"]));
     assert!(v["makespan_ratio"].is_null(), "{v}");
     assert!(v["training_cut_vs_native_pct"].is_null(), "{v}");
     assert!(v["runs"][0]["metrics"]["unfinished"].as_u64().unwrap_or(0) > 0);
 
-    let out = sim(&["--config", file.to_str().unwrap()]);
+    let out = sim_scenario("dynamoml", short, &[]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains("makespan DynamoML / K8S+Scaling n/a (DynamoML left ")

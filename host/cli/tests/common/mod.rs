@@ -97,3 +97,27 @@ pub fn serve(data: &Path, listen: &str) -> Server {
     std::thread::spawn(move || for _ in lines {});
     Server { child, url }
 }
+
+/// `arbiter sim --protocol PROTOCOL --config <a file holding scenario> EXTRA...`; the file
+/// lives as long as the call.
+pub fn sim_scenario(protocol: &str, scenario: &str, extra: &[&str]) -> std::process::Output {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("scenario.toml");
+    std::fs::write(&file, scenario).expect("write the scenario");
+    Command::new(BIN)
+        .args(["sim", "--protocol", protocol, "--config"])
+        .arg(&file)
+        .args(extra)
+        .output()
+        .expect("run arbiter")
+}
+
+/// The JSON a successful run printed; panics with its stderr when it failed.
+pub fn json_of(out: &std::process::Output) -> Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
+}
