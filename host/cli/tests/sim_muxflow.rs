@@ -5,7 +5,9 @@
 use serde_json::Value;
 use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_arbiter");
+mod common;
+
+use common::{BIN, sim_scenario};
 
 fn sim(extra: &[&str]) -> std::process::Output {
     Command::new(BIN)
@@ -98,4 +100,29 @@ fn a_set_up_it_cannot_run_is_refused_by_name() {
     }
     let out = sim(&["--nodes", "nodes.csv"]);
     assert!(!out.status.success(), "--nodes does not apply");
+}
+
+/// A horizon that ends before any offline job finishes leaves the JCT and oversold columns
+/// without data: "-", not a measured 0.0.
+#[test]
+fn columns_with_nothing_measured_read_as_dashes() {
+    let out = sim_scenario(
+        "muxflow",
+        "traces = [\"B\"]\nseeds = [1]\nhorizon_h = 0.01\n",
+        &[],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let muxflow = text
+        .lines()
+        .find(|l| l.starts_with("MuxFlow "))
+        .unwrap_or_default();
+    let cells: Vec<&str> = muxflow.split_whitespace().collect();
+    // system, lat, p99, JCT, oversold, unfinished, ...
+    assert_eq!(cells.get(3..5), Some(&["-", "-"][..]), "{text}");
+    assert_ne!(cells.get(5), Some(&"0"), "{text}");
 }

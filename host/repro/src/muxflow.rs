@@ -508,14 +508,24 @@ pub fn print_runs(runs: &TraceRuns) {
         "migr",
         "wall s"
     );
+    // A ratio with nothing under it (no request answered, no offline job finished, as
+    // with a horizon too short) is "-", not a measured 0.
+    let shown = |v: f64, measured: bool, digits: usize| {
+        if measured {
+            format!("{v:.digits$}")
+        } else {
+            "-".to_string()
+        }
+    };
     for (label, m) in &runs.runs {
+        let finished = m.offline.len() > m.unfinished;
         println!(
-            "{:<16} {:>8.3} {:>8.3} {:>9.1} {:>9.3} {:>8} {:>6.2} {:>6.2} {:>7.2} {:>7} {:>6.1}",
+            "{:<16} {:>8} {:>8} {:>9} {:>9} {:>8} {:>6.2} {:>6.2} {:>7.2} {:>7} {:>6.1}",
             label,
-            m.latency_mean_ratio,
-            m.latency_p99_ratio,
-            m.mean_jct_min,
-            m.oversold_gpu,
+            shown(m.latency_mean_ratio, m.latency_mean_ratio > 0.0, 3),
+            shown(m.latency_p99_ratio, m.latency_p99_ratio > 0.0, 3),
+            shown(m.mean_jct_min, finished, 1),
+            shown(m.oversold_gpu, finished, 3),
             m.unfinished,
             m.utilization,
             m.sm_activity,
