@@ -602,10 +602,8 @@ async fn the_node_token_opens_node_sessions_and_nothing_else() {
     running.shutdown().await.unwrap();
 }
 
-/// Two agents given the same name (issue 14: they used to take the node from each other
-/// several times a second): while the first is connected and heard from, the second is
-/// refused; the first reconnecting (same instance) is welcome at once; once the first has
-/// been silent for `lost_after`, the name is free.
+/// A token bound to one node registers that node only, opens nothing but node sessions,
+/// and is issued only for a name a node can take.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_issued_for_one_node_registers_that_node_only() {
     let dir = tempfile::tempdir().unwrap();
@@ -623,6 +621,22 @@ async fn a_token_issued_for_one_node_registers_that_node_only() {
                 .token
         }
     };
+    // No token for a name no agent may register under (the hello's rule).
+    for subject in ["node:bad/name", "node:a b", "node:"] {
+        let mut cluster = v1::cluster_client::ClusterClient::new(channel(&running).await);
+        let refused = cluster
+            .rotate_token(bearer(
+                &admin,
+                v1::RotateTokenRequest {
+                    subject: subject.into(),
+                },
+            ))
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("{subject} issued"));
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+        assert!(refused.message().contains("node name"), "{refused:?}");
+    }
     let gpu01 = issue("node:gpu-01").await;
     let refused = Agent::connect_as(&running, &gpu01, "gpu-02", "machine-2", Vec::new())
         .await
@@ -661,6 +675,10 @@ async fn session_refusal_of_jobs(running: &Running, token: &str) -> tonic::Code 
         .map_or_else(|s| s.code(), |_| tonic::Code::Ok)
 }
 
+/// Two agents given the same name (issue 14: they used to take the node from each other
+/// several times a second): while the first is connected and heard from, the second is
+/// refused; the first reconnecting (same instance) is welcome at once; once the first has
+/// been silent for `lost_after`, the name is free.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_agent_cannot_take_a_live_nodes_name() {
     let dir = tempfile::tempdir().unwrap();

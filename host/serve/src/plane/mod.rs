@@ -573,17 +573,24 @@ fn refuse_a_lost_store(data: &Path, contents: &Contents) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What a node may be called (a host name's characters): the one rule for an agent's hello
+/// and for a token bound to a node, so no token is issued for a name no node can take.
+fn check_node_name(name: &str) -> Result<(), String> {
+    let valid = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if valid {
+        Ok(())
+    } else {
+        Err("node name must be 1..=63 of [A-Za-z0-9._-]".into())
+    }
+}
+
 /// The node an agent describes; the error names the bad field.
 fn hello_request(h: &AgentHello) -> Result<NodeRequest, String> {
-    if h.name.is_empty()
-        || h.name.len() > 63
-        || !h
-            .name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-    {
-        return Err("node name must be 1..=63 of [A-Za-z0-9._-]".into());
-    }
+    check_node_name(&h.name)?;
     if h.gpus.is_empty() {
         return Err("a node must report at least one GPU".into());
     }

@@ -119,11 +119,7 @@ impl Plane {
             _ if subject.starts_with("node:") => {
                 // A token for one node: it registers under that name only.
                 let name = &subject["node:".len()..];
-                if name.is_empty() || name.len() > MAX_NAME || name.chars().any(char::is_control) {
-                    return Err(ApiError::InvalidArgument(format!(
-                        "`{name}` is not a node name"
-                    )));
-                }
+                check_node_name(name).map_err(ApiError::InvalidArgument)?;
                 self.node_tokens.insert(name.to_string(), sha.clone());
                 Write::Put(format!("{NODE_TOKEN_PREFIX}{name}"), sha.into_bytes())
             }
