@@ -34,6 +34,7 @@
 //! assert_eq!(report.applied.started.len(), 1);
 //! ```
 
+pub mod files;
 pub mod registry;
 pub mod roles;
 pub mod runtime;

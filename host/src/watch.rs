@@ -108,7 +108,7 @@ impl PolicyDirectory {
             {
                 continue;
             }
-            let config = std::fs::read_to_string(path.with_extension("toml")).ok();
+            let config = crate::files::read_config(&path.with_extension("toml")).ok();
             match self
                 .registry
                 .load_bytes(&bytes, config, Some(path.clone()), None)

@@ -78,7 +78,10 @@ pub async fn connect(conn: &Conn) -> anyhow::Result<Clients> {
         .parse()
         .context("the token is not valid header text")?;
     let ca = match &conn.ca_cert {
-        Some(p) => Some(std::fs::read(p).with_context(|| format!("reading {}", p.display()))?),
+        Some(p) => Some(arbiter_host::files::read_at_most(
+            p,
+            arbiter_host::files::MAX_CONFIG_FILE,
+        )?),
         None => None,
     };
     let channel =
@@ -886,8 +889,7 @@ pub async fn remote_policy(cmd: &RemotePolicy) -> anyhow::Result<()> {
         RemotePolicy::Load(a) => {
             let wasm = read_component(&a.file)?;
             let config = match &a.config {
-                Some(p) => std::fs::read_to_string(p)
-                    .with_context(|| format!("reading {}", p.display()))?,
+                Some(p) => arbiter_host::files::read_config(p)?,
                 None => String::new(),
             };
             if a.tenant && a.slot.is_some() {

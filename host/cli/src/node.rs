@@ -171,8 +171,10 @@ pub fn node(a: &NodeArgs) -> anyhow::Result<()> {
     let name = a.name.clone();
     let mut cfg = AgentConfig::new(&a.server, &a.token, &a.name);
     if let Some(path) = &a.ca_cert {
-        cfg.ca_pem =
-            Some(std::fs::read(path).with_context(|| format!("reading {}", path.display()))?);
+        cfg.ca_pem = Some(arbiter_host::files::read_at_most(
+            path,
+            arbiter_host::files::MAX_CONFIG_FILE,
+        )?);
     }
     cfg.instance = arbiter_node::agent::instance_id(&a.state_dir)?;
     cfg.pool = a.pool.clone();

@@ -1,7 +1,6 @@
 //! `arbiter serve` and `arbiter replay`.
 
 use crate::client::parse_duration;
-use anyhow::Context;
 use arbiter_serve::plane::{PlaneConfig, default_pool};
 use arbiter_serve::replay;
 use clap::Args;
@@ -258,7 +257,7 @@ pub fn replay(a: &ReplayArgs) -> anyhow::Result<()> {
     let policy = replay::compile(&wasm)?;
     let read = |path: &Option<PathBuf>| -> anyhow::Result<Option<String>> {
         path.as_ref()
-            .map(|p| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display())))
+            .map(|p| arbiter_host::files::read_config(p))
             .transpose()
     };
     let config = read(&a.config)?;

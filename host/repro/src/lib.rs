@@ -185,7 +185,7 @@ where
     }
     match &args.config {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
+            let text = arbiter_host::files::read_config(path.as_ref())
                 .with_context(|| format!("reading the scenario configuration `{path}`"))?;
             C::from_toml(&text).with_context(|| {
                 format!("the {protocol} protocol's scenario configuration `{path}`")

@@ -37,6 +37,29 @@ pub fn fixture(name: &str) -> Option<&'static [u8]> {
         .map(|(_, bytes)| *bytes)
 }
 
+/// The largest component file read: four times the default compile limit (16 MiB), so an
+/// operator who raised that limit can still load what it allows, and a path to
+/// `/dev/zero` or a FIFO ends in an error instead of unbounded memory.
+pub const MAX_COMPONENT_FILE: u64 = 64 << 20;
+
+fn read_at_most(path: &str, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(max.saturating_add(1))
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "larger than {} MiB, more than a component can be",
+                max >> 20
+            ),
+        ));
+    }
+    Ok(bytes)
+}
+
 /// The prefix that names a built-in policy whatever files exist (`builtin:fifo`).
 pub const BUILTIN_PREFIX: &str = "builtin:";
 
@@ -56,7 +79,7 @@ pub fn read(spec: &str) -> std::io::Result<std::borrow::Cow<'static, [u8]>> {
             )
         });
     }
-    match std::fs::read(spec) {
+    match read_at_most(spec, MAX_COMPONENT_FILE) {
         Ok(bytes) => Ok(Cow::Owned(bytes)),
         Err(e) if e.kind() == ErrorKind::NotFound => {
             get(spec).map(Cow::Borrowed).ok_or_else(|| {
@@ -93,6 +116,9 @@ mod tests {
                 .to_string()
                 .contains("no built-in policy `nope` (built-ins: ")
         );
+        // Reading is bounded: `/dev/zero` is refused, not read for ever.
+        let error = super::read("/dev/zero").expect_err("endless");
+        assert!(error.to_string().contains("larger than 64 MiB"), "{error}");
         // A directory is neither: its read error, not a built-in's.
         let error = super::read(dir.to_str().expect("utf-8")).expect_err("a directory");
         assert!(error.to_string().starts_with("reading `"), "{error}");

@@ -1,0 +1,40 @@
+//! Reading the configuration files a person names with a bound: a path
+//! to `/dev/zero`, a FIFO or a log file named by mistake must end in an error, not in
+//! memory growing until the kernel kills the process. (Components are read the same way by
+//! `arbiter_policies::read`.)
+
+use anyhow::{Context, bail};
+use std::io::Read;
+use std::path::Path;
+
+/// The largest configuration file read: far above any policy's or scenario's (a
+/// policy's default configuration may be 64 KiB).
+pub const MAX_CONFIG_FILE: u64 = 16 << 20;
+
+/// The bytes of `path`, at most `max` of them; more is an error naming the file.
+pub fn read_at_most(path: &Path, max: u64) -> anyhow::Result<Vec<u8>> {
+    let file = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut bytes = Vec::new();
+    file.take(max.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("reading {}", path.display()))?;
+    if bytes.len() as u64 > max {
+        bail!(
+            "{} is larger than {} MiB, more than a configuration file may be",
+            path.display(),
+            max >> 20
+        );
+    }
+    Ok(bytes)
+}
+
+/// A configuration file's text (TOML), at most [`MAX_CONFIG_FILE`] bytes of UTF-8.
+///
+/// ```
+/// let error = arbiter_host::files::read_config("/dev/zero".as_ref()).unwrap_err();
+/// assert!(error.to_string().contains("larger than 16 MiB"));
+/// ```
+pub fn read_config(path: &Path) -> anyhow::Result<String> {
+    let bytes = read_at_most(path, MAX_CONFIG_FILE)?;
+    String::from_utf8(bytes).with_context(|| format!("{} is not UTF-8 text", path.display()))
+}
