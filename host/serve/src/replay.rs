@@ -175,6 +175,7 @@ pub fn exact_with_progress(
     config: Option<&str>,
     progress: &mut dyn FnMut(usize, usize),
 ) -> anyhow::Result<ExactReplay> {
+    known_cell(journal, cell)?;
     let mut out = ExactReplay {
         cell: cell.to_string(),
         policy_digest: policy.digest.clone(),
@@ -341,10 +342,24 @@ pub fn exact_with_progress(
     Ok(out)
 }
 
+/// A cell the journal has records of; else the error lists the ones it has (a mistyped
+/// `--cell` read as "no round was served by this policy").
+fn known_cell(journal: &Journal, cell: &str) -> anyhow::Result<()> {
+    let cells = journal.cells();
+    if !cells.iter().any(|c| c == cell) {
+        bail!(
+            "the journal has no cell `{cell}` (its cells: {})",
+            cells.join(", ")
+        );
+    }
+    Ok(())
+}
+
 /// The workload a cell's journal recorded: its nodes and every job's arrival,
 /// shape and run time (the run time the job asked for, which is what the
 /// simulated pool ran it for).
 pub fn scenario(journal: &Journal, cell: &str) -> anyhow::Result<Scenario> {
+    known_cell(journal, cell)?;
     let mut mirror: Option<Cluster> = None;
     let mut nodes: Vec<NodeRequest> = Vec::new();
     let mut tasks: Vec<SimTask> = Vec::new();
@@ -656,6 +671,15 @@ mod tests {
         assert_eq!(
             (out.native_rounds_compared, out.native_rounds_identical),
             (1, 1)
+        );
+        // A mistyped cell names the cells there are.
+        let error = exact(&journal, "contrl", &policy, None)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            error.contains("no cell `contrl` (its cells: control)"),
+            "{error}"
         );
         assert_eq!((out.unserved_rounds, out.unserved_rounds_empty), (1, 1));
         assert_eq!(out.rounds_compared, 0, "best-fit served nothing here");
