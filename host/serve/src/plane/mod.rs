@@ -639,7 +639,6 @@ fn move_status(
     index.entry(to).or_default().insert(id);
 }
 
-/// The tenant whose slot `slot` is (the inverse of [`tenant_slot`]).
 /// A name the API creates something under (a slot, an experiment) is what a policy's own
 /// name may be — at most 128 bytes of printable text, not blank — so a slot named after
 /// its manifest always passes, and no name writes escape codes to the terminals and logs
@@ -655,6 +654,7 @@ fn check_label(what: &str, name: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// The tenant whose slot `slot` is (the inverse of [`tenant_slot`]).
 fn slot_tenant(slot: &str) -> Option<&str> {
     slot.strip_prefix("tenant:")
 }
