@@ -1,7 +1,7 @@
-//! Reading the configuration files a person names with a bound: a path
-//! to `/dev/zero`, a FIFO or a log file named by mistake must end in an error, not in
-//! memory growing until the kernel kills the process. (Components are read the same way by
-//! `arbiter_policies::read`.)
+//! Reading the files a person names — configurations, certificates, tokens, policy
+//! components — with a bound: a path to `/dev/zero` or a log file named by mistake must
+//! end in an error, not in memory growing until the kernel kills the process. Every such
+//! read in the workspace goes through [`read_at_most`].
 
 use anyhow::{Context, bail};
 use std::io::Read;
@@ -11,7 +11,12 @@ use std::path::Path;
 /// policy's default configuration may be 64 KiB).
 pub const MAX_CONFIG_FILE: u64 = 16 << 20;
 
-/// The bytes of `path`, at most `max` of them; more is an error naming the file.
+/// The largest component file read (`arbiter_repro::read_policy`, `policies.d/`): four times the default compile limit (16 MiB), so an
+/// operator who raised that limit can still load what it allows.
+pub const MAX_COMPONENT_FILE: u64 = 64 << 20;
+
+/// The bytes of `path`, at most `max` of them; more is an error naming the file. The
+/// error's root cause is the [`std::io::Error`] (`NotFound` for a missing file).
 pub fn read_at_most(path: &Path, max: u64) -> anyhow::Result<Vec<u8>> {
     let file = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
     let mut bytes = Vec::new();
@@ -20,7 +25,7 @@ pub fn read_at_most(path: &Path, max: u64) -> anyhow::Result<Vec<u8>> {
         .with_context(|| format!("reading {}", path.display()))?;
     if bytes.len() as u64 > max {
         bail!(
-            "{} is larger than {} MiB, more than a configuration file may be",
+            "{} is larger than {} MiB, more than arbiter reads from one file",
             path.display(),
             max >> 20
         );

@@ -70,11 +70,11 @@ impl PolicyDirectory {
                 for entry in entries.flatten() {
                     let path = entry.path();
                     if path.extension().is_some_and(|e| e == "wasm") && path.is_file() {
-                        match std::fs::read(&path) {
+                        match crate::files::read_at_most(&path, crate::files::MAX_COMPONENT_FILE) {
                             Ok(bytes) => {
                                 present.insert(path, bytes);
                             }
-                            Err(e) => out.failed.push((path, e.to_string())),
+                            Err(e) => out.failed.push((path, format!("{e:#}"))),
                         }
                     }
                 }

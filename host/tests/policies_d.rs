@@ -44,6 +44,18 @@ fn reconcile_loads_replaces_and_unloads() {
     assert!(dir.reconcile().failed.is_empty());
     assert_eq!(slot.active_id(), Some(g1.id));
 
+    // A file larger than any component is refused after a bounded read (it is sparse
+    // here: no disk is spent), not read whole into memory.
+    let huge = std::fs::File::create(tmp.path().join("huge.wasm")).unwrap();
+    huge.set_len(arbiter_host::files::MAX_COMPONENT_FILE + 1)
+        .unwrap();
+    drop(huge);
+    let r = dir.reconcile();
+    assert_eq!(r.failed.len(), 1, "{r:?}");
+    assert!(r.failed[0].1.contains("larger than 64 MiB"), "{r:?}");
+    std::fs::remove_file(tmp.path().join("huge.wasm")).unwrap();
+    assert_eq!(slot.active_id(), Some(g1.id));
+
     // Same file, another policy: the new slot loads, the old generation unloads.
     std::fs::write(&fifo, arbiter_policies::get("sjf").unwrap()).unwrap();
     let r = dir.reconcile();

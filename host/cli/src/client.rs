@@ -822,10 +822,6 @@ pub struct DescribeArgs {
     pub slot: String,
 }
 
-fn read_component(file: &str) -> anyhow::Result<Vec<u8>> {
-    Ok(arbiter_policies::read(file)?.into_owned())
-}
-
 fn gen_json(g: &v1::GenerationInfo) -> serde_json::Value {
     serde_json::json!({
         "id": g.id, "name": g.name, "version": g.version, "digest": g.digest,
@@ -887,7 +883,7 @@ fn print_slot(s: &v1::SlotInfo, json: bool) -> anyhow::Result<()> {
 pub async fn remote_policy(cmd: &RemotePolicy) -> anyhow::Result<()> {
     match cmd {
         RemotePolicy::Load(a) => {
-            let wasm = read_component(&a.file)?;
+            let wasm = arbiter_repro::read_policy(&a.file)?;
             let config = match &a.config {
                 Some(p) => arbiter_host::files::read_config(p)?,
                 None => String::new(),

@@ -1,6 +1,7 @@
 //! `arbiter policy …`: check and list policy components.
 
 use anyhow::Context;
+use arbiter_host::files::{MAX_COMPONENT_FILE, read_at_most};
 use arbiter_host::runtime::{
     CodeStats, CompiledPolicy, ImportClass, MAX_NAME_TEXT, PolicyEngine, RuntimeConfig,
     SERVED_VERSIONS, guest_text, inspect_component,
@@ -98,11 +99,6 @@ struct ImportReport {
     class: ImportClass,
 }
 
-/// Bytes of a built-in policy name or a file path ([`arbiter_policies::read`]'s rule).
-fn read_source(source: &str) -> anyhow::Result<Vec<u8>> {
-    Ok(arbiter_policies::read(source)?.into_owned())
-}
-
 fn report(source: &str, bytes: &[u8], result: Result<CompiledPolicy, String>) -> Report {
     let inspection = inspect_component(bytes).ok();
     let code = inspection.as_ref().map(|i| i.code);
@@ -153,7 +149,7 @@ fn report(source: &str, bytes: &[u8], result: Result<CompiledPolicy, String>) ->
 }
 
 fn check(args: &CheckArgs) -> anyhow::Result<()> {
-    let bytes = read_source(&args.file)?;
+    let bytes = arbiter_repro::read_policy(&args.file)?;
     let defaults = RuntimeConfig::default();
     let engine = PolicyEngine::new(RuntimeConfig {
         allowed_capabilities: args.allow.clone(),
@@ -259,11 +255,23 @@ fn ls(args: &LsArgs) -> anyhow::Result<()> {
             .filter(|p| p.extension().is_some_and(|e| e == "wasm"))
             .collect();
         files.sort();
+        // A file that cannot be read is a row of its own, like one that does not compile:
+        // the listing goes on. Only regular files are opened (a FIFO named `x.wasm`
+        // would block the listing until something wrote to it).
         for file in files {
-            let bytes =
-                std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
-            let r = engine.compile(&bytes).map_err(|e| e.to_string());
-            rows.push(report(&file.display().to_string(), &bytes, r));
+            let source = file.display().to_string();
+            let bytes = if file.is_file() {
+                read_at_most(&file, MAX_COMPONENT_FILE).map_err(|e| format!("{e:#}"))
+            } else {
+                Err("not a regular file".to_string())
+            };
+            match bytes {
+                Ok(bytes) => {
+                    let r = engine.compile(&bytes).map_err(|e| e.to_string());
+                    rows.push(report(&source, &bytes, r));
+                }
+                Err(error) => rows.push(report(&source, &[], Err(error))),
+            }
         }
     }
     if args.json {

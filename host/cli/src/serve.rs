@@ -212,7 +212,7 @@ pub struct ReplayArgs {
 }
 
 fn load(spec: &str) -> anyhow::Result<(String, Vec<u8>)> {
-    Ok((spec.to_string(), arbiter_policies::read(spec)?.into_owned()))
+    Ok((spec.to_string(), arbiter_repro::read_policy(spec)?))
 }
 
 /// Progress on standard error for a long replay: at most every two seconds.

@@ -69,6 +69,61 @@ fn connection_options_before_the_command_reach_it() {
     assert!(stderr.contains("127.0.0.1:1"), "{stderr}");
 }
 
+/// `policy ls --dir` lists what it can and says why it cannot list the rest: a FIFO
+/// named like a component is not opened (the listing blocked on it until something wrote
+/// to it), a file that is not a component is a row with its error, and neither stops the
+/// rows after it.
+#[test]
+fn policy_ls_lists_a_directory_past_files_it_cannot_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let status = Command::new("mkfifo")
+        .arg(dir.path().join("a-fifo.wasm"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    std::fs::write(dir.path().join("b-text.wasm"), "not a component").unwrap();
+    std::fs::write(
+        dir.path().join("c-fifo.wasm"),
+        arbiter_policies::get("fifo").unwrap(),
+    )
+    .unwrap();
+    // Output to files, not pipes: the listing is larger than a pipe holds, and this
+    // test reads it only once the command has ended.
+    let out_dir = tempfile::tempdir().unwrap();
+    let (stdout, stderr) = (out_dir.path().join("out"), out_dir.path().join("err"));
+    let mut child = Command::new(BIN)
+        .args(["policy", "ls", "--json", "--dir"])
+        .arg(dir.path())
+        .stdout(std::fs::File::create(&stdout).unwrap())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("`policy ls --dir` blocked on the FIFO");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(
+        child.wait().unwrap().success(),
+        "{}",
+        std::fs::read_to_string(&stderr).unwrap()
+    );
+    let rows: Vec<serde_json::Value> =
+        serde_json::from_slice(&std::fs::read(&stdout).unwrap()).unwrap();
+    let row = |file: &str| {
+        rows.iter()
+            .find(|r| r["source"].as_str().is_some_and(|s| s.ends_with(file)))
+            .unwrap_or_else(|| panic!("no row for {file}: {rows:?}"))
+    };
+    assert_eq!(row("a-fifo.wasm")["error"], "not a regular file");
+    assert_eq!(row("b-text.wasm")["ok"], false);
+    assert_eq!(row("c-fifo.wasm")["ok"], true);
+    assert_eq!(row("c-fifo.wasm")["name"], "fifo");
+}
+
 /// An embedded pool one machine cannot hold, or a node past the contract's GPU count, is
 /// a usage error: the first aborted allocating 9.6 GB, the second overflowed a
 /// multiplication (a panic in a debug build, a wrong pool in a release one).

@@ -220,12 +220,57 @@ pub struct PolicySource {
     pub bytes: Vec<u8>,
 }
 
-/// Resolves `name-or-path` as every command does ([`arbiter_policies::read`]).
+/// Resolves `name-or-path` as every command does ([`read_policy`]).
 pub fn resolve_policy(spec: &str) -> anyhow::Result<PolicySource> {
     Ok(PolicySource {
         label: spec.to_string(),
-        bytes: arbiter_policies::read(spec)?.into_owned(),
+        bytes: read_policy(spec)?,
     })
+}
+
+/// The prefix that names a built-in policy whatever files exist (`builtin:fifo`).
+pub const BUILTIN_PREFIX: &str = "builtin:";
+
+/// The component a person names on a command line, read the same way by every command:
+/// `builtin:NAME` is that built-in; a path to a file is the file (at most
+/// [`MAX_COMPONENT_FILE`](arbiter_host::files::MAX_COMPONENT_FILE) bytes); a bare built-in name with no such file is the built-in
+/// (so `./fifo`, if you wrote one, wins over ours). Anything else is an error that lists
+/// the built-ins.
+///
+/// ```
+/// use arbiter_repro::read_policy;
+/// assert_eq!(read_policy("builtin:fifo")?, read_policy("fifo")?);
+/// assert_eq!(&read_policy("fifo")?[..4], b"\0asm");
+/// let error = read_policy("no-such-policy").unwrap_err();
+/// assert!(error.to_string().starts_with("no file `no-such-policy` and no built-in policy of that name"));
+/// # Ok::<(), anyhow::Error>(())
+/// ```
+pub fn read_policy(spec: &str) -> anyhow::Result<Vec<u8>> {
+    let built_ins = || arbiter_policies::names().collect::<Vec<_>>().join(", ");
+    if let Some(name) = spec.strip_prefix(BUILTIN_PREFIX) {
+        return arbiter_policies::get(name)
+            .map(<[u8]>::to_vec)
+            .with_context(|| format!("no built-in policy `{name}` (built-ins: {})", built_ins()));
+    }
+    match arbiter_host::files::read_at_most(spec.as_ref(), arbiter_host::files::MAX_COMPONENT_FILE)
+    {
+        Ok(bytes) => Ok(bytes),
+        Err(e)
+            if e.root_cause()
+                .downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound) =>
+        {
+            arbiter_policies::get(spec)
+                .map(<[u8]>::to_vec)
+                .with_context(|| {
+                    format!(
+                        "no file `{spec}` and no built-in policy of that name (built-ins: {})",
+                        built_ins()
+                    )
+                })
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Compiles each comma-separated policy once, on up to `threads` threads
@@ -380,4 +425,35 @@ pub fn run(args: &SimArgs) -> anyhow::Result<SimOutput> {
     }
     output.wall_seconds = started.elapsed().as_secs_f64();
     Ok(output)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::read_policy;
+
+    #[test]
+    fn a_file_wins_over_a_built_in_of_its_name_and_the_prefix_wins_over_both() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mine = dir.path().join("fifo");
+        std::fs::write(&mine, b"mine").expect("write");
+        let path = mine.to_str().expect("utf-8 temp path");
+        assert_eq!(read_policy(path).expect("the file"), b"mine");
+        assert_eq!(
+            read_policy("builtin:fifo").expect("built in"),
+            arbiter_policies::get("fifo").expect("built in")
+        );
+        let error = read_policy("builtin:nope").expect_err("unknown");
+        assert!(
+            error
+                .to_string()
+                .starts_with("no built-in policy `nope` (built-ins: "),
+            "{error}"
+        );
+        // Reading is bounded: `/dev/zero` is refused, not read for ever.
+        let error = format!("{:#}", read_policy("/dev/zero").expect_err("endless"));
+        assert!(error.contains("larger than 64 MiB"), "{error}");
+        // A directory is neither: its read error, not a built-in's.
+        let error = read_policy(dir.path().to_str().expect("utf-8")).expect_err("a directory");
+        assert!(error.to_string().starts_with("reading "), "{error}");
+    }
 }

@@ -13,6 +13,7 @@
 
 use crate::files::{private_dir, write};
 use anyhow::Context;
+use arbiter_host::files::{MAX_CONFIG_FILE, read_at_most};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
@@ -62,8 +63,7 @@ pub fn server_tls(
             if settings.mode == TlsMode::Off {
                 anyhow::bail!("--tls off with --tls-cert/--tls-key: choose one");
             }
-            let read =
-                |p: &Path| std::fs::read(p).with_context(|| format!("reading {}", p.display()));
+            let read = |p: &Path| read_at_most(p, MAX_CONFIG_FILE);
             return Ok(Some(ServerTls {
                 cert_pem: read(cert)?,
                 key_pem: read(key)?,
@@ -178,7 +178,7 @@ pub fn self_issued(dir: &Path, mut names: Vec<String>) -> anyhow::Result<ServerT
         write(&names_path, wanted.as_bytes(), false)?;
         tracing::info!(names = ?names, "issued the server certificate");
     }
-    let read = |p: &Path| std::fs::read(p).with_context(|| format!("reading {}", p.display()));
+    let read = |p: &Path| read_at_most(p, MAX_CONFIG_FILE);
     Ok(ServerTls {
         cert_pem: read(&cert_path)?,
         key_pem: read(&key_path)?,
