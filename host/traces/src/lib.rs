@@ -25,7 +25,8 @@
 //! order does not matter and extra columns are ignored; whitespace around a field and a
 //! UTF-8 byte-order mark before the header are dropped; times and durations past
 //! [`MAX_TRACE_SECONDS`] (the end of the year 9999) are refused; a record with a different field
-//! count than the header is an error; blank lines are skipped. A zero-byte file is
+//! count than the header is an error, and so is one longer than [`MAX_RECORD_BYTES`] (a file
+//! that is one endless line); blank lines are skipped. A zero-byte file is
 //! [`TraceError::Empty`]; a header with no rows loads as an empty trace.
 //!
 //! The oddities that the real files legitimately contain are accepted explicitly and
@@ -74,4 +75,7 @@ pub mod philly;
 pub use error::{Result, TraceError};
 pub use gpu::{GpuModel, GpuModelSet, UnknownGpuModel};
 pub use location::{TRACES_DIR_ENV, trace_file, traces_dir};
-pub use table::{MAX_TRACE_SECONDS, TraceReader, header_columns, open_trace, read_header_columns};
+pub use table::{
+    MAX_RECORD_BYTES, MAX_TRACE_SECONDS, TraceReader, header_columns, open_trace,
+    read_header_columns,
+};

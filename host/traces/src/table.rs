@@ -65,6 +65,75 @@ pub fn open_trace(path: &Path) -> Result<TraceReader> {
     Ok(TraceReader { inner })
 }
 
+/// The most bytes one record (the header included) may span. Real traces' records are
+/// under 200 bytes; a file that is one endless line — a binary file, a log, `/dev/zero`
+/// named by mistake — must end in an error, not in a record buffer that grows without
+/// end.
+pub const MAX_RECORD_BYTES: u64 = 1 << 20;
+
+/// The error a [`RecordBound`] reader returns once a record outgrows [`MAX_RECORD_BYTES`].
+#[derive(Debug)]
+struct RecordTooLong;
+
+impl std::fmt::Display for RecordTooLong {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "a record longer than {} MiB (a trace's records are short lines of CSV: is this \
+             the right file?)",
+            MAX_RECORD_BYTES >> 20
+        )
+    }
+}
+
+impl std::error::Error for RecordTooLong {}
+
+/// A reader that fails once more bytes are read without [`Table::next_row`] completing a
+/// record than a record may span plus one read-ahead of the CSV reader's buffer: every
+/// record of at most [`MAX_RECORD_BYTES`] passes, and a longer one is an error before its
+/// buffer grows much past the bound.
+struct RecordBound<R> {
+    inner: R,
+    left: u64,
+}
+
+impl<R> RecordBound<R> {
+    const ALLOWANCE: u64 = MAX_RECORD_BYTES + READ_BUFFER_BYTES as u64;
+
+    fn new(inner: R) -> Self {
+        RecordBound {
+            inner,
+            left: Self::ALLOWANCE,
+        }
+    }
+
+    /// A record ended: the next one gets the whole allowance.
+    fn record_ended(&mut self) {
+        self.left = Self::ALLOWANCE;
+    }
+}
+
+impl<R: Read> Read for RecordBound<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.left == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, RecordTooLong));
+        }
+        let most = buf
+            .len()
+            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+        let read = self.inner.read(&mut buf[..most])?;
+        self.left -= read as u64;
+        Ok(read)
+    }
+}
+
+/// Whether a CSV error is a [`RecordBound`]'s refusal.
+fn is_record_too_long(error: &io::Error) -> bool {
+    error
+        .get_ref()
+        .is_some_and(|inner| inner.is::<RecordTooLong>())
+}
+
 /// A column the loader found in the header: its index and its name (for error messages).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Column {
@@ -74,7 +143,7 @@ pub(crate) struct Column {
 
 /// A CSV table being read record by record.
 pub(crate) struct Table<'f, R> {
-    reader: csv::Reader<R>,
+    reader: csv::Reader<RecordBound<R>>,
     headers: csv::ByteRecord,
     record: csv::ByteRecord,
     file: &'f Path,
@@ -92,7 +161,7 @@ impl<'f, R: Read> Table<'f, R> {
             // whitespace around a field is never part of a trace's value.
             .trim(csv::Trim::All)
             .buffer_capacity(READ_BUFFER_BYTES)
-            .from_reader(source);
+            .from_reader(RecordBound::new(source));
         let headers = reader
             .byte_headers()
             .map_err(|error| csv_error(file, error))?
@@ -143,7 +212,9 @@ impl<'f, R: Read> Table<'f, R> {
     /// The next record, or `None` at the end of the input. Blank lines are skipped by the
     /// CSV reader (the Philly export ends with one).
     pub(crate) fn next_row(&mut self) -> Result<Option<Row<'_>>> {
-        match self.reader.read_byte_record(&mut self.record) {
+        let read = self.reader.read_byte_record(&mut self.record);
+        self.reader.get_mut().record_ended();
+        match read {
             Ok(false) => Ok(None),
             Ok(true) => {
                 let line = self.record.position().map_or(0, csv::Position::line);
@@ -164,7 +235,11 @@ impl<'f, R: Read> Table<'f, R> {
             csv::ErrorKind::Io(source) => TraceError::Record {
                 file: self.file.to_path_buf(),
                 line: self.record.position().map_or(2, csv::Position::line),
-                reason: format!("read error: {source} (a truncated or damaged file?)"),
+                reason: if is_record_too_long(source) {
+                    source.to_string()
+                } else {
+                    format!("read error: {source} (a truncated or damaged file?)")
+                },
             },
             _ => csv_error(self.file, error),
         }
@@ -200,6 +275,12 @@ fn csv_error(file: &Path, error: csv::Error) -> TraceError {
     let line = error.position().map_or(0, csv::Position::line);
     let message = error.to_string();
     match error.into_kind() {
+        // Only the header is read here (records go through `Table::located`).
+        csv::ErrorKind::Io(source) if is_record_too_long(&source) => TraceError::Record {
+            file: file.to_path_buf(),
+            line: 1,
+            reason: source.to_string(),
+        },
         csv::ErrorKind::Io(source) => TraceError::Io {
             file: file.to_path_buf(),
             source,

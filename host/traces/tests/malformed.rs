@@ -382,6 +382,42 @@ fn invalid_utf8_name_is_a_field_error() {
     assert_field_error(&error, file, 2, "sn", "n\u{fffd}");
 }
 
+/// A file that is one endless line (or one endless quoted field) ends in an error at the
+/// record it is in, once the record passes `MAX_RECORD_BYTES`: the reader here never
+/// ends, so without the bound this test would not.
+#[test]
+fn an_endless_record_is_refused_at_its_line() {
+    use std::io::Read;
+    let file = Path::new("nodes.csv");
+    let endless =
+        |prefix: &'static str, filler: u8| prefix.as_bytes().chain(std::io::repeat(filler));
+    let too_long = format!(
+        "a record longer than {} MiB",
+        arbiter_traces::MAX_RECORD_BYTES >> 20
+    );
+    for (source, line) in [
+        (endless("", b'x'), 1),
+        (
+            endless(
+                "sn,cpu_milli,memory_mib,gpu,model\nn0,1000,1024,2,T4\n",
+                b'x',
+            ),
+            3,
+        ),
+        (endless("sn,cpu_milli,memory_mib,gpu,model\n\"", b'\n'), 2),
+    ] {
+        let error = openb::read_nodes(source, file).unwrap_err();
+        assert_eq!(error.line(), Some(line), "{error}");
+        assert!(error.to_string().contains(&too_long), "{error}");
+    }
+    // A record just under the bound is read (a name of nearly a mebibyte, after a record
+    // that used the reader's whole read-ahead).
+    let name = "n".repeat(arbiter_traces::MAX_RECORD_BYTES as usize - 100);
+    let contents = format!("{NODE_HEADER}\nn0,1000,1024,2,T4\n{name},1000,1024,2,T4\n");
+    let nodes = openb::read_nodes(contents.as_bytes(), file).unwrap();
+    assert_eq!(nodes.len(), 2);
+}
+
 #[test]
 fn quoted_multiline_field_reports_the_record_start_line() {
     let contents = format!("{NODE_HEADER}\nn0,1000,1024,2,T4\n\"n\n1\",1000,x,2,T4\n");
