@@ -285,6 +285,12 @@ mod tests {
                 "{args}: {error}"
             );
         }
+        // A required option given before the command: `node`'s token is checked after
+        // parsing, so the earlier one counts.
+        assert!(matches!(
+            parsed("arbiter --token T node --name n1 --state-dir d").map(|c| c.command),
+            Ok(Command::Node(node::NodeArgs { token: Some(t), .. })) if t == "T"
+        ));
         // Where the command has the option itself, it is that option.
         assert!(parsed("arbiter --json sim").is_ok());
         assert!(matches!(

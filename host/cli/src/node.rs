@@ -19,9 +19,10 @@ pub struct NodeArgs {
     #[arg(long, env = "ARBITER_SERVER", default_value = "http://127.0.0.1:7070")]
     pub server: String,
     /// Node token (`node.token` in the control plane's data directory: it
-    /// opens node sessions and nothing else); the admin token works too.
+    /// opens node sessions and nothing else); the admin token works too. Required;
+    /// checked after parsing, so `arbiter --token T node …` gives it too.
     #[arg(long, env = "ARBITER_TOKEN", hide_env_values = true)]
-    pub token: String,
+    pub token: Option<String>,
     /// CA certificate to trust for an `https://` server (the plane's
     /// `<data>/tls/ca.pem`); default: the system's roots.
     #[arg(long, env = "ARBITER_CA_CERT")]
@@ -104,6 +105,10 @@ fn parse_period(s: &str) -> Result<Duration, String> {
 }
 
 pub fn node(a: &NodeArgs) -> anyhow::Result<()> {
+    let token = a.token.as_deref().context(
+        "no --token given (or ARBITER_TOKEN): an agent needs the node token, `node.token` in \
+         the control plane's data directory",
+    )?;
     let mut env = Vec::new();
     for kv in &a.env {
         let (k, v) = kv
@@ -169,7 +174,7 @@ pub fn node(a: &NodeArgs) -> anyhow::Result<()> {
         )
     };
     let name = a.name.clone();
-    let mut cfg = AgentConfig::new(&a.server, &a.token, &a.name);
+    let mut cfg = AgentConfig::new(&a.server, token, &a.name);
     if let Some(path) = &a.ca_cert {
         cfg.ca_pem = Some(arbiter_host::files::read_at_most(
             path,

@@ -67,6 +67,22 @@ fn connection_options_before_the_command_reach_it() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("127.0.0.1:1"), "{stderr}");
+
+    // The node agent's token, required, may come before the command too; with none at
+    // all the agent says where to find one before it starts anything.
+    let state = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .args(["node", "--name", "n1", "--sim-gpus", "1", "--state-dir"])
+        .arg(state.path())
+        .env_remove("ARBITER_TOKEN")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("no --token given") && stderr.contains("node.token"),
+        "{stderr}"
+    );
 }
 
 /// `policy ls --dir` lists what it can and says why it cannot list the rest: a FIFO
