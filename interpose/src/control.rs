@@ -570,13 +570,19 @@ unsafe impl Send for MappedBlock {}
 unsafe impl Sync for MappedBlock {}
 
 impl MappedBlock {
-    /// Node side: create (or truncate) the file, map it and initialise the block.
+    /// Node side: create the file, map it and initialise the block. A file already at
+    /// `path` is unlinked, never truncated: a process that still maps it (a workload the
+    /// agent lost track of) keeps its pages — truncating them would kill it with SIGBUS
+    /// at its next access — and the new block is a fresh file nobody else maps.
     pub fn create(path: &Path, init: &BlockInit) -> io::Result<MappedBlock> {
+        match std::fs::remove_file(path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
         let file = OpenOptions::new()
             .read(true)
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .open(path)?;
         file.set_len(BLOCK_SIZE as u64)?;
         let block = Self::map(file)?;
@@ -771,8 +777,7 @@ mod tests {
 
     #[test]
     fn file_roundtrip_and_validation() {
-        let dir = std::env::temp_dir().join(format!("arbiter-ctl-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("tmp dir");
+        let dir = tempfile_dir("arbiter-ctl");
         let path = dir.join("block");
         let w = MappedBlock::create(
             &path,
@@ -791,6 +796,39 @@ mod tests {
         assert!(MappedBlock::open(&path).is_err());
         drop((w, r));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A block created where one exists leaves the old one's mappings whole: its reader
+    /// reads on (a truncated mapping would have raised SIGBUS and ended this test
+    /// process) and sees the old values, not the new block's.
+    #[test]
+    fn creating_over_a_mapped_block_never_truncates_it() {
+        let dir = tempfile_dir("arbiter-ctl-recreate");
+        let path = dir.join("1.block");
+        let init = |quota_bytes| BlockInit {
+            quota_bytes,
+            ..Default::default()
+        };
+        let old_writer = MappedBlock::create(&path, &init(42)).expect("create");
+        let old_reader = MappedBlock::open(&path).expect("open").leak();
+        drop(old_writer);
+        let new_writer = MappedBlock::create(&path, &init(7)).expect("create again");
+        assert_eq!(old_reader.limits.quota_bytes.load(Ordering::Relaxed), 42);
+        assert_eq!(old_reader.validate(), Ok(()));
+        let new_reader = MappedBlock::open(&path).expect("open the new block");
+        assert_eq!(new_reader.limits.quota_bytes.load(Ordering::Relaxed), 7);
+        new_writer.set_pacing(9, 1);
+        assert_eq!(
+            old_reader.limits.pace_interval_ns.load(Ordering::Relaxed),
+            0
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn tempfile_dir(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("tmp dir");
+        dir
     }
 
     fn block(quota: u64) -> Box<ControlBlock> {
