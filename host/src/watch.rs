@@ -45,6 +45,9 @@ pub struct PolicyDirectory {
     loaded: Mutex<BTreeMap<PathBuf, Loaded>>,
     /// Digests that failed, so a broken file is not recompiled on every poll.
     failed: Mutex<BTreeMap<PathBuf, String>>,
+    /// Files that could not be read, with the error: read again at every
+    /// reconcile (reading is cheap), reported again only when the error changes.
+    unreadable: Mutex<BTreeMap<PathBuf, String>>,
 }
 
 impl PolicyDirectory {
@@ -54,6 +57,7 @@ impl PolicyDirectory {
             registry,
             loaded: Mutex::new(BTreeMap::new()),
             failed: Mutex::new(BTreeMap::new()),
+            unreadable: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -65,6 +69,7 @@ impl PolicyDirectory {
     pub fn reconcile(&self) -> Reconciled {
         let mut out = Reconciled::default();
         let mut present = BTreeMap::new();
+        let mut unreadable = BTreeMap::new();
         match std::fs::read_dir(&self.dir) {
             Ok(entries) => {
                 for entry in entries.flatten() {
@@ -74,7 +79,9 @@ impl PolicyDirectory {
                             Ok(bytes) => {
                                 present.insert(path, bytes);
                             }
-                            Err(e) => out.failed.push((path, format!("{e:#}"))),
+                            Err(e) => {
+                                unreadable.insert(path, format!("{e:#}"));
+                            }
                         }
                     }
                 }
@@ -83,6 +90,16 @@ impl PolicyDirectory {
                 tracing::warn!(dir = %self.dir.display(), error = %e, "cannot read policy directory");
                 return out;
             }
+        }
+        {
+            let mut reported = self.unreadable.lock();
+            for (path, error) in &unreadable {
+                if reported.get(path) != Some(error) {
+                    tracing::warn!(file = %path.display(), %error, "policy file cannot be read");
+                    out.failed.push((path.clone(), error.clone()));
+                }
+            }
+            *reported = unreadable;
         }
         let mut loaded = self.loaded.lock();
         let gone: Vec<PathBuf> = loaded
