@@ -26,7 +26,7 @@ use anyhow::Context;
 use arbiter_policy_sdk::model::{Decision, Delta, RoundInfo, Snapshot};
 use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
 /// One line of the journal.
@@ -443,7 +443,7 @@ impl SegmentWriter {
 /// onto the torn one, it would have been skipped with it. The torn line stays, and readers
 /// report it as skipped. Returns the file's length after.
 fn end_torn_record(file: &mut File, path: &Path) -> anyhow::Result<u64> {
-    use std::io::{Read, Seek, SeekFrom};
+    use std::io::{Seek, SeekFrom};
     let len = file.metadata().map_or(0, |m| m.len());
     if len == 0 {
         return Ok(0);
@@ -479,6 +479,31 @@ fn open_private_append(path: &Path) -> anyhow::Result<File> {
         .with_context(|| format!("opening journal {}", path.display()))
 }
 
+/// The longest journal line read: far above any record the plane writes (snapshots are
+/// files of their own; a round's record holds at most a round's decisions), so that a file
+/// that is not a journal costs a bounded buffer, not memory without end.
+pub const MAX_LINE_BYTES: u64 = 256 << 20;
+
+/// Reads past the rest of a line without keeping it.
+fn skip_line(source: &mut impl BufRead) -> std::io::Result<()> {
+    loop {
+        let buffer = source.fill_buf()?;
+        if buffer.is_empty() {
+            return Ok(());
+        }
+        match buffer.iter().position(|&b| b == b'\n') {
+            Some(end) => {
+                source.consume(end + 1);
+                return Ok(());
+            }
+            None => {
+                let all = buffer.len();
+                source.consume(all);
+            }
+        }
+    }
+}
+
 /// What reading a journal found.
 #[derive(Debug, Default)]
 pub struct Journal {
@@ -502,6 +527,11 @@ impl Journal {
         paths.push(path.to_path_buf());
         let mut offset = 0;
         for p in &paths {
+            // A device or a FIFO named by mistake (`replay /dev/zero`) is refused before it
+            // is opened: opening a FIFO blocks, and a device need never end.
+            if std::fs::metadata(p).is_ok_and(|m| !m.is_file()) {
+                anyhow::bail!("journal {} is not a regular file", p.display());
+            }
             let Ok(file) = File::open(p) else {
                 if p == path && paths.len() > 1 {
                     continue;
@@ -568,16 +598,17 @@ impl Journal {
     }
 
     /// Reads journal lines from `source`: records in order, and the lines
-    /// that are not records (a torn last line, a line that is not UTF-8)
-    /// set aside with their line number and the reason. Only an I/O error
-    /// stops the reading.
+    /// that are not records (a torn last line, a line that is not UTF-8, one
+    /// longer than [`MAX_LINE_BYTES`]) set aside with their line number and the
+    /// reason. Only an I/O error stops the reading.
     pub fn from_reader(mut source: impl BufRead) -> anyhow::Result<Journal> {
         let mut journal = Journal::default();
         let mut bytes = Vec::new();
         let mut number = 0usize;
         loop {
             bytes.clear();
-            let read = source
+            let read = (&mut source)
+                .take(MAX_LINE_BYTES)
                 .read_until(b'\n', &mut bytes)
                 .with_context(|| format!("reading line {}", number + 1))?;
             if read == 0 {
@@ -585,6 +616,17 @@ impl Journal {
             }
             number += 1;
             journal.lines = number;
+            if read as u64 == MAX_LINE_BYTES && bytes.last() != Some(&b'\n') {
+                skip_line(&mut source).with_context(|| format!("reading line {number}"))?;
+                journal.skipped.push((
+                    number,
+                    format!(
+                        "longer than {} MiB, more than any record (not a journal?)",
+                        MAX_LINE_BYTES >> 20
+                    ),
+                ));
+                continue;
+            }
             let line = match std::str::from_utf8(&bytes) {
                 Ok(line) => line,
                 Err(e) => {
@@ -641,6 +683,35 @@ impl Journal {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A file that is not a journal costs a bounded buffer: a line longer than any
+    /// record is skipped (and said), the lines after it are read; a device or a FIFO is
+    /// refused before it is opened.
+    #[test]
+    fn an_overlong_line_is_skipped_and_a_device_refused() -> anyhow::Result<()> {
+        let record = serde_json::to_string(&Record::Snapshot {
+            cell: "control".into(),
+            wall_ms: 7,
+            snapshot: Box::default(),
+        })?;
+        let rest = format!("\n{record}\n");
+        let source = std::io::repeat(b'x')
+            .take(MAX_LINE_BYTES + 10)
+            .chain(rest.as_bytes());
+        let journal = Journal::from_reader(BufReader::new(source))?;
+        assert_eq!(journal.records.len(), 1);
+        assert_eq!(journal.lines, 2);
+        assert_eq!(journal.skipped.len(), 1);
+        assert_eq!(journal.skipped[0].0, 1);
+        assert!(journal.skipped[0].1.contains("longer than 256 MiB"));
+
+        let error = Journal::read(Path::new("/dev/zero")).expect_err("a device");
+        assert!(
+            format!("{error:#}").contains("is not a regular file"),
+            "{error:#}"
+        );
+        Ok(())
+    }
 
     /// Found reading the journal path for its fuzz target: a snapshot whose job columns have
     /// unequal lengths panicked while its progress columns were filled in.
