@@ -166,6 +166,7 @@ impl<'f, R: Read> Table<'f, R> {
             .byte_headers()
             .map_err(|error| csv_error(file, error))?
             .clone();
+        reader.get_mut().record_ended();
         if headers.is_empty() {
             return Err(TraceError::Empty {
                 file: file.to_path_buf(),

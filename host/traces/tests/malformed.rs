@@ -410,12 +410,17 @@ fn an_endless_record_is_refused_at_its_line() {
         assert_eq!(error.line(), Some(line), "{error}");
         assert!(error.to_string().contains(&too_long), "{error}");
     }
-    // A record just under the bound is read (a name of nearly a mebibyte, after a record
-    // that used the reader's whole read-ahead).
+    // A record just under the bound is read, first after the header or after another.
     let name = "n".repeat(arbiter_traces::MAX_RECORD_BYTES as usize - 100);
-    let contents = format!("{NODE_HEADER}\nn0,1000,1024,2,T4\n{name},1000,1024,2,T4\n");
-    let nodes = openb::read_nodes(contents.as_bytes(), file).unwrap();
-    assert_eq!(nodes.len(), 2);
+    let long_header = format!("{NODE_HEADER},{}", "x".repeat(60_000));
+    let long_row = format!("{name},1000,1024,2,T4,");
+    for contents in [
+        format!("{long_header}\n{long_row}\nn0,1000,1024,2,T4,\n"),
+        format!("{long_header}\nn0,1000,1024,2,T4,\n{long_row}\n"),
+    ] {
+        let nodes = openb::read_nodes(contents.as_bytes(), file).unwrap();
+        assert_eq!(nodes.len(), 2);
+    }
 }
 
 #[test]
