@@ -91,6 +91,9 @@ impl PolicyDirectory {
                 return out;
             }
         }
+        // A file that cannot be read now (too large, a permission changed mid-copy) keeps
+        // what it loaded: only a file that is gone unloads.
+        let kept: Vec<PathBuf> = unreadable.keys().cloned().collect();
         {
             let mut reported = self.unreadable.lock();
             for (path, error) in &unreadable {
@@ -104,7 +107,7 @@ impl PolicyDirectory {
         let mut loaded = self.loaded.lock();
         let gone: Vec<PathBuf> = loaded
             .keys()
-            .filter(|p| !present.contains_key(*p))
+            .filter(|p| !present.contains_key(*p) && !kept.contains(p))
             .cloned()
             .collect();
         for path in gone {

@@ -58,6 +58,18 @@ fn reconcile_loads_replaces_and_unloads() {
     std::fs::remove_file(tmp.path().join("huge.wasm")).unwrap();
     assert_eq!(slot.active_id(), Some(g1.id));
 
+    // A loaded file that cannot be read any more keeps its generation (it is not gone),
+    // and says why once.
+    let loaded_file = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+    loaded_file
+        .set_len(arbiter_host::files::MAX_COMPONENT_FILE + 1)
+        .unwrap();
+    let r = dir.reconcile();
+    assert!(r.unloaded.is_empty() && r.failed.len() == 1, "{r:?}");
+    assert_eq!(slot.active_id(), Some(g1.id));
+    std::fs::write(&fifo, arbiter_policies::get("fifo").unwrap()).unwrap();
+    assert_eq!(dir.reconcile(), Default::default());
+
     // Same file, another policy: the new slot loads, the old generation unloads.
     std::fs::write(&fifo, arbiter_policies::get("sjf").unwrap()).unwrap();
     let r = dir.reconcile();
