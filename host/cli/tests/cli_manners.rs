@@ -140,6 +140,50 @@ fn policy_ls_lists_a_directory_past_files_it_cannot_read() {
     assert_eq!(row("c-fifo.wasm")["name"], "fifo");
 }
 
+/// `sim --config` means one thing for every protocol: a file if there is one, else TOML
+/// text. It was text for the policy protocols (a file name reached FGD as TOML, and a
+/// policy without options ignored it) and a file for the paper protocols. A policy
+/// without options refuses a configuration that sets one.
+#[test]
+fn sim_config_is_a_file_or_toml_text_and_a_policy_without_options_refuses_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("fgd.toml");
+    std::fs::write(&file, "bogus = 1\n").unwrap();
+    let sim = |policy: &str, config: &str| {
+        Command::new(BIN)
+            .args(["sim", "--policy", policy, "--config", config])
+            .output()
+            .unwrap()
+    };
+    let file = file.to_str().unwrap();
+    for (policy, config, says) in [
+        // The file's content reached the policy: FGD names the key it does not know.
+        ("fgd", file, "unknown key `bogus`"),
+        ("fgd", "bogus = 1", "unknown key `bogus`"),
+        (
+            "best-fit",
+            file,
+            "takes no configuration options; `bogus = 1` sets one",
+        ),
+        (
+            "best-fit",
+            "nope.toml",
+            "no file `nope.toml`, and not TOML text",
+        ),
+    ] {
+        let out = sim(policy, config);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{policy} {config}: {stderr}");
+        assert!(stderr.contains(says), "{policy} {config}: {stderr}");
+    }
+    let out = sim("best-fit", "# no options\n");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// An embedded pool one machine cannot hold, or a node past the contract's GPU count, is
 /// a usage error: the first aborted allocating 9.6 GB, the second overflowed a
 /// multiplication (a panic in a debug build, a wrong pool in a release one).

@@ -539,7 +539,12 @@ pub fn run_protocol(args: &crate::SimArgs) -> anyhow::Result<ArylReport> {
         ..ArylSimConfig::default()
     };
     // `--config` reaches the Aryl family (e.g. `slow_spill = "always"`).
-    let extra = args.config.clone().unwrap_or_default();
+    let extra = args
+        .config
+        .as_deref()
+        .map(crate::config_text)
+        .transpose()?
+        .unwrap_or_default();
     let threads = args.threads.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });

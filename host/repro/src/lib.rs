@@ -95,9 +95,10 @@ pub struct SimArgs {
     /// "MLaaS in the Wild"'s best predictor) or `group-only` (50 %).
     #[arg(long, value_parser = parse_prediction, default_value = "none")]
     pub prediction: Prediction,
-    /// Policy configuration (TOML) instead of the derived one (`seed`, FGD's workload); for
-    /// the `dynamoml`, `antman`, `antman-trace` and `muxflow` protocols, the scenario's
-    /// (see `docs/reproductions/`).
+    /// A TOML file, or TOML text itself (`'slow_spill = "always"'`): the policy's
+    /// configuration instead of the derived one (`seed`, FGD's workload); for the
+    /// `dynamoml`, `antman`, `antman-trace` and `muxflow` protocols, the scenario's (see
+    /// `docs/reproductions/`).
     #[arg(long)]
     pub config: Option<String>,
     /// Wall-clock bound of one policy call, in milliseconds.
@@ -169,7 +170,7 @@ pub fn compile_builtin(engine: &PolicyEngine, name: &str) -> anyhow::Result<Comp
 
 /// The set-up of a paper's protocol (`dynamoml`, `antman`, `antman-trace`, `muxflow`): these
 /// build their own cluster and workload, so `--nodes` and `--trace` are refused; `--config`
-/// names a TOML file read and checked as `C`, and without it `C`'s default runs.
+/// ([`config_text`]) is read and checked as `C`, and without it `C`'s default runs.
 pub(crate) fn protocol_setup<C>(args: &SimArgs) -> anyhow::Result<C>
 where
     C: arbiter_sim::models::ModelConfigFile + Default,
@@ -184,15 +185,40 @@ where
         );
     }
     match &args.config {
-        Some(path) => {
-            let text = arbiter_host::files::read_config(path.as_ref())
-                .with_context(|| format!("reading the scenario configuration `{path}`"))?;
+        Some(value) => {
+            let text = config_text(value)?;
             C::from_toml(&text).with_context(|| {
-                format!("the {protocol} protocol's scenario configuration `{path}`")
+                format!("the {protocol} protocol's scenario configuration `{value}`")
             })
         }
         None => Ok(C::default()),
     }
+}
+
+/// What `--config VALUE` says, the same for every protocol: the file `VALUE` if there is
+/// one, else `VALUE` itself as TOML text. A value that is neither — no such file, and no
+/// `key = value`, `[table]` or `# comment` in it — is an error: passed on as text, `--config b.toml`
+/// had been a policy's TOML parse error, or nothing at all for a policy without options.
+///
+/// ```
+/// use arbiter_repro::config_text;
+/// assert_eq!(config_text("slow_spill = \"always\"")?, "slow_spill = \"always\"");
+/// let error = config_text("no-such-setup.toml").unwrap_err();
+/// assert!(error.to_string().contains("no file `no-such-setup.toml`"));
+/// # Ok::<(), anyhow::Error>(())
+/// ```
+pub fn config_text(value: &str) -> anyhow::Result<String> {
+    if std::fs::metadata(value).is_ok() {
+        return arbiter_host::files::read_config(value.as_ref())
+            .with_context(|| format!("reading the configuration `{value}`"));
+    }
+    if value.trim().is_empty() || value.contains(['=', '[', '#']) {
+        return Ok(value.to_string());
+    }
+    bail!(
+        "--config `{value}`: no file `{value}`, and not TOML text (a configuration sets \
+         `key = value`)"
+    )
 }
 
 /// The built-in policy `name`, compiled, to run with `config` (empty: its manifest's default).
@@ -388,6 +414,7 @@ pub fn run(args: &SimArgs) -> anyhow::Result<SimOutput> {
             prediction: args.prediction,
         }),
     };
+    let config = args.config.as_deref().map(config_text).transpose()?;
     let mut jobs = Vec::new();
     for (label, compiled) in &policies {
         for k in 0..args.seeds {
@@ -397,7 +424,7 @@ pub fn run(args: &SimArgs) -> anyhow::Result<SimOutput> {
                 label,
                 compiled,
                 seed,
-                args.config.clone(),
+                config.clone(),
                 model.clone(),
             ));
         }

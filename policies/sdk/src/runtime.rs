@@ -19,10 +19,11 @@ pub trait Policy: 'static {
     where
         Self: Sized;
 
-    /// Applies a configuration document (TOML), before any round.
+    /// Applies a configuration document (TOML), before any round. The default is a policy
+    /// without options: it refuses a document that sets any ([`no_options`]), so a
+    /// configuration meant for another policy is an error, not silently ignored.
     fn configure(&mut self, config: &str) -> Result<(), PolicyError> {
-        let _ = config;
-        Ok(())
+        no_options(config)
     }
 
     /// Role `scheduler`: the round's decisions.
@@ -173,5 +174,31 @@ fn mirror_at(cluster: &Option<Cluster>, epoch: u64) -> Result<&Cluster, PolicyEr
         Some(c) if c.epoch() == epoch => Ok(c),
         Some(c) => Err(PolicyError::Stale(c.epoch())),
         None => Err(PolicyError::Stale(0)),
+    }
+}
+
+/// The configuration check of a policy that takes no options: a document of blank lines
+/// and comments passes; the first line that sets anything is refused, quoted.
+///
+/// ```
+/// use arbiter_policy_sdk::runtime::no_options;
+/// assert!(no_options("").is_ok());
+/// assert!(no_options("# fifo takes no options\n\n").is_ok());
+/// let refused = no_options("# mine\nseed = 7\n").unwrap_err();
+/// assert!(refused.to_string().contains("takes no configuration options; `seed = 7` sets one"));
+/// ```
+pub fn no_options(config: &str) -> Result<(), PolicyError> {
+    /// Enough of a line to recognise it.
+    const QUOTED_CHARS: usize = 80;
+    match config
+        .lines()
+        .map(str::trim)
+        .find(|line| !line.is_empty() && !line.starts_with('#'))
+    {
+        None => Ok(()),
+        Some(line) => Err(PolicyError::Failed(format!(
+            "this policy takes no configuration options; `{}` sets one",
+            line.chars().take(QUOTED_CHARS).collect::<String>()
+        ))),
     }
 }
