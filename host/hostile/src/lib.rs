@@ -21,13 +21,18 @@
 //!
 //! The same corpus runs through the engine (`host/tests/hostile.rs`),
 //! `arbiter policy check` and `arbiter sim` (`host/cli/tests/hostile.rs`) and
-//! a live `arbiter serve` (`host/serve/tests/hostile.rs`).
+//! a live `arbiter serve` (`host/serve/tests/hostile.rs`). Each harness
+//! runs the cases that hang (`Case::hangs`) under a short deadline and every
+//! other case under a long one, so no verdict depends on how fast or busy
+//! the machine is.
 //!
 //! ```
 //! let corpus = arbiter_hostile::corpus();
 //! assert!(corpus.len() >= 40);
 //! let bomb = corpus.iter().find(|c| c.name == "bomb-functions").unwrap();
 //! assert!(matches!(bomb.expect, arbiter_hostile::Expect::Refused(_)));
+//! assert!(!bomb.hangs);
+//! assert!(corpus.iter().any(|c| c.name == "scheduler-hang-flap" && c.hangs));
 //! ```
 
 use wasm_encoder::{
@@ -86,15 +91,31 @@ pub struct Case {
     /// The configuration a slot gives it (`None`: its default).
     pub config: Option<String>,
     pub expect: Expect,
+    /// Whether the case runs past its deadline (a loop, a hang). A harness
+    /// gives these a short deadline, since they pay it per call, and every
+    /// other case a long one: what those are refused or faulted for (memory,
+    /// a trap, a bad answer) must not turn into a deadline on a loaded
+    /// machine.
+    pub hangs: bool,
 }
 
 impl Case {
     fn new(name: impl Into<String>, wasm: Vec<u8>, expect: Expect) -> Case {
+        let hangs = matches!(
+            expect,
+            Expect::Refused("deadline")
+                | Expect::Unusable("deadline")
+                | Expect::Faults {
+                    kind: "deadline",
+                    ..
+                }
+        );
         Case {
             name: name.into(),
             wasm,
             config: None,
             expect,
+            hangs,
         }
     }
 }
@@ -438,7 +459,10 @@ fn modes() -> Vec<Case> {
             faults(Scheduler, "unsupported"),
         ),
         mode(Scheduler, "huge", faults(Scheduler, "too-many-decisions")),
-        mode(Scheduler, "hang-flap", Expect::Flaps { role: Scheduler }),
+        Case {
+            hangs: true,
+            ..mode(Scheduler, "hang-flap", Expect::Flaps { role: Scheduler })
+        },
         mode(Scheduler, "log-escape", Expect::Works),
     ];
     // What every role's call can do.
