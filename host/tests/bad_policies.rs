@@ -10,13 +10,26 @@ use arbiter_policy_sdk::DecisionError;
 use std::sync::Arc;
 use std::time::Duration;
 
-fn engine() -> PolicyEngine {
+/// The deadline of a policy that runs past any deadline (`loop`,
+/// `log-flood`): it pays it every round.
+const HASTY: Duration = Duration::from_millis(100);
+
+/// The deadline of every other policy here: what those fault for (memory,
+/// a trap, a bad answer) takes milliseconds, and must not become a deadline
+/// fault on a loaded machine.
+const PATIENT: Duration = Duration::from_secs(30);
+
+fn engine_with(deadline: Duration) -> PolicyEngine {
     PolicyEngine::new(RuntimeConfig {
-        deadline: Duration::from_millis(100),
+        deadline,
         memory_limit: 16 << 20,
         ..RuntimeConfig::default()
     })
     .expect("engine")
+}
+
+fn engine() -> PolicyEngine {
+    engine_with(PATIENT)
 }
 
 fn cluster() -> ClusterState {
@@ -66,7 +79,7 @@ fn slot_with(engine: &PolicyEngine, mode: &str) -> (Arc<PolicySlot>, u64, u64) {
 /// Runs `rounds` rounds with the misbehaving policy, and the same rounds with
 /// healthy fifo alone; the states must end identical.
 fn run_mode(mode: &str, rounds: usize) -> Vec<(Served, RoundFaults)> {
-    let engine = engine();
+    let engine = engine_with(if mode == "loop" { HASTY } else { PATIENT });
     let (slot, good, bad) = slot_with(&engine, mode);
     let mut state = cluster();
     let mut driver = RoundDriver::new(slot.clone()).with_max_decisions(100);
@@ -213,10 +226,7 @@ fn a_panic_is_reported_with_its_message_and_place() {
 
 #[test]
 fn infinite_loop_hits_the_deadline() {
-    assert_eq!(
-        first_fault("loop"),
-        PolicyFault::Deadline(Duration::from_millis(100))
-    );
+    assert_eq!(first_fault("loop"), PolicyFault::Deadline(HASTY));
 }
 
 #[test]
@@ -284,7 +294,7 @@ fn huge_decision_list_is_rejected() {
 fn answer_beyond_the_hostcall_bound_is_refused() {
     let cap = 64 << 10;
     let engine = PolicyEngine::new(RuntimeConfig {
-        deadline: Duration::from_millis(100),
+        deadline: PATIENT,
         memory_limit: 16 << 20,
         max_answer_bytes: cap,
         ..RuntimeConfig::default()
@@ -336,7 +346,7 @@ fn log_flood_is_capped_and_bounded() {
     // rest; the deadline bounds the time. Which of the two happens first
     // depends on the machine's speed, so both outcomes are legitimate — and
     // nothing else is.
-    let engine = engine();
+    let engine = engine_with(HASTY);
     let (slot, good, bad) = slot_with(&engine, "log-flood");
     let mut state = cluster();
     let mut driver = RoundDriver::new(slot).with_max_decisions(100);

@@ -13,23 +13,28 @@ use std::time::Duration;
 /// Loads `policy` (a built-in name, or `fixture:NAME`) into `slot` as its
 /// new active generation; returns the generation's id.
 fn load(slot: &PolicySlot, policy: &str, config: Option<&str>) -> u64 {
+    load_under(slot, policy, config, Duration::from_secs(30))
+}
+
+/// [`load`] with a policy-call deadline: 30 s there, so a loaded machine
+/// never turns a healthy call or a fault for what a policy does (a trap, a
+/// bad answer) into a deadline fault; short only for a policy that hangs.
+fn load_under(slot: &PolicySlot, policy: &str, config: Option<&str>, deadline: Duration) -> u64 {
     let bytes = match policy.strip_prefix("fixture:") {
         Some(name) => arbiter_policies::fixture(name),
         None => arbiter_policies::get(policy),
     }
     .unwrap_or_else(|| panic!("no policy `{policy}`"));
-    let compiled = engine().compile(bytes).expect("compile");
-    slot.swap(compiled, config.map(str::to_string), None, None)
-        .expect("load")
-        .id
-}
-
-fn engine() -> PolicyEngine {
-    PolicyEngine::new(RuntimeConfig {
-        deadline: Duration::from_millis(50),
+    let compiled = PolicyEngine::new(RuntimeConfig {
+        deadline,
         ..RuntimeConfig::default()
     })
     .expect("engine")
+    .compile(bytes)
+    .expect("compile");
+    slot.swap(compiled, config.map(str::to_string), None, None)
+        .expect("load")
+        .id
 }
 
 fn cluster(nodes: u32, jobs: u32) -> ClusterState {
@@ -62,7 +67,14 @@ fn flapping(mode: &str, rounds: usize) -> (Vec<Served>, u64, u64, bool) {
         }),
     );
     let good = load(&slot, "fifo", None);
-    let bad = load(&slot, "fixture:misbehave", Some(&format!("mode = {mode}")));
+    // `hang-flap` pays its deadline in every other round.
+    let deadline = Duration::from_millis(if mode == "hang-flap" { 50 } else { 30_000 });
+    let bad = load_under(
+        &slot,
+        "fixture:misbehave",
+        Some(&format!("mode = {mode}")),
+        deadline,
+    );
     let mut state = cluster(4, 40);
     let mut driver = RoundDriver::new(slot.clone());
     let served = (0..rounds)
