@@ -33,6 +33,32 @@ pub fn read_at_most(path: &Path, max: u64) -> anyhow::Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// A component file found by scanning a directory (`policies.d/`, `policy ls --dir`):
+/// only a regular file is opened — a FIFO named `x.wasm` would block the scan until
+/// something wrote to it — and at most [`MAX_COMPONENT_FILE`] bytes are read.
+///
+/// ```
+/// let dir = tempfile::tempdir()?;
+/// let error = arbiter_host::files::read_component_file(dir.path()).unwrap_err();
+/// assert!(error.to_string().ends_with("is not a regular file"));
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn read_component_file(path: &Path) -> anyhow::Result<Vec<u8>> {
+    let meta = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
+    if !meta.is_file() {
+        bail!("{} is not a regular file", path.display());
+    }
+    read_at_most(path, MAX_COMPONENT_FILE)
+}
+
+/// Whether a read failed because the file is not there (as opposed to unreadable).
+pub fn is_not_found(error: &anyhow::Error) -> bool {
+    error
+        .root_cause()
+        .downcast_ref::<std::io::Error>()
+        .is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound)
+}
+
 /// A configuration file's text (TOML), at most [`MAX_CONFIG_FILE`] bytes of UTF-8.
 ///
 /// ```

@@ -74,11 +74,13 @@ impl PolicyDirectory {
             Ok(entries) => {
                 for entry in entries.flatten() {
                     let path = entry.path();
-                    if path.extension().is_some_and(|e| e == "wasm") && path.is_file() {
-                        match crate::files::read_at_most(&path, crate::files::MAX_COMPONENT_FILE) {
+                    if path.extension().is_some_and(|e| e == "wasm") {
+                        match crate::files::read_component_file(&path) {
                             Ok(bytes) => {
                                 present.insert(path, bytes);
                             }
+                            // Removed since the directory was listed: gone, not unreadable.
+                            Err(e) if crate::files::is_not_found(&e) => {}
                             Err(e) => {
                                 unreadable.insert(path, format!("{e:#}"));
                             }

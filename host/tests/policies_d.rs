@@ -58,6 +58,20 @@ fn reconcile_loads_replaces_and_unloads() {
     std::fs::remove_file(tmp.path().join("huge.wasm")).unwrap();
     assert_eq!(slot.active_id(), Some(g1.id));
 
+    // A FIFO (or a directory) named `*.wasm` is said once, and never opened: opening a
+    // FIFO would block the watcher until something wrote to it.
+    let pipe = tmp.path().join("pipe.wasm");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&pipe)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let r = dir.reconcile();
+    assert_eq!(r.failed.len(), 1, "{r:?}");
+    assert!(r.failed[0].1.ends_with("is not a regular file"), "{r:?}");
+    assert_eq!(dir.reconcile(), Default::default());
+    std::fs::remove_file(&pipe).unwrap();
+
     // A loaded file that cannot be read any more keeps its generation (it is not gone),
     // and says why once.
     let loaded_file = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();

@@ -1,7 +1,7 @@
 //! `arbiter policy …`: check and list policy components.
 
 use anyhow::Context;
-use arbiter_host::files::{MAX_COMPONENT_FILE, read_at_most};
+use arbiter_host::files::read_component_file;
 use arbiter_host::runtime::{
     CodeStats, CompiledPolicy, ImportClass, MAX_NAME_TEXT, PolicyEngine, RuntimeConfig,
     SERVED_VERSIONS, guest_text, inspect_component,
@@ -256,16 +256,10 @@ fn ls(args: &LsArgs) -> anyhow::Result<()> {
             .collect();
         files.sort();
         // A file that cannot be read is a row of its own, like one that does not compile:
-        // the listing goes on. Only regular files are opened (a FIFO named `x.wasm`
-        // would block the listing until something wrote to it).
+        // the listing goes on.
         for file in files {
             let source = file.display().to_string();
-            let bytes = if file.is_file() {
-                read_at_most(&file, MAX_COMPONENT_FILE).map_err(|e| format!("{e:#}"))
-            } else {
-                Err("not a regular file".to_string())
-            };
-            match bytes {
+            match read_component_file(&file).map_err(|e| format!("{e:#}")) {
                 Ok(bytes) => {
                     let r = engine.compile(&bytes).map_err(|e| e.to_string());
                     rows.push(report(&source, &bytes, r));

@@ -134,7 +134,11 @@ fn policy_ls_lists_a_directory_past_files_it_cannot_read() {
             .find(|r| r["source"].as_str().is_some_and(|s| s.ends_with(file)))
             .unwrap_or_else(|| panic!("no row for {file}: {rows:?}"))
     };
-    assert_eq!(row("a-fifo.wasm")["error"], "not a regular file");
+    let fifo_error = row("a-fifo.wasm")["error"].as_str().unwrap_or_default();
+    assert!(
+        fifo_error.ends_with("is not a regular file"),
+        "{fifo_error}"
+    );
     assert_eq!(row("b-text.wasm")["ok"], false);
     assert_eq!(row("c-fifo.wasm")["ok"], true);
     assert_eq!(row("c-fifo.wasm")["name"], "fifo");

@@ -281,20 +281,14 @@ pub fn read_policy(spec: &str) -> anyhow::Result<Vec<u8>> {
     match arbiter_host::files::read_at_most(spec.as_ref(), arbiter_host::files::MAX_COMPONENT_FILE)
     {
         Ok(bytes) => Ok(bytes),
-        Err(e)
-            if e.root_cause()
-                .downcast_ref::<std::io::Error>()
-                .is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound) =>
-        {
-            arbiter_policies::get(spec)
-                .map(<[u8]>::to_vec)
-                .with_context(|| {
-                    format!(
-                        "no file `{spec}` and no built-in policy of that name (built-ins: {})",
-                        built_ins()
-                    )
-                })
-        }
+        Err(e) if arbiter_host::files::is_not_found(&e) => arbiter_policies::get(spec)
+            .map(<[u8]>::to_vec)
+            .with_context(|| {
+                format!(
+                    "no file `{spec}` and no built-in policy of that name (built-ins: {})",
+                    built_ins()
+                )
+            }),
         Err(e) => Err(e),
     }
 }
