@@ -33,22 +33,28 @@ pub fn read_at_most(path: &Path, max: u64) -> anyhow::Result<Vec<u8>> {
     Ok(bytes)
 }
 
-/// A component file found by scanning a directory (`policies.d/`, `policy ls --dir`):
+/// [`read_at_most`] for a file found by scanning a directory, where nobody chose it:
 /// only a regular file is opened — a FIFO named `x.wasm` would block the scan until
-/// something wrote to it — and at most [`MAX_COMPONENT_FILE`] bytes are read.
+/// something wrote to it.
 ///
 /// ```
 /// let dir = tempfile::tempdir()?;
-/// let error = arbiter_host::files::read_component_file(dir.path()).unwrap_err();
+/// let error = arbiter_host::files::read_regular_file(dir.path(), 1 << 20).unwrap_err();
 /// assert!(error.to_string().ends_with("is not a regular file"));
 /// # Ok::<(), std::io::Error>(())
 /// ```
-pub fn read_component_file(path: &Path) -> anyhow::Result<Vec<u8>> {
+pub fn read_regular_file(path: &Path, max: u64) -> anyhow::Result<Vec<u8>> {
     let meta = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
     if !meta.is_file() {
         bail!("{} is not a regular file", path.display());
     }
-    read_at_most(path, MAX_COMPONENT_FILE)
+    read_at_most(path, max)
+}
+
+/// A component file found by scanning a directory (`policies.d/`, `policy ls --dir`):
+/// a regular file of at most [`MAX_COMPONENT_FILE`] bytes.
+pub fn read_component_file(path: &Path) -> anyhow::Result<Vec<u8>> {
+    read_regular_file(path, MAX_COMPONENT_FILE)
 }
 
 /// Whether a read failed because the file is not there (as opposed to unreadable).
@@ -66,6 +72,15 @@ pub fn is_not_found(error: &anyhow::Error) -> bool {
 /// assert!(error.to_string().contains("larger than 16 MiB"));
 /// ```
 pub fn read_config(path: &Path) -> anyhow::Result<String> {
-    let bytes = read_at_most(path, MAX_CONFIG_FILE)?;
+    config_from(path, read_at_most(path, MAX_CONFIG_FILE)?)
+}
+
+/// A configuration file found by scanning a directory (`policies.d/NAME.toml`): a
+/// regular file of at most [`MAX_CONFIG_FILE`] bytes of UTF-8.
+pub fn read_config_file(path: &Path) -> anyhow::Result<String> {
+    config_from(path, read_regular_file(path, MAX_CONFIG_FILE)?)
+}
+
+fn config_from(path: &Path, bytes: Vec<u8>) -> anyhow::Result<String> {
     String::from_utf8(bytes).with_context(|| format!("{} is not UTF-8 text", path.display()))
 }

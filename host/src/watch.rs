@@ -7,7 +7,15 @@
 //! which compares the directory with what is loaded by content hash. That is
 //! idempotent, so duplicate or coalesced events are harmless, and a file
 //! caught half-written simply fails to load and is retried on the next event.
-//! A `NAME.toml` beside `NAME.wasm` is that policy's configuration.
+//! A `NAME.toml` beside `NAME.wasm` is that policy's configuration: editing,
+//! adding or removing it loads a new generation as replacing the component
+//! does (a configuration the policy refuses is reported and the running
+//! generation stays).
+//!
+//! Only regular files are read, each with a bound. A file that cannot be read
+//! (too large, a permission, a FIFO, a configuration that is not UTF-8) is
+//! reported once per distinct error and keeps whatever its policy loaded;
+//! only a component that is gone unloads.
 
 use crate::registry::Registry;
 use notify::{RecursiveMode, Watcher};
@@ -36,6 +44,35 @@ struct Loaded {
     digest: String,
     slot: String,
     generation: u64,
+}
+
+/// A policy's files: `NAME.wasm` and its configuration, `NAME.toml`, when there is
+/// one. A configuration that is there but cannot be read makes the policy unreadable:
+/// loading it with its default configuration instead would run something the operator
+/// did not write.
+fn read_policy_files(wasm: &Path) -> anyhow::Result<(Vec<u8>, Option<String>)> {
+    let bytes = crate::files::read_component_file(wasm)?;
+    let config = match crate::files::read_config_file(&wasm.with_extension("toml")) {
+        Ok(text) => Some(text),
+        Err(e) if crate::files::is_not_found(&e) => None,
+        Err(e) => return Err(e),
+    };
+    Ok((bytes, config))
+}
+
+/// What a policy's files hold, so that a change to either — the component or its
+/// configuration — loads a new generation.
+fn digest(wasm: &[u8], config: Option<&str>) -> String {
+    let mut hash = Sha256::new();
+    hash.update(Sha256::digest(wasm));
+    match config {
+        Some(text) => {
+            hash.update([1]);
+            hash.update(text.as_bytes());
+        }
+        None => hash.update([0]),
+    }
+    hex::encode(hash.finalize())
 }
 
 /// A policy directory kept in sync with a registry.
@@ -75,9 +112,9 @@ impl PolicyDirectory {
                 for entry in entries.flatten() {
                     let path = entry.path();
                     if path.extension().is_some_and(|e| e == "wasm") {
-                        match crate::files::read_component_file(&path) {
-                            Ok(bytes) => {
-                                present.insert(path, bytes);
+                        match read_policy_files(&path) {
+                            Ok(files) => {
+                                present.insert(path, files);
                             }
                             // Removed since the directory was listed: gone, not unreadable.
                             Err(e) if crate::files::is_not_found(&e) => {}
@@ -123,14 +160,13 @@ impl PolicyDirectory {
         }
         let mut failed = self.failed.lock();
         failed.retain(|p, _| present.contains_key(p));
-        for (path, bytes) in present {
-            let digest = hex::encode(Sha256::digest(&bytes));
+        for (path, (bytes, config)) in present {
+            let digest = digest(&bytes, config.as_deref());
             if loaded.get(&path).is_some_and(|l| l.digest == digest)
                 || failed.get(&path) == Some(&digest)
             {
                 continue;
             }
-            let config = crate::files::read_config(&path.with_extension("toml")).ok();
             match self
                 .registry
                 .load_bytes(&bytes, config, Some(path.clone()), None)

@@ -119,3 +119,64 @@ fn watcher_follows_the_directory() {
         reg.find("best-fit").is_some_and(|s| s.active().is_none())
     });
 }
+
+/// `NAME.toml` is part of the policy: an edit loads a new generation with it, one the
+/// policy refuses (or one that cannot be read) is said once and the running generation
+/// stays, and removing it goes back to the policy's default configuration. It had been
+/// read only when the component changed, and read as "none" when unreadable.
+#[test]
+fn the_configuration_beside_a_component_is_followed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let reg = registry();
+    let dir = PolicyDirectory::new(tmp.path(), reg.clone());
+    std::fs::write(
+        tmp.path().join("fifo.wasm"),
+        arbiter_policies::get("fifo").unwrap(),
+    )
+    .unwrap();
+    let toml = tmp.path().join("fifo.toml");
+    std::fs::write(&toml, "# one\n").unwrap();
+    assert_eq!(dir.reconcile().loaded.len(), 1);
+    let slot = reg.find("fifo").unwrap();
+    assert_eq!(slot.active().unwrap().config, "# one\n");
+
+    // An edit to the configuration alone is a new generation.
+    std::fs::write(&toml, "# two\n").unwrap();
+    let r = dir.reconcile();
+    assert_eq!(r.loaded.len(), 1, "{r:?}");
+    let two = slot.active().unwrap();
+    assert_eq!(two.config, "# two\n");
+
+    // A configuration the policy refuses: said once, the running generation stays.
+    std::fs::write(&toml, "bogus = 1\n").unwrap();
+    let r = dir.reconcile();
+    assert!(r.loaded.is_empty() && r.failed.len() == 1, "{r:?}");
+    assert!(r.failed[0].1.contains("bogus"), "{r:?}");
+    assert_eq!(dir.reconcile(), Default::default());
+    assert_eq!(slot.active_id(), Some(two.id));
+
+    // One that cannot be read — not UTF-8, a FIFO — is not "no configuration".
+    std::fs::write(&toml, b"# \xff\n").unwrap();
+    let r = dir.reconcile();
+    assert!(r.loaded.is_empty() && r.failed.len() == 1, "{r:?}");
+    assert!(r.failed[0].1.contains("not UTF-8"), "{r:?}");
+    assert_eq!(dir.reconcile(), Default::default());
+    std::fs::remove_file(&toml).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(&toml)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let r = dir.reconcile();
+    assert!(r.failed.len() == 1 && r.unloaded.is_empty(), "{r:?}");
+    assert!(r.failed[0].1.ends_with("is not a regular file"), "{r:?}");
+    assert_eq!(slot.active_id(), Some(two.id));
+
+    // No configuration: the policy's default.
+    std::fs::remove_file(&toml).unwrap();
+    let r = dir.reconcile();
+    assert_eq!(r.loaded.len(), 1, "{r:?}");
+    let default = slot.active().unwrap();
+    assert_ne!(default.id, two.id);
+    assert_eq!(default.config, "");
+}
