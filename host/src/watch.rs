@@ -22,6 +22,7 @@ use notify::{RecursiveMode, Watcher};
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,8 +36,53 @@ pub struct Reconciled {
     pub loaded: Vec<(PathBuf, String, u64)>,
     /// (file, slot, generation) unloaded.
     pub unloaded: Vec<(PathBuf, String, u64)>,
-    /// (file, error) that failed to load.
+    /// (file, error) that failed to load, or whose generation could not be
+    /// unloaded when the file went.
     pub failed: Vec<(PathBuf, String)>,
+}
+
+/// Where a policy directory's files load: the host core's [`Registry`] (the slot
+/// a component's manifest names), or a control plane that also stores what loads
+/// and names slots its own way (`arbiter serve --policies-dir`).
+pub trait PolicyTarget: Send + Sync {
+    /// Loads `wasm`, read from `file`, with `config` (`None`: the policy's
+    /// default) as the active generation of a slot; returns the slot and the
+    /// generation.
+    fn load(
+        &self,
+        file: &Path,
+        wasm: &[u8],
+        config: Option<String>,
+    ) -> anyhow::Result<(String, u64)>;
+
+    /// Unloads a generation whose file is gone (or that moved slots).
+    fn unload(&self, slot: &str, generation: u64) -> anyhow::Result<()>;
+
+    /// The generation already serving what `file` holds (the component's
+    /// digest, its configuration), if there is one: a restarted host that kept
+    /// its slots adopts it instead of loading a copy.
+    fn serving(&self, _file: &Path, _wasm_digest: &str, _config: &str) -> Option<(String, u64)> {
+        None
+    }
+}
+
+impl PolicyTarget for Registry {
+    fn load(
+        &self,
+        file: &Path,
+        wasm: &[u8],
+        config: Option<String>,
+    ) -> anyhow::Result<(String, u64)> {
+        let (slot, generation) = self.load_bytes(wasm, config, Some(file.to_path_buf()), None)?;
+        Ok((slot.name().to_string(), generation.id))
+    }
+
+    fn unload(&self, slot: &str, generation: u64) -> anyhow::Result<()> {
+        if let Some(slot) = self.find(slot) {
+            slot.unload(generation)?;
+        }
+        Ok(())
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -75,10 +121,10 @@ fn digest(wasm: &[u8], config: Option<&str>) -> String {
     hex::encode(hash.finalize())
 }
 
-/// A policy directory kept in sync with a registry.
+/// A policy directory kept in sync with a [`PolicyTarget`].
 pub struct PolicyDirectory {
     dir: PathBuf,
-    registry: Arc<Registry>,
+    target: Arc<dyn PolicyTarget>,
     loaded: Mutex<BTreeMap<PathBuf, Loaded>>,
     /// Digests that failed, so a broken file is not recompiled on every poll.
     failed: Mutex<BTreeMap<PathBuf, String>>,
@@ -88,10 +134,10 @@ pub struct PolicyDirectory {
 }
 
 impl PolicyDirectory {
-    pub fn new(dir: impl Into<PathBuf>, registry: Arc<Registry>) -> Self {
+    pub fn new(dir: impl Into<PathBuf>, target: Arc<dyn PolicyTarget>) -> Self {
         PolicyDirectory {
             dir: dir.into(),
-            registry,
+            target,
             loaded: Mutex::new(BTreeMap::new()),
             failed: Mutex::new(BTreeMap::new()),
             unreadable: Mutex::new(BTreeMap::new()),
@@ -151,8 +197,13 @@ impl PolicyDirectory {
             .collect();
         for path in gone {
             if let Some(l) = loaded.remove(&path) {
-                if let Some(slot) = self.registry.find(&l.slot) {
-                    let _ = slot.unload(l.generation);
+                // Refused (a control plane keeps its `default` slot's active
+                // generation): said once; the file is forgotten either way.
+                if let Err(e) = self.target.unload(&l.slot, l.generation) {
+                    let error = format!("{e:#}");
+                    tracing::warn!(file = %path.display(), slot = %l.slot, generation = l.generation, %error, "the generation of a removed policy file stays loaded");
+                    out.failed.push((path, error));
+                    continue;
                 }
                 tracing::info!(file = %path.display(), slot = %l.slot, generation = l.generation, "policy unloaded");
                 out.unloaded.push((path, l.slot, l.generation));
@@ -167,35 +218,47 @@ impl PolicyDirectory {
             {
                 continue;
             }
-            match self
-                .registry
-                .load_bytes(&bytes, config, Some(path.clone()), None)
-            {
+            if let Entry::Vacant(first_seen) = loaded.entry(path.clone()) {
+                let wasm_digest = hex::encode(Sha256::digest(&bytes));
+                let config_text = config.as_deref().unwrap_or_default();
+                if let Some((slot, generation)) =
+                    self.target.serving(&path, &wasm_digest, config_text)
+                {
+                    tracing::info!(file = %path.display(), %slot, generation, "policy file already serving");
+                    first_seen.insert(Loaded {
+                        digest,
+                        slot,
+                        generation,
+                    });
+                    continue;
+                }
+            }
+            match self.target.load(&path, &bytes, config) {
                 Ok((slot, generation)) => {
                     if let Some(previous) = loaded.insert(
                         path.clone(),
                         Loaded {
                             digest,
-                            slot: slot.name().to_string(),
-                            generation: generation.id,
+                            slot: slot.clone(),
+                            generation,
                         },
-                    ) && let Some(old_slot) = self.registry.find(&previous.slot)
+                    ) && previous.slot != slot
                     {
                         // The file's previous version stays loaded as an older
                         // generation (a rollback target) unless it moved slots.
-                        if previous.slot != slot.name() {
-                            let _ = old_slot.unload(previous.generation);
+                        if let Err(e) = self.target.unload(&previous.slot, previous.generation) {
+                            tracing::warn!(file = %path.display(), slot = %previous.slot, generation = previous.generation, error = %format!("{e:#}"), "the previous generation stays loaded");
                         }
                     }
                     failed.remove(&path);
-                    tracing::info!(file = %path.display(), slot = %slot.name(), generation = generation.id, "policy loaded");
-                    out.loaded
-                        .push((path, slot.name().to_string(), generation.id));
+                    tracing::info!(file = %path.display(), %slot, generation, "policy loaded");
+                    out.loaded.push((path, slot, generation));
                 }
                 Err(e) => {
-                    tracing::warn!(file = %path.display(), error = %e, "policy file failed to load");
+                    let error = format!("{e:#}");
+                    tracing::warn!(file = %path.display(), %error, "policy file failed to load");
                     failed.insert(path.clone(), digest);
-                    out.failed.push((path, e.to_string()));
+                    out.failed.push((path, error));
                 }
             }
         }

@@ -117,6 +117,12 @@ pub struct ServeArgs {
     /// hold together.
     #[arg(long, default_value_t = arbiter_serve::plane::DEFAULT_TENANT_CODE_BYTES >> 20)]
     pub tenant_code_mib: usize,
+    /// Watch this directory: `NAME.wasm` loads into slot `NAME` (`default.wasm`
+    /// schedules the cluster; `reclaim`, `matcher`, `tenant:T`, or a slot for an
+    /// experiment) as its active generation, with `NAME.toml` as its configuration;
+    /// replacing either loads a new generation, removing the component unloads it.
+    #[arg(long)]
+    pub policies_dir: Option<PathBuf>,
 }
 
 /// `MODEL=PERMILLE`, e.g. `T4=333`.
@@ -151,6 +157,7 @@ pub fn serve(a: &ServeArgs) -> anyhow::Result<()> {
             key: a.tls_key.clone(),
             sans: a.tls_sans.clone(),
         },
+        policies_dir: a.policies_dir.clone(),
         plane: PlaneConfig {
             round_interval: a.round,
             nodes: default_pool(a.nodes, a.gpus_per_node),

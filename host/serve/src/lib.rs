@@ -10,7 +10,8 @@
 //! * [`api`]: the gRPC services of `arbiter.v1` over the plane, with token
 //!   authentication; [`convert`]: the one translation between their
 //!   messages and the domain types (no protobuf below the API); [`server`]
-//!   wires them with reflection and a Prometheus endpoint.
+//!   wires them with reflection and a Prometheus endpoint, and
+//!   [`policies_dir`] loads a watched directory's policies through the plane.
 //! * [`clock`]: the plane's clock (wall time, or a hand-driven one in tests).
 //! * [`store`]: the embedded durable store (redb) with group commit.
 //! * [`journal`] and [`replay`]: the append-only decision journal, bit-for-bit
@@ -30,6 +31,7 @@ pub mod launch;
 pub mod link;
 pub mod metrics;
 pub mod plane;
+pub mod policies_dir;
 pub mod records;
 pub mod replay;
 pub mod server;

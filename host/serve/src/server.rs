@@ -32,6 +32,9 @@ pub struct ServeConfig {
     pub plane: PlaneConfig,
     /// TLS for the gRPC listener (see [`crate::tls`]).
     pub tls: TlsSettings,
+    /// A directory whose `NAME.wasm` files load into slot `NAME`
+    /// ([`crate::policies_dir`]).
+    pub policies_dir: Option<PathBuf>,
 }
 
 /// A started server.
@@ -52,11 +55,18 @@ pub struct Running {
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     grpc: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
     rounds: Option<std::thread::JoinHandle<()>>,
+    policies_dir: Option<arbiter_host::watch::WatchGuard>,
 }
 
 impl Running {
     /// Stops the round loop and the server, and waits for both.
     pub async fn shutdown(mut self) -> anyhow::Result<()> {
+        // Nothing loads from the policy directory while the plane stops.
+        if let Some(guard) = self.policies_dir.take() {
+            tokio::task::spawn_blocking(move || drop(guard))
+                .await
+                .context("stopping the policy directory's watcher")?;
+        }
         self.stop.store(true, Ordering::Release);
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
@@ -206,6 +216,19 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<Running> {
         Some(listener) => Some(serve_metrics(listener, board, liveness)?),
         None => None,
     };
+    // After the API is up: what the directory holds loads (and is stored)
+    // before `start` returns.
+    let policies_dir = match cfg.policies_dir.clone() {
+        Some(dir) => {
+            let plane = Arc::clone(&plane);
+            Some(
+                tokio::task::spawn_blocking(move || crate::policies_dir::watch(plane, &dir))
+                    .await
+                    .context("starting the policy directory's watcher")??,
+            )
+        }
+        None => None,
+    };
     tracing::info!(%grpc_addr, ?metrics_addr, data = %cfg.data.display(), "arbiter control plane serving");
     Ok(Running {
         grpc_addr,
@@ -220,6 +243,7 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<Running> {
         shutdown: Some(tx),
         grpc,
         rounds: Some(rounds),
+        policies_dir,
     })
 }
 

@@ -433,6 +433,7 @@ async fn a_port_in_use_fails_the_start_before_anything_is_written() {
     let data = dir.path().join("data");
     let refused = start(ServeConfig {
         tls: Default::default(),
+        policies_dir: None,
         listen: taken.local_addr().unwrap(),
         data: data.clone(),
         metrics_listen: None,
@@ -1178,6 +1179,7 @@ async fn watch_swap_rollback_stats_drain_abort_hash_split_metrics_and_reflection
     let dir = tempfile::tempdir().unwrap();
     let running = start(ServeConfig {
         tls: Default::default(),
+        policies_dir: None,
         listen: "127.0.0.1:0".parse().unwrap(),
         data: dir.path().to_path_buf(),
         metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
@@ -2042,6 +2044,7 @@ async fn a_lost_store_is_refused_not_reinitialised() {
     std::fs::remove_file(dir.path().join("arbiter.redb")).unwrap();
     let refused = arbiter_serve::server::start(ServeConfig {
         tls: Default::default(),
+        policies_dir: None,
         listen: "127.0.0.1:0".parse().unwrap(),
         data: dir.path().to_path_buf(),
         metrics_listen: None,

@@ -158,6 +158,7 @@ async fn agents_only(data: &std::path::Path) -> Running {
 async fn agents_only_on(data: &std::path::Path, clock: std::sync::Arc<dyn Clock>) -> Running {
     start(ServeConfig {
         tls: Default::default(),
+        policies_dir: None,
         listen: "127.0.0.1:0".parse().unwrap(),
         data: data.to_path_buf(),
         metrics_listen: None,
@@ -513,6 +514,7 @@ async fn the_node_token_opens_node_sessions_and_nothing_else() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = || ServeConfig {
         tls: Default::default(),
+        policies_dir: None,
         listen: "127.0.0.1:0".parse().unwrap(),
         data: dir.path().to_path_buf(),
         metrics_listen: None,

@@ -19,6 +19,7 @@ pub async fn serve(plane: PlaneConfig) -> anyhow::Result<Served> {
     let dir = tempfile::tempdir()?;
     let running = start(ServeConfig {
         tls: Default::default(),
+        policies_dir: None,
         listen: "127.0.0.1:0".parse()?,
         data: dir.path().to_path_buf(),
         metrics_listen: None,

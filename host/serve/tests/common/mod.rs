@@ -72,6 +72,7 @@ pub async fn server(dir: &std::path::Path, nodes: u32, duration: Duration) -> Ru
 pub async fn server_with(dir: &std::path::Path, plane: PlaneConfig) -> Running {
     start(ServeConfig {
         tls: Default::default(),
+        policies_dir: None,
         listen: "127.0.0.1:0".parse().unwrap(),
         data: dir.to_path_buf(),
         metrics_listen: None,
