@@ -9,8 +9,9 @@
 //! `matcher.wasm` fill those roles, `tenant:acme.wasm` orders tenant `acme`'s
 //! queue, any other name is a slot an experiment can use — and `NAME.toml` is
 //! its configuration. Replacing either loads a new generation (the previous one
-//! stays, a rollback target); removing the component unloads its generation,
-//! except `default`'s active one, which the plane keeps (said in the log). A
+//! stays, a rollback target); removing the component unloads its generation
+//! unless the plane refuses — `default`'s active one, a running experiment's
+//! candidate — which is said in the log. A
 //! restarted plane whose slot already runs what a file holds adopts that
 //! generation instead of loading a copy.
 
