@@ -123,6 +123,12 @@ pub struct ServeArgs {
     /// replacing either loads a new generation, removing the component unloads it.
     #[arg(long)]
     pub policies_dir: Option<PathBuf>,
+    /// Meter every policy call in fuel (wasmtime's count of the guest's
+    /// instructions), at most this much per call: a call past it faults "out of
+    /// fuel" whatever the machine's speed, and the journal records what each
+    /// round's policy consumed. Costs the guests some speed; off by default.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub fuel: Option<u64>,
 }
 
 /// `MODEL=PERMILLE`, e.g. `T4=333`.
@@ -171,6 +177,10 @@ pub fn serve(a: &ServeArgs) -> anyhow::Result<()> {
                 oversub_milli: a.oversub_milli,
                 max_shared_workers: a.max_shared_workers,
                 host_spill: a.host_spill,
+            },
+            runtime: arbiter_host::runtime::RuntimeConfig {
+                fuel: a.fuel,
+                ..Default::default()
             },
             tenant_memory_bytes: a.tenant_memory_mib.saturating_mul(1 << 20),
             tenant_code_bytes: a.tenant_code_mib.saturating_mul(1 << 20),

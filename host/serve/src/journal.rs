@@ -155,6 +155,9 @@ pub struct RoundRecord {
     pub digest: String,
     pub decisions: Vec<Decision>,
     pub faults: Vec<String>,
+    /// Fuel the answering policy's calls consumed (sync and schedule), when the
+    /// plane meters fuel (`arbiter serve --fuel`): the round's cost in the
+    /// guest's own instructions, the same on any machine.
     pub fuel: Option<u64>,
     pub latency_us: u64,
     pub policy_us: u64,

@@ -242,6 +242,8 @@ pub struct PolicyMetrics {
     pub faults: BTreeMap<(String, String, String), u64>,
     /// cell → rounds served by a fallback (older generation or native).
     pub fallbacks: BTreeMap<String, u64>,
+    /// (slot, generation label) → fuel its rounds consumed (with `--fuel`).
+    pub fuel: BTreeMap<(String, String), u64>,
     /// cell → rounds.
     pub rounds: BTreeMap<String, u64>,
     /// cell → whole-round latency.

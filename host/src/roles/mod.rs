@@ -77,6 +77,9 @@ pub struct Answer<T> {
     pub value: T,
     /// Time inside the answering policy's call(s).
     pub policy_time: Duration,
+    /// Fuel the answering policy's call(s) consumed, when the engine meters
+    /// fuel (`RuntimeConfig::fuel`): deterministic, unlike the time.
+    pub fuel: Option<u64>,
 }
 
 /// What the slot's generations said; `answer` is `None` when every one of
@@ -93,6 +96,7 @@ impl<T> ChainOutcome<T> {
             served: Served::Native,
             value: native(),
             policy_time: Duration::ZERO,
+            fuel: None,
         });
         (answer, self.faults)
     }
@@ -149,7 +153,11 @@ pub fn ask_chain<T>(
             continue;
         }
         match ask_generation(&generation, role.as_str(), &mut call) {
-            Ok((value, policy_time)) => {
+            Ok(Called {
+                value,
+                policy_time,
+                fuel,
+            }) => {
                 generation.record_success(slot.quarantine_rule());
                 let served = if Some(generation.id) == active_id {
                     Served::Active(generation.id)
@@ -161,6 +169,7 @@ pub fn ask_chain<T>(
                         served,
                         value,
                         policy_time,
+                        fuel,
                     }),
                     faults,
                 };
@@ -173,11 +182,18 @@ pub fn ask_chain<T>(
     }
 }
 
+/// A generation's answer and what it cost.
+struct Called<T> {
+    value: T,
+    policy_time: Duration,
+    fuel: Option<u64>,
+}
+
 fn ask_generation<T>(
     generation: &Generation,
     role: &'static str,
     call: &mut impl FnMut(&mut PolicyInstance) -> Result<T, PolicyFault>,
-) -> Result<(T, Duration), PolicyFault> {
+) -> Result<Called<T>, PolicyFault> {
     let mut guard = generation.instance.lock();
     if guard.as_ref().is_none_or(|i| i.poisoned().is_some()) {
         // A trapped instance is never re-entered: start afresh (µs).
@@ -189,8 +205,12 @@ fn ask_generation<T>(
     let span = tracing::debug_span!("policy_call", role, generation = generation.id, policy = %generation.manifest().name);
     let _g = span.enter();
     let started = Instant::now();
+    let fuel_before = instance.fuel_spent().unwrap_or(0);
     let result = call(instance);
     let elapsed = started.elapsed();
+    let fuel = instance
+        .fuel_spent()
+        .map(|spent| spent.saturating_sub(fuel_before));
     if result
         .as_ref()
         .err()
@@ -198,7 +218,11 @@ fn ask_generation<T>(
     {
         *guard = None;
     }
-    result.map(|v| (v, elapsed))
+    result.map(|value| Called {
+        value,
+        policy_time: elapsed,
+        fuel,
+    })
 }
 
 fn on_fault(

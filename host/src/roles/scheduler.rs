@@ -33,6 +33,9 @@ pub struct RoundReport {
     pub latency: Duration,
     /// Time inside the answering policy's calls (sync + schedule).
     pub policy_time: Duration,
+    /// Fuel the answering generation's calls consumed (sync + schedule), when
+    /// the engine meters fuel; `None` for the native policy.
+    pub fuel: Option<u64>,
 }
 
 /// Drives rounds for one scheduler slot.
@@ -93,7 +96,7 @@ impl RoundDriver {
                 answer.value,
                 faults,
                 started,
-                answer.policy_time,
+                (answer.policy_time, answer.fuel),
             );
         }
         let native_started = Instant::now();
@@ -107,7 +110,7 @@ impl RoundDriver {
                     decisions,
                     faults,
                     started,
-                    policy_time,
+                    (policy_time, None),
                 )
             }
             Err(fault) => {
@@ -120,7 +123,7 @@ impl RoundDriver {
                     Vec::new(),
                     faults,
                     started,
-                    Duration::ZERO,
+                    (Duration::ZERO, None),
                 )
             }
         }
@@ -135,7 +138,7 @@ impl RoundDriver {
         decisions: Vec<Decision>,
         faults: RoundFaults,
         started: Instant,
-        policy_time: Duration,
+        (policy_time, fuel): (Duration, Option<u64>),
     ) -> RoundReport {
         let applied = match state.apply(decisions.clone()) {
             Ok(applied) => applied,
@@ -153,6 +156,7 @@ impl RoundDriver {
             faults,
             latency: started.elapsed(),
             policy_time,
+            fuel,
         }
     }
 }

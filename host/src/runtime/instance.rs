@@ -97,6 +97,8 @@ pub struct PolicyInstance {
     mirror: Option<Mirror>,
     poisoned: Option<PolicyFault>,
     last: CallStats,
+    /// Fuel consumed by every call so far, when fuel accounting is on.
+    fuel_spent: Option<u64>,
 }
 
 fn unsupported(role: Role) -> PolicyFault {
@@ -144,6 +146,7 @@ impl PolicyInstance {
             mirror: None,
             poisoned: None,
             last: CallStats::default(),
+            fuel_spent: None,
         })
     }
 
@@ -154,6 +157,7 @@ impl PolicyInstance {
             mirror: None,
             poisoned: None,
             last: CallStats::default(),
+            fuel_spent: None,
         }
     }
 
@@ -173,6 +177,13 @@ impl PolicyInstance {
 
     pub fn last_call(&self) -> CallStats {
         self.last
+    }
+
+    /// Fuel consumed by all of this instance's calls so far (`None` without fuel
+    /// accounting, or for a native policy): a caller that makes several calls for one
+    /// answer (a scheduler's sync, then its round) takes the difference.
+    pub fn fuel_spent(&self) -> Option<u64> {
+        self.fuel_spent
     }
 
     /// Bytes the instance holds in linear memories and tables (0 for a
@@ -221,6 +232,9 @@ impl PolicyInstance {
             wall: start.elapsed(),
             fuel,
         };
+        if let Some(fuel) = fuel {
+            self.fuel_spent = Some(self.fuel_spent.unwrap_or(0).saturating_add(fuel));
+        }
         w.store.data_mut().report_dropped_logs();
         if let Err(fault) = &result
             && fault.poisons_instance()

@@ -108,6 +108,14 @@ impl Plane {
             .or_default()
             .observe(report.latency.as_secs_f64());
         let gen_label = generation_label(generation);
+        if let Some(fuel) = report.fuel {
+            let total = self
+                .metrics
+                .fuel
+                .entry((slot.clone(), gen_label.clone()))
+                .or_default();
+            *total = total.saturating_add(fuel);
+        }
         self.metrics
             .latency
             .entry((slot.clone(), gen_label))
@@ -156,7 +164,7 @@ impl Plane {
                 digest,
                 decisions: report.decisions.clone(),
                 faults: report.faults.iter().map(|(_, f)| f.to_string()).collect(),
-                fuel: None,
+                fuel: report.fuel,
                 latency_us: report.latency.as_micros() as u64,
                 policy_us: report.policy_time.as_micros() as u64,
                 config,

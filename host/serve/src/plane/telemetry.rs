@@ -148,6 +148,19 @@ impl Plane {
             }),
         );
         e.counter(
+            "arbiter_policy_fuel",
+            "Fuel (guest instructions, as wasmtime meters them) the scheduler rounds a generation answered consumed, by slot and generation; only with `arbiter serve --fuel`.",
+            self.metrics
+                .fuel
+                .iter()
+                .map(|((slot, generation), n)| {
+                    (
+                        vec![("slot", slot.as_str()), ("generation", generation.as_str())],
+                        *n,
+                    )
+                }),
+        );
+        e.counter(
             "arbiter_fallback_rounds",
             "Rounds served by an older generation or the native policy, by cell.",
             self.metrics
