@@ -41,6 +41,17 @@ pub struct Reconciled {
     pub failed: Vec<(PathBuf, String)>,
 }
 
+/// Why a policy file did not load.
+#[derive(Debug)]
+pub enum LoadError {
+    /// What the file holds cannot load (it does not compile, lacks the slot's
+    /// role, its configuration is refused): tried again when the file changes.
+    File(anyhow::Error),
+    /// The target cannot take it now (a tenant that does not exist yet, an
+    /// experiment in the way): tried again at every reconcile, said once.
+    NotNow(anyhow::Error),
+}
+
 /// Where a policy directory's files load: the host core's [`Registry`] (the slot
 /// a component's manifest names), or a control plane that also stores what loads
 /// and names slots its own way (`arbiter serve --policies-dir`).
@@ -53,7 +64,7 @@ pub trait PolicyTarget: Send + Sync {
         file: &Path,
         wasm: &[u8],
         config: Option<String>,
-    ) -> anyhow::Result<(String, u64)>;
+    ) -> Result<(String, u64), LoadError>;
 
     /// Unloads a generation whose file is gone (or that moved slots).
     fn unload(&self, slot: &str, generation: u64) -> anyhow::Result<()>;
@@ -72,8 +83,10 @@ impl PolicyTarget for Registry {
         file: &Path,
         wasm: &[u8],
         config: Option<String>,
-    ) -> anyhow::Result<(String, u64)> {
-        let (slot, generation) = self.load_bytes(wasm, config, Some(file.to_path_buf()), None)?;
+    ) -> Result<(String, u64), LoadError> {
+        let (slot, generation) = self
+            .load_bytes(wasm, config, Some(file.to_path_buf()), None)
+            .map_err(|e| LoadError::File(e.into()))?;
         Ok((slot.name().to_string(), generation.id))
     }
 
@@ -131,6 +144,9 @@ pub struct PolicyDirectory {
     /// Files that could not be read, with the error: read again at every
     /// reconcile (reading is cheap), reported again only when the error changes.
     unreadable: Mutex<BTreeMap<PathBuf, String>>,
+    /// Files the target could not take yet ([`LoadError::NotNow`]), with the
+    /// error: tried at every reconcile, reported again only when it changes.
+    waiting: Mutex<BTreeMap<PathBuf, String>>,
 }
 
 impl PolicyDirectory {
@@ -141,6 +157,7 @@ impl PolicyDirectory {
             loaded: Mutex::new(BTreeMap::new()),
             failed: Mutex::new(BTreeMap::new()),
             unreadable: Mutex::new(BTreeMap::new()),
+            waiting: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -211,6 +228,8 @@ impl PolicyDirectory {
         }
         let mut failed = self.failed.lock();
         failed.retain(|p, _| present.contains_key(p));
+        let mut waiting = self.waiting.lock();
+        let mut still_waiting = BTreeMap::new();
         for (path, (bytes, config)) in present {
             let digest = digest(&bytes, config.as_deref());
             if loaded.get(&path).is_some_and(|l| l.digest == digest)
@@ -254,14 +273,23 @@ impl PolicyDirectory {
                     tracing::info!(file = %path.display(), %slot, generation, "policy loaded");
                     out.loaded.push((path, slot, generation));
                 }
-                Err(e) => {
+                Err(LoadError::File(e)) => {
                     let error = format!("{e:#}");
                     tracing::warn!(file = %path.display(), %error, "policy file failed to load");
                     failed.insert(path.clone(), digest);
                     out.failed.push((path, error));
                 }
+                Err(LoadError::NotNow(e)) => {
+                    let error = format!("{e:#}");
+                    if waiting.get(&path) != Some(&error) {
+                        tracing::warn!(file = %path.display(), %error, "policy file cannot load yet; trying again");
+                        out.failed.push((path.clone(), error.clone()));
+                    }
+                    still_waiting.insert(path, error);
+                }
             }
         }
+        *waiting = still_waiting;
         out
     }
 

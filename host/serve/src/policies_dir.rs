@@ -8,17 +8,20 @@
 //! generation — `default.wasm` schedules the cluster, `reclaim.wasm` and
 //! `matcher.wasm` fill those roles, `tenant:acme.wasm` orders tenant `acme`'s
 //! queue, any other name is a slot an experiment can use — and `NAME.toml` is
-//! its configuration. Replacing either loads a new generation (the previous one
+//! its configuration. A file the plane cannot take *yet* (`tenant:acme.wasm`
+//! before `arbiter tenant add acme`, `default.wasm` while an experiment runs)
+//! is tried again at every poll; one it refuses for what it is is tried again
+//! when it changes. Replacing either loads a new generation (the previous one
 //! stays, a rollback target); removing the component unloads its generation
 //! unless the plane refuses — `default`'s active one, a running experiment's
 //! candidate — which is said in the log. A
 //! restarted plane whose slot already runs what a file holds adopts that
 //! generation instead of loading a copy.
 
-use crate::plane::{Caller, Plane};
+use crate::plane::{ApiError, Caller, Plane};
 use anyhow::Context;
 use arbiter_host::registry::Registry;
-use arbiter_host::watch::{PolicyDirectory, PolicyTarget, WatchGuard};
+use arbiter_host::watch::{LoadError, PolicyDirectory, PolicyTarget, WatchGuard};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,13 +65,22 @@ impl PolicyTarget for PlaneTarget {
         file: &Path,
         wasm: &[u8],
         config: Option<String>,
-    ) -> anyhow::Result<(String, u64)> {
-        let slot = slot_of(file)?;
-        let compiled = Plane::compile(&self.registry, wasm)?;
+    ) -> Result<(String, u64), LoadError> {
+        let slot = slot_of(file).map_err(LoadError::File)?;
+        let compiled =
+            Plane::compile(&self.registry, wasm).map_err(|e| LoadError::File(e.into()))?;
         let config = config.unwrap_or_default();
-        let (loaded, ack) =
-            self.write(|p| p.upload(&Caller::Admin, &slot, compiled, wasm, &config, true))?;
-        ack.wait()?;
+        let (loaded, ack) = self
+            .write(|p| p.upload(&Caller::Admin, &slot, compiled, wasm, &config, true))
+            .map_err(|e| match e {
+                // A tenant not added yet, an experiment running, a store
+                // write that failed: the plane may take it later.
+                ApiError::NotFound(_) | ApiError::FailedPrecondition(_) | ApiError::Internal(_) => {
+                    LoadError::NotNow(e.into())
+                }
+                _ => LoadError::File(e.into()),
+            })?;
+        ack.wait().map_err(LoadError::NotNow)?;
         Ok((loaded.slot, loaded.generation))
     }
 

@@ -1,8 +1,9 @@
 //! `arbiter serve --policies-dir`: a component dropped into the directory loads
 //! into the slot its file names, through the plane (stored, published); its
-//! `.toml` is its configuration; removing it unloads it (but never `default`'s
-//! active generation); a restart adopts what already serves instead of
-//! loading a copy.
+//! `.toml` is its configuration; one the plane cannot take yet (a tenant's
+//! policy before the tenant) loads once it can; removing it unloads it (but
+//! never `default`'s active generation); a restart adopts what already serves
+//! instead of loading a copy.
 
 mod common;
 
@@ -103,6 +104,24 @@ async fn a_policy_directory_loads_through_the_plane_and_survives_a_restart() {
     wait_for("the matcher to unload", || {
         let mut c = client_clone(&admin);
         async move { active(&mut c, "matcher").await.is_none() }
+    })
+    .await;
+
+    // A tenant's policy dropped in before the tenant exists waits for it: it
+    // loads once `tenant add` has made the slot's tenant, file untouched.
+    let tenant_policy = arbiter_policies::fixture("tenant-deadline-first").unwrap();
+    std::fs::write(dir.join("tenant:acme.wasm"), tenant_policy).unwrap();
+    // Longer than the directory's 2 s poll: it has been tried and refused.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(active(&mut admin, "tenant:acme").await.is_none());
+    add_tenant(&mut admin, "acme", 0).await;
+    wait_for("the tenant's policy to load", || {
+        let mut c = client_clone(&admin);
+        async move {
+            active(&mut c, "tenant:acme")
+                .await
+                .is_some_and(|g| g.name == "tenant-deadline-first")
+        }
     })
     .await;
 
