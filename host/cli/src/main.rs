@@ -165,6 +165,17 @@ fn init_logging(filter: &str, json: bool) {
 }
 
 fn sim(args: &arbiter_repro::SimArgs) -> anyhow::Result<()> {
+    if args.fuel.is_some()
+        && !matches!(
+            args.protocol,
+            None | Some(arbiter_sim::Protocol::Replay | arbiter_sim::Protocol::Fgd)
+        )
+    {
+        anyhow::bail!(
+            "--fuel meters the replay and fgd protocols; the paper protocols run their own \
+             settings"
+        );
+    }
     match args.protocol {
         Some(arbiter_sim::Protocol::Aryl) => {
             return arbiter_repro::aryl::run_protocol(args)?.print(args.json);

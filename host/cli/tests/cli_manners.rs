@@ -188,6 +188,48 @@ fn sim_config_is_a_file_or_toml_text_and_a_policy_without_options_refuses_one() 
     );
 }
 
+/// `sim --fuel`: what the policy consumed in fuel, reported per run and the same in two
+/// runs of the same seed (its time inside the policy is not); a budget too small to load
+/// the policy is an error; the paper protocols refuse the option.
+#[test]
+fn sim_fuel_is_the_policys_cost_and_the_same_in_every_run() {
+    let sim = |args: &[&str]| Command::new(BIN).arg("sim").args(args).output().unwrap();
+    let fuel_of = |budget: &str| -> (u64, u64) {
+        let out = sim(&["--fuel", budget, "--json"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let run = &json["runs"][0];
+        (
+            run["policy_fuel"].as_u64().unwrap_or(0),
+            run["fallback_rounds"].as_u64().unwrap_or(0),
+        )
+    };
+    let (first, fallbacks) = fuel_of("4000000000");
+    assert!(first > 0 && fallbacks == 0, "{first} {fallbacks}");
+    assert_eq!(fuel_of("4000000000"), (first, 0));
+    // Too little to load the policy: said before anything runs.
+    let out = sim(&["--fuel", "1000"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("ran out of fuel"),
+        "{stderr}"
+    );
+    // Without metering, no fuel in the report.
+    let out = sim(&["--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(json["runs"][0].get("policy_fuel").is_none(), "{json}");
+    let out = sim(&["--protocol", "dynamoml", "--fuel", "1000"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("--fuel meters"),
+        "{stderr}"
+    );
+}
+
 /// An embedded pool one machine cannot hold, or a node past the contract's GPU count, is
 /// a usage error: the first aborted allocating 9.6 GB, the second overflowed a
 /// multiplication (a panic in a debug build, a wrong pool in a release one).

@@ -65,8 +65,15 @@ use std::time::Duration;
 /// deadline (a round over a long backlog may take longer than a live round
 /// should; a missed deadline would silently hand the round to the fallback).
 pub fn engine(deadline: Duration) -> anyhow::Result<PolicyEngine> {
+    metered_engine(deadline, None)
+}
+
+/// [`engine`], metering each policy call in fuel (at most `fuel` per call) when
+/// given: a run then reports what its policy consumed, the same on any machine.
+pub fn metered_engine(deadline: Duration, fuel: Option<u64>) -> anyhow::Result<PolicyEngine> {
     PolicyEngine::new(RuntimeConfig {
         deadline,
+        fuel,
         ..RuntimeConfig::default()
     })
 }

@@ -190,6 +190,13 @@ impl SimOutput {
                         "  wall time        {:.2}s ({:.2}s inside the policy)",
                         r.wall_seconds, r.policy_seconds
                     );
+                    if let Some(fuel) = r.policy_fuel {
+                        let _ = writeln!(
+                            o,
+                            "  policy fuel      {fuel} ({:.0} per round)",
+                            fuel as f64 / r.rounds.max(1) as f64
+                        );
+                    }
                 }
             }
             Protocol::Fgd => {

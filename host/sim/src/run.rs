@@ -144,6 +144,11 @@ pub struct RunOutput {
     pub round_latency_p99_us: f64,
     /// Time inside the policy's calls, summed over rounds.
     pub policy_seconds: f64,
+    /// Fuel the policy's calls consumed, summed over the rounds it answered
+    /// (`arbiter sim --fuel`): its cost in guest instructions, the same on any
+    /// machine, where `policy_seconds` is not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy_fuel: Option<u64>,
     pub wall_seconds: f64,
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub fgd: Option<FgdMetrics>,
@@ -180,6 +185,7 @@ impl RunOutput {
             round_latency_p50_us: s.latency_p50_us(),
             round_latency_p99_us: s.latency_p99_us(),
             policy_seconds: s.policy_time.as_secs_f64(),
+            policy_fuel: s.fuel,
             wall_seconds: 0.0,
             fgd: None,
             replay: None,

@@ -59,6 +59,9 @@ pub struct RoundStats {
     /// Rounds that faulted or were answered by a fallback.
     pub troubled: u64,
     pub policy_time: Duration,
+    /// Fuel the answering policy consumed, summed over rounds (with fuel
+    /// metering on; `None` otherwise).
+    pub fuel: Option<u64>,
 }
 
 impl RoundStats {
@@ -123,6 +126,9 @@ impl SimHost {
             s.latencies_us.push(report.latency.as_secs_f64() * 1e6);
         }
         s.policy_time += report.policy_time;
+        if let Some(fuel) = report.fuel {
+            s.fuel = Some(s.fuel.unwrap_or(0).saturating_add(fuel));
+        }
         let faulted = !report.faults.is_empty();
         let fallback = !matches!(report.served, Served::Active(_));
         s.faulted += u64::from(faulted);
