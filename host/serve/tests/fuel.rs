@@ -110,20 +110,16 @@ async fn a_policy_past_its_fuel_faults_and_the_fallback_schedules() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_budget_too_small_to_load_a_policy_fails_the_start() {
     let dir = tempfile::tempdir().unwrap();
-    let refused = arbiter_serve::server::start(arbiter_serve::ServeConfig {
-        tls: Default::default(),
-        policies_dir: None,
-        listen: "127.0.0.1:0".parse().unwrap(),
-        data: dir.path().to_path_buf(),
-        metrics_listen: None,
-        plane: PlaneConfig {
+    let refused = arbiter_serve::server::start(serve_config(
+        dir.path(),
+        PlaneConfig {
             runtime: RuntimeConfig {
                 fuel: Some(10),
                 ..RuntimeConfig::default()
             },
             ..PlaneConfig::default()
         },
-    })
+    ))
     .await
     .err()
     .expect("the start must fail");

@@ -16,15 +16,8 @@ use std::time::Duration;
 
 async fn serve_watching(data: &Path, policies: &Path) -> Running {
     start(ServeConfig {
-        tls: Default::default(),
         policies_dir: Some(policies.to_path_buf()),
-        listen: "127.0.0.1:0".parse().unwrap(),
-        data: data.to_path_buf(),
-        metrics_listen: None,
-        plane: PlaneConfig {
-            round_interval: Duration::from_millis(20),
-            ..PlaneConfig::default()
-        },
+        ..serve_config(data, PlaneConfig::default())
     })
     .await
     .unwrap()

@@ -70,7 +70,13 @@ pub async fn server(dir: &std::path::Path, nodes: u32, duration: Duration) -> Ru
 
 /// A loopback server on `dir` running `plane` with 20 ms rounds.
 pub async fn server_with(dir: &std::path::Path, plane: PlaneConfig) -> Running {
-    start(ServeConfig {
+    start(serve_config(dir, plane)).await.unwrap()
+}
+
+/// A loopback plane on `dir` with `plane`'s settings and 20 ms rounds: no TLS,
+/// no HTTP metrics, no policy directory.
+pub fn serve_config(dir: &std::path::Path, plane: PlaneConfig) -> ServeConfig {
+    ServeConfig {
         tls: Default::default(),
         policies_dir: None,
         listen: "127.0.0.1:0".parse().unwrap(),
@@ -80,9 +86,7 @@ pub async fn server_with(dir: &std::path::Path, plane: PlaneConfig) -> Running {
             round_interval: Duration::from_millis(20),
             ..plane
         },
-    })
-    .await
-    .unwrap()
+    }
 }
 
 pub fn spec(name: &str, gpus: u32, duration_ms: u64) -> v1::JobSpec {
