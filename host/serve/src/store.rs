@@ -59,7 +59,63 @@ impl Contents {
 
 /// The database file.
 pub struct Store {
-    db: Arc<Database>,
+    db: Arc<ClosedSafely>,
+    path: std::path::PathBuf,
+}
+
+/// The open database, closed without a panic escaping: redb commits when it
+/// closes, and on a damaged file that commit can panic inside `Drop`.
+struct ClosedSafely {
+    db: Option<Database>,
+    path: std::path::PathBuf,
+}
+
+impl std::ops::Deref for ClosedSafely {
+    type Target = Database;
+
+    fn deref(&self) -> &Database {
+        // `db` is `Some` from construction until `drop` takes it.
+        match &self.db {
+            Some(db) => db,
+            None => unreachable!("the database is taken only when it is dropped"),
+        }
+    }
+}
+
+impl Drop for ClosedSafely {
+    fn drop(&mut self) {
+        let db = self.db.take();
+        if let Err(e) = damage_refused(&self.path, move || drop(db)) {
+            tracing::error!(error = %format!("{e:#}"), "closing the store");
+        }
+    }
+}
+
+/// Starting empty would forget every job and policy in a damaged store without
+/// a word: say what is wrong and what the way out costs.
+fn damaged_beyond_repair(path: &Path, why: &str) -> anyhow::Error {
+    anyhow::anyhow!(
+        "the store {} is damaged beyond repair ({why}); move it aside to start with an \
+         empty store (its jobs, tenants and policies are lost; the decision journal beside \
+         it is kept and still replays)",
+        path.display()
+    )
+}
+
+/// Runs `f` on the store file at `path`, turning a panic inside redb into the
+/// damaged-store error. redb checks most damage and says `Corrupted`, but some
+/// damaged pages reach its `unreachable!()` (seen in redb 4.4 opening a file
+/// whose pages were overwritten); that must not take the control plane down
+/// with a backtrace instead of saying which file and what to do.
+fn damage_refused<T>(path: &Path, f: impl FnOnce() -> T) -> anyhow::Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|payload| {
+        let why = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("the store library failed");
+        damaged_beyond_repair(path, why)
+    })
 }
 
 impl Store {
@@ -70,33 +126,40 @@ impl Store {
         // closing the file; give it a moment before calling it an error.
         let mut attempts = 0;
         let db = loop {
-            match Database::create(&path) {
+            match damage_refused(&path, || Database::create(&path))? {
                 Err(redb::DatabaseError::DatabaseAlreadyOpen) if attempts < 100 => {
                     attempts += 1;
                     std::thread::sleep(std::time::Duration::from_millis(20));
                 }
                 Err(redb::DatabaseError::Storage(redb::StorageError::Corrupted(why))) => {
-                    // Starting empty would forget every job and policy in it without a
-                    // word; say what is wrong and what the way out costs.
-                    anyhow::bail!(
-                        "the store {} is damaged beyond repair ({why}); move it aside to \
-                         start with an empty store (its jobs, tenants and policies are \
-                         lost; the decision journal beside it is kept and still replays)",
-                        path.display()
-                    );
+                    return Err(damaged_beyond_repair(&path, &why));
                 }
                 other => break other.with_context(|| format!("opening {}", path.display()))?,
             }
         };
+        let db = ClosedSafely {
+            db: Some(db),
+            path: path.clone(),
+        };
         // Create the tables so that readers never meet a missing one.
-        let tx = db.begin_write().context("store: begin")?;
-        tx.open_table(JOBS).context("store: jobs table")?;
-        tx.open_table(KV).context("store: kv table")?;
-        tx.commit().context("store: commit")?;
-        Ok(Store { db: Arc::new(db) })
+        damage_refused(&path, || {
+            let tx = db.begin_write().context("store: begin")?;
+            tx.open_table(JOBS).context("store: jobs table")?;
+            tx.open_table(KV).context("store: kv table")?;
+            tx.commit().context("store: commit")
+        })??;
+        Ok(Store {
+            db: Arc::new(db),
+            path,
+        })
     }
 
     pub fn read_all(&self) -> anyhow::Result<Contents> {
+        damage_refused(&self.path, || self.read_all_unguarded())?
+            .with_context(|| format!("reading {}", self.path.display()))
+    }
+
+    fn read_all_unguarded(&self) -> anyhow::Result<Contents> {
         let tx = self.db.begin_read().context("store: begin read")?;
         let mut contents = Contents::default();
         let jobs = tx.open_table(JOBS).context("store: jobs table")?;
@@ -118,9 +181,10 @@ impl Store {
     pub fn writer(&self) -> anyhow::Result<StoreWriter> {
         let (tx, rx) = mpsc::channel::<(Write, Option<Reply>)>();
         let db = Arc::clone(&self.db);
+        let path = self.path.clone();
         let thread = std::thread::Builder::new()
             .name("arbiter-store".into())
-            .spawn(move || write_loop(&db, &rx))
+            .spawn(move || write_loop(&db, &path, &rx))
             .context("spawning the store writer")?;
         Ok(StoreWriter {
             tx,
@@ -129,7 +193,7 @@ impl Store {
     }
 }
 
-fn write_loop(db: &Database, rx: &mpsc::Receiver<(Write, Option<Reply>)>) {
+fn write_loop(db: &Database, path: &Path, rx: &mpsc::Receiver<(Write, Option<Reply>)>) {
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -138,7 +202,9 @@ fn write_loop(db: &Database, rx: &mpsc::Receiver<(Write, Option<Reply>)>) {
                 Err(_) => break,
             }
         }
-        let result = commit(db, &batch).map_err(|e| format!("{e:#}"));
+        let result = damage_refused(path, || commit(db, &batch))
+            .and_then(|committed| committed)
+            .map_err(|e| format!("{e:#}"));
         if let Err(e) = &result {
             tracing::error!(error = %e, writes = batch.len(), "store commit failed");
         }
@@ -243,13 +309,7 @@ mod tests {
     #[test]
     fn a_store_damaged_beyond_repair_is_refused_with_the_way_out() -> anyhow::Result<()> {
         let dir = tempfile::tempdir()?;
-        {
-            let store = Store::open(dir.path())?;
-            store
-                .writer()?
-                .send_durable(vec![Write::Put("tenant/a".into(), b"1".to_vec())]);
-        }
-        let path = dir.path().join("arbiter.redb");
+        let path = closed_store_with_a_write(dir.path())?;
         let mut bytes = std::fs::read(&path)?;
         // Both commit slots of the header and every page after it overwritten, the magic
         // number kept: a redb file with no root to recover.
@@ -265,6 +325,67 @@ mod tests {
             error.contains("damaged beyond repair") && error.contains("move it aside"),
             "{error}"
         );
+        Ok(())
+    }
+
+    /// A store holding one durable write, closed: its writer thread finished and
+    /// the file released, so that nothing writes to it after the test damages it.
+    fn closed_store_with_a_write(dir: &Path) -> anyhow::Result<std::path::PathBuf> {
+        {
+            let store = Store::open(dir)?;
+            store
+                .writer()?
+                .send_durable(vec![Write::Put("tenant/a".into(), b"1".to_vec())])
+                .wait()?;
+        }
+        // Opening waits for the writer thread to let go of the file; dropping this
+        // one closes it for good.
+        drop(Store::open(dir)?);
+        Ok(dir.join("arbiter.redb"))
+    }
+
+    /// Whatever the damage, opening and reading the store either works or says the
+    /// store is damaged; it never panics (CI once met redb's `unreachable!()` on a
+    /// damaged file and the control plane would have died with a backtrace).
+    #[test]
+    fn no_damage_to_the_file_panics_the_store() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = closed_store_with_a_write(dir.path())?;
+        let pristine = std::fs::read(&path)?;
+        let len = pristine.len();
+        let mut outcomes = (0, 0);
+        // Runs of garbage from every region of the file: the header, its commit
+        // slots, the region headers and the pages; plus a truncation sweep.
+        let starts = (0..len).step_by((len / 97).max(1));
+        for (trial, start) in starts.enumerate() {
+            for run in [8usize, 64, 512, 4096] {
+                let mut bytes = pristine.clone();
+                for (i, b) in bytes.iter_mut().enumerate().skip(start).take(run) {
+                    *b = ((i * 31 + trial * 7) % 251) as u8;
+                }
+                std::fs::write(&path, &bytes)?;
+                match std::panic::catch_unwind(|| {
+                    Store::open(dir.path()).and_then(|store| store.read_all())
+                }) {
+                    Ok(Ok(_)) => outcomes.0 += 1,
+                    Ok(Err(e)) => {
+                        let e = format!("{e:#}");
+                        assert!(e.contains(&path.display().to_string()), "{e}");
+                        outcomes.1 += 1;
+                    }
+                    Err(_) => anyhow::bail!("{run} damaged bytes at {start} panicked the store"),
+                }
+            }
+        }
+        for cut in (0..len).step_by((len / 31).max(1)) {
+            std::fs::write(&path, &pristine[..cut])?;
+            let opened = std::panic::catch_unwind(|| {
+                Store::open(dir.path()).and_then(|store| store.read_all())
+            });
+            anyhow::ensure!(opened.is_ok(), "a file cut at {cut} panicked the store");
+        }
+        // Some damage lands where redb does not look (free pages), some where it must.
+        assert!(outcomes.0 > 0 && outcomes.1 > 0, "{outcomes:?}");
         Ok(())
     }
 
