@@ -121,9 +121,9 @@ fn read_policy_files(wasm: &Path) -> anyhow::Result<(Vec<u8>, Option<String>)> {
 
 /// What a policy's files hold, so that a change to either — the component or its
 /// configuration — loads a new generation.
-fn digest(wasm: &[u8], config: Option<&str>) -> String {
+fn digest(wasm_digest: &[u8], config: Option<&str>) -> String {
     let mut hash = Sha256::new();
-    hash.update(Sha256::digest(wasm));
+    hash.update(wasm_digest);
     match config {
         Some(text) => {
             hash.update([1]);
@@ -231,17 +231,20 @@ impl PolicyDirectory {
         let mut waiting = self.waiting.lock();
         let mut still_waiting = BTreeMap::new();
         for (path, (bytes, config)) in present {
-            let digest = digest(&bytes, config.as_deref());
+            // The component is hashed once: for the change test and, the first time
+            // a file is seen, for the adoption test.
+            let wasm_digest = Sha256::digest(&bytes);
+            let digest = digest(&wasm_digest, config.as_deref());
             if loaded.get(&path).is_some_and(|l| l.digest == digest)
                 || failed.get(&path) == Some(&digest)
             {
                 continue;
             }
             if let Entry::Vacant(first_seen) = loaded.entry(path.clone()) {
-                let wasm_digest = hex::encode(Sha256::digest(&bytes));
                 let config_text = config.as_deref().unwrap_or_default();
                 if let Some((slot, generation)) =
-                    self.target.serving(&path, &wasm_digest, config_text)
+                    self.target
+                        .serving(&path, &hex::encode(wasm_digest), config_text)
                 {
                     tracing::info!(file = %path.display(), %slot, generation, "policy file already serving");
                     first_seen.insert(Loaded {
