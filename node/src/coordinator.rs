@@ -67,6 +67,20 @@ pub struct CoordinatorConfig {
     /// returning more is flooding, and its answer is a fault.
     pub max_actions_per_entity: usize,
     pub invalid_actions: InvalidActions,
+    /// Wall-clock bound of one call into the node policy; `None`: a quarter of the
+    /// period ([`node_runtime_config`]). A node whose CPUs are shared with busy work
+    /// may want more, so that a healthy policy preempted mid-call is not a fault.
+    pub deadline: Option<Duration>,
+}
+
+impl CoordinatorConfig {
+    /// The sandbox settings these settings give node policies.
+    pub fn runtime_config(&self) -> RuntimeConfig {
+        match self.deadline {
+            Some(deadline) => runtime_config_with_deadline(deadline),
+            None => node_runtime_config(self.period),
+        }
+    }
 }
 
 impl Default for CoordinatorConfig {
@@ -76,6 +90,7 @@ impl Default for CoordinatorConfig {
             fallback_after: 3,
             max_actions_per_entity: 8,
             invalid_actions: InvalidActions::RejectCall,
+            deadline: None,
         }
     }
 }
@@ -89,7 +104,10 @@ impl Default for CoordinatorConfig {
 /// costs CPU: the engine's ticker thread wakes on every tick while a call is in flight (it
 /// parks between calls), and a runaway call at the host's 1 ms tick would wake it 25 times.
 pub fn node_runtime_config(period: Duration) -> RuntimeConfig {
-    let deadline = (period / 4).max(Duration::from_millis(4));
+    runtime_config_with_deadline((period / 4).max(Duration::from_millis(4)))
+}
+
+fn runtime_config_with_deadline(deadline: Duration) -> RuntimeConfig {
     RuntimeConfig {
         deadline,
         epoch_tick: deadline / 2,
@@ -330,7 +348,7 @@ impl Coordinator {
     ) -> Result<Coordinator, CoordinatorError> {
         let wasm = arbiter_policies::get(name)
             .ok_or_else(|| CoordinatorError::NoSuchBuiltin(name.to_string()))?;
-        let engine = PolicyEngine::new(node_runtime_config(settings.period))
+        let engine = PolicyEngine::new(settings.runtime_config())
             .map_err(|e| CoordinatorError::Engine(format!("{e:#}")))?;
         Coordinator::from_wasm(&engine, wasm, config, settings)
     }
@@ -580,6 +598,17 @@ mod tests {
         let c = node_runtime_config(Duration::from_millis(1));
         assert_eq!(c.deadline, Duration::from_millis(4));
         assert_eq!(c.epoch_tick, Duration::from_millis(2));
+        let settings = CoordinatorConfig {
+            deadline: Some(Duration::from_secs(2)),
+            ..CoordinatorConfig::default()
+        };
+        let c = settings.runtime_config();
+        assert_eq!(c.deadline, Duration::from_secs(2));
+        assert_eq!(c.epoch_tick, Duration::from_secs(1));
+        assert_eq!(
+            CoordinatorConfig::default().runtime_config().deadline,
+            Duration::from_millis(25)
+        );
     }
 
     /// The agent runs the loop on a thread of its own: both halves must move there.

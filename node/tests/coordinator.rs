@@ -27,6 +27,17 @@ const GPU_MIB: u64 = 16_384;
 const ONLINE: u8 = 0;
 const OFFLINE: u8 = 1;
 
+/// Settings for a policy that is not meant to hang: a deadline no stall of a loaded machine
+/// reaches, so that a step faults only when the policy is at fault. (The default, a quarter
+/// of the 100 ms period, is 25 ms: one preemption of the test thread mid-call would make a
+/// healthy step a deadline fault.)
+fn patient() -> CoordinatorConfig {
+    CoordinatorConfig {
+        deadline: Some(Duration::from_secs(30)),
+        ..CoordinatorConfig::default()
+    }
+}
+
 fn sysmonitor_wasm() -> &'static [u8] {
     arbiter_policies::get("sysmonitor").expect("sysmonitor is a built-in policy")
 }
@@ -204,8 +215,8 @@ fn sysmonitor_wasm_paces_then_evicts_offline_work_on_an_online_burst() {
         std::thread::sleep(Duration::from_millis(10));
     }
 
-    let mut coord = Coordinator::builtin("sysmonitor", None, CoordinatorConfig::default())
-        .expect("built-in sysmonitor loads");
+    let mut coord =
+        Coordinator::builtin("sysmonitor", None, patient()).expect("built-in sysmonitor loads");
     assert_eq!(coord.policy_name(), Some("sysmonitor"));
 
     // Quiet: the GPU is published Healthy, the offline workload gets its 40 % memory quota
@@ -241,9 +252,12 @@ fn sysmonitor_wasm_paces_then_evicts_offline_work_on_an_online_burst() {
         (200_000.0 * 1000.0 / f64::from(cut[0])).round() as u64,
         "mean kernel time / share"
     );
+    // The deterministic part is above: the very step after the burst changed the share. Its
+    // time (~1 ms here) is a benchmark's business; this bound only catches a step that
+    // blocks, with room for a loaded machine's scheduling.
     assert!(
-        burst_to_block < Duration::from_millis(100),
-        "view → Wasm → block within one period: {burst_to_block:?}"
+        burst_to_block < Duration::from_secs(2),
+        "view → Wasm → block: {burst_to_block:?}"
     );
     assert!(!touches(&r, online));
     assert_eq!(pace_interval(&node, online), 0);
@@ -344,8 +358,8 @@ fn sysmonitor_wasm_resets_mps_and_evicts_offline_work_on_an_xid_error() {
     );
     let online = node.launch(&sleeper(ONLINE, 0)).expect("online");
     let offline = node.launch(&sleeper(OFFLINE, 0)).expect("offline");
-    let mut coord = Coordinator::builtin("sysmonitor", None, CoordinatorConfig::default())
-        .expect("built-in sysmonitor loads");
+    let mut coord =
+        Coordinator::builtin("sysmonitor", None, patient()).expect("built-in sysmonitor loads");
     for _ in 0..3 {
         let r = coord.step(&mut node);
         assert_eq!(r.served, Served::Policy, "{:?}", r.fault);
@@ -416,12 +430,12 @@ fn run_loop_moves_the_pacing_rate_within_one_period_of_a_burst_and_stops_on_the_
     let mut node = env.sim_node(sim.clone());
     let online = node.launch(&sleeper(ONLINE, 0)).expect("online");
     let offline = node.launch(&sleeper(OFFLINE, 0)).expect("offline");
-    let settings = CoordinatorConfig::default();
+    let settings = patient();
     let period = settings.period;
     let mut coord = Coordinator::builtin("sysmonitor", None, settings).expect("load");
 
     let stop = AtomicBool::new(false);
-    let mut injected: Option<Instant> = None;
+    let mut injected: Option<(Instant, u64)> = None;
     let mut latency = None;
     let mut steps = 0;
     let summary = coord.run_loop_with(&mut node, &stop, |r| {
@@ -436,10 +450,10 @@ fn run_loop_moves_the_pacing_rate_within_one_period_of_a_burst_and_stops_on_the_
                 s.utilization_pct = 75;
                 s.sm_clock_mhz = s.max_sm_clock_mhz * 85 / 100;
                 sim.set_sample(0, s).expect("burst");
-                injected = Some(Instant::now());
+                injected = Some((Instant::now(), steps));
             }
-            Some(at) if latency.is_none() && !shares_applied(r, offline).is_empty() => {
-                latency = Some(at.elapsed());
+            Some((at, at_step)) if latency.is_none() && !shares_applied(r, offline).is_empty() => {
+                latency = Some((at.elapsed(), steps - at_step));
                 stop.store(true, Ordering::Release);
             }
             _ => {}
@@ -448,10 +462,12 @@ fn run_loop_moves_the_pacing_rate_within_one_period_of_a_burst_and_stops_on_the_
             stop.store(true, Ordering::Release);
         }
     });
-    let latency = latency.expect("the burst moved the pacing rate");
-    // One period at most, plus the step; the slack is for a shared CI machine's scheduling.
+    let (latency, periods) = latency.expect("the burst moved the pacing rate");
+    // The very next period acted on it: within one period, whatever the machine's load did to
+    // the wall clock. The time bound only catches a loop that sleeps past its period.
+    assert_eq!(periods, 1, "burst → block after {periods} periods");
     assert!(
-        latency <= period + Duration::from_millis(100),
+        latency <= period + Duration::from_secs(2),
         "burst → block in {latency:?} at a {period:?} period"
     );
     assert_eq!(summary.steps, steps);
@@ -466,7 +482,7 @@ fn run_loop_moves_the_pacing_rate_within_one_period_of_a_burst_and_stops_on_the_
 fn fuel_costs(view: &NodeView) -> (u64, u64) {
     let engine = PolicyEngine::new(RuntimeConfig {
         fuel: Some(1 << 40),
-        ..node_runtime_config(Duration::from_millis(100))
+        ..patient().runtime_config()
     })
     .expect("engine");
     let compiled = engine.compile(sysmonitor_wasm()).expect("compile");
@@ -499,16 +515,17 @@ fn a_wasm_policy_that_traps_every_period_falls_back_to_holding_steady() {
         tick_cost > fuel * 2,
         "a tick ({tick_cost}) must cost well over loading ({load_cost}) for this test"
     );
-    // Enough fuel to load and configure, never enough for a tick: every tick traps.
+    // Enough fuel to load and configure, never enough for a tick: every tick traps (for
+    // fuel, never for time: the deadline is out of reach).
     let engine = PolicyEngine::new(RuntimeConfig {
         fuel: Some(fuel),
-        ..node_runtime_config(Duration::from_millis(100))
+        ..patient().runtime_config()
     })
     .expect("engine");
     let compiled = engine.compile(sysmonitor_wasm()).expect("compile");
     let settings = CoordinatorConfig {
         fallback_after: 3,
-        ..CoordinatorConfig::default()
+        ..patient()
     };
     let mut coord = Coordinator::from_compiled(compiled, Some(""), settings).expect("load");
 
@@ -547,7 +564,7 @@ fn a_wasm_policy_that_traps_every_period_falls_back_to_holding_steady() {
     assert_eq!(coord.stats().reinstantiations, 3);
 
     // A swap to the same policy in a well-fuelled engine: it serves from the next period on.
-    let healthy = PolicyEngine::new(node_runtime_config(Duration::from_millis(100)))
+    let healthy = PolicyEngine::new(patient().runtime_config())
         .expect("engine")
         .compile(sysmonitor_wasm())
         .expect("compile");
@@ -802,8 +819,7 @@ fn drop_action_mode_applies_the_valid_part_of_an_answer() {
 #[test]
 fn policies_that_are_not_coordinators_are_refused_at_load() {
     common::init_tracing();
-    let engine =
-        PolicyEngine::new(node_runtime_config(Duration::from_millis(100))).expect("engine");
+    let engine = PolicyEngine::new(patient().runtime_config()).expect("engine");
     let fifo = arbiter_policies::get("fifo").expect("fifo");
     match Coordinator::from_wasm(&engine, fifo, None, CoordinatorConfig::default()) {
         Err(CoordinatorError::NotACoordinator { name, roles }) => {
@@ -817,11 +833,7 @@ fn policies_that_are_not_coordinators_are_refused_at_load() {
         Err(CoordinatorError::NoSuchBuiltin(_))
     ));
     // A configuration the policy rejects is a load error, not a silent default.
-    match Coordinator::builtin(
-        "sysmonitor",
-        Some("unhealthy_share_cap = 0"),
-        CoordinatorConfig::default(),
-    ) {
+    match Coordinator::builtin("sysmonitor", Some("unhealthy_share_cap = 0"), patient()) {
         Err(CoordinatorError::Load { fault, .. }) => assert_eq!(fault.kind(), "reported"),
         other => panic!("expected a load error, got {other:?}"),
     }

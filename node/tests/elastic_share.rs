@@ -92,29 +92,37 @@ fn request_quarter_limit_half_rises_to_the_limit_beside_idle_neighbours_and_keep
 
     // Loaded (compiled) before any workload starts, so the neighbours' quiet time below is
     // all control steps: compiling on a busy machine once took 2.5 s of it.
-    let mut coord =
-        Coordinator::builtin("elastic-share", None, CoordinatorConfig::default()).expect("load");
+    // A deadline no stall of a loaded machine reaches: every step must be the policy's.
+    let settings = CoordinatorConfig {
+        deadline: Some(Duration::from_secs(30)),
+        ..CoordinatorConfig::default()
+    };
+    let mut coord = Coordinator::builtin("elastic-share", None, settings).expect("load");
     assert_eq!(coord.policy_name(), Some("elastic-share"));
 
-    // The burstable workload launches throughout; three 0.25 neighbours stay quiet for the
-    // first 5 s (a notebook waiting for its user), then launch flat out.
-    let run = |ms: u64| ["launch-loop".to_string(), ms.to_string()];
+    // The burstable workload launches throughout; three 0.25 neighbours stay quiet (a
+    // notebook waiting for its user) until the test creates `go`, then launch flat out. Both
+    // run far longer than the test and are evicted at its end.
+    let go = dir.join("go");
     let burst = node
-        .launch(&workload(&dir, &run(15_000), 250, 500))
+        .launch(&workload(
+            &dir,
+            &["launch-loop".to_string(), "120000".into()],
+            250,
+            500,
+        ))
         .expect("burstable");
-    let quiet_ms = 5_000;
     let neighbours: Vec<u32> = (0..3)
         .map(|_| {
             let args = [
-                "launch-after".to_string(),
-                quiet_ms.to_string(),
-                "8000".into(),
+                "launch-when".to_string(),
+                go.display().to_string(),
+                "120000".into(),
             ];
             node.launch(&workload(&dir, &args, 250, 250))
                 .expect("neighbour")
         })
         .collect();
-    let launched = Instant::now();
 
     // Idle neighbours: their requests are lent; the burstable one rises to its limit, no more.
     let (alone, share) = run_and_measure(
@@ -129,8 +137,7 @@ fn request_quarter_limit_half_rises_to_the_limit_beside_idle_neighbours_and_keep
         assert_eq!(
             launches(&mut node, n),
             0,
-            "neighbour {n} launched within the first {:?} (quiet for {quiet_ms} ms): the machine is too slow for this test's timing",
-            launched.elapsed()
+            "neighbour {n} launched before `go`"
         );
     }
     assert_eq!(share, 500, "share set beside idle neighbours");
@@ -147,9 +154,16 @@ fn request_quarter_limit_half_rises_to_the_limit_beside_idle_neighbours_and_keep
     }
 
     // The neighbours start launching: the lent share comes back and the burstable workload
-    // keeps its request.
-    let until_busy = Duration::from_millis(quiet_ms + 500).saturating_sub(launched.elapsed());
-    std::thread::sleep(until_busy);
+    // keeps its request. Measured once all three launch.
+    std::fs::write(&go, b"").expect("go");
+    let busy_by = Instant::now() + Duration::from_secs(30);
+    while neighbours.iter().any(|&n| launches(&mut node, n) == 0) {
+        assert!(
+            Instant::now() < busy_by,
+            "a neighbour never launched after `go`"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let (crowded, share) = run_and_measure(
         &mut coord,
         &mut node,

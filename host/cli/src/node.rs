@@ -56,6 +56,13 @@ pub struct NodeArgs {
     /// Control period of the node policy (10ms to 1h).
     #[arg(long, value_parser = parse_period, default_value = "100ms")]
     pub period: Duration,
+    /// Deadline of one call into the node policy (1ms to 1h; default: a quarter of
+    /// --period). A call past it is a fault: the period changes nothing, and after three
+    /// in a row the native fallback (which never acts) takes over. Raise it on a node
+    /// whose CPUs are shared with busy work, where a healthy policy can be preempted
+    /// mid-call.
+    #[arg(long, value_parser = parse_policy_deadline)]
+    pub policy_deadline: Option<Duration>,
     /// Built-in node policy (`none`: only supervise).
     #[arg(long, default_value = DEFAULT_POLICY)]
     pub policy: String,
@@ -101,6 +108,15 @@ fn parse_period(s: &str) -> Result<Duration, String> {
         Ok(period)
     } else {
         Err(format!("`{s}` is not a control period from 10ms to 1h"))
+    }
+}
+
+fn parse_policy_deadline(s: &str) -> Result<Duration, String> {
+    let deadline = parse_duration(s)?;
+    if (Duration::from_millis(1)..=Duration::from_secs(3600)).contains(&deadline) {
+        Ok(deadline)
+    } else {
+        Err(format!("`{s}` is not a policy deadline from 1ms to 1h"))
     }
 }
 
@@ -166,6 +182,7 @@ pub fn node(a: &NodeArgs) -> anyhow::Result<()> {
     } else {
         let settings = CoordinatorConfig {
             period: a.period,
+            deadline: a.policy_deadline,
             ..CoordinatorConfig::default()
         };
         Some(

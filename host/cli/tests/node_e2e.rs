@@ -189,7 +189,17 @@ impl Cluster {
                 .arg(nvml)
                 .arg("--interposer")
                 .arg(&self.interposer)
-                .args(["--period", "100ms", "--grace", "2s"])
+                // A 100 ms period keeps the tests quick; the node policy's deadline is
+                // generous, so that a healthy policy preempted on a loaded machine is
+                // not retired (three faults in a row hand the node to the fallback).
+                .args([
+                    "--period",
+                    "100ms",
+                    "--policy-deadline",
+                    "10s",
+                    "--grace",
+                    "2s",
+                ])
                 .args(["--cpu-milli", "32000", "--memory-mib", "131072"])
                 .arg("--env")
                 .arg(format!("LD_LIBRARY_PATH={}", self.libdir.display()))

@@ -546,11 +546,11 @@ static int mode_release(long chunks, long hold_ms) {
     return 0;
 }
 
-/* Idle (no CUDA call after init) for wait_ms, then a launch loop for run_ms: a neighbour
- * whose share is lent while it is quiet and must come back when it launches. */
-static int mode_launch_after(long wait_ms, long run_ms) {
-    struct timespec ts = {wait_ms / 1000, (wait_ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
+/* Idle (no CUDA call after init) until the file `go` exists, then a launch loop for run_ms: a
+ * neighbour whose share is lent while it is quiet and must come back when it launches. The
+ * test says when, rather than a timer that a slow machine can outrun. */
+static int mode_launch_when(const char *go, long run_ms) {
+    while (access(go, F_OK) != 0) usleep(10000);
     return mode_launch_loop(run_ms);
 }
 
@@ -828,7 +828,7 @@ int main(int argc, char **argv) {
     if (!strcmp(m, "meminfo")) return mode_meminfo();
     if (!strcmp(m, "pace")) return mode_pace(atol(argv[2]));
     if (!strcmp(m, "launch-loop")) return mode_launch_loop(atol(argv[2]));
-    if (!strcmp(m, "launch-after")) return mode_launch_after(atol(argv[2]), atol(argv[3]));
+    if (!strcmp(m, "launch-when")) return mode_launch_when(argv[2], atol(argv[3]));
     if (!strcmp(m, "iterations")) return mode_iterations(atol(argv[2]), atol(argv[3]));
     if (!strcmp(m, "spill")) return mode_spill((size_t)atoll(argv[2]), (size_t)atoll(argv[3]));
     if (!strcmp(m, "release")) return mode_release(atol(argv[2]), atol(argv[3]));
