@@ -123,17 +123,25 @@ impl Store {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let path = dir.join("arbiter.redb");
         // A writer thread of an earlier `Store` in this process may still be
-        // closing the file; give it a moment before calling it an error.
-        let mut attempts = 0;
+        // closing the file (a commit and an fsync, slow on a loaded disk); give
+        // it time before calling it an error. (Another process holding it — a
+        // second `arbiter serve` on this data directory — is refused after as long.)
+        let give_up = std::time::Instant::now() + std::time::Duration::from_secs(10);
         let db = loop {
             match damage_refused(&path, || Database::create(&path))? {
-                Err(redb::DatabaseError::DatabaseAlreadyOpen) if attempts < 100 => {
-                    attempts += 1;
+                Err(redb::DatabaseError::DatabaseAlreadyOpen)
+                    if std::time::Instant::now() < give_up =>
+                {
                     std::thread::sleep(std::time::Duration::from_millis(20));
                 }
                 Err(redb::DatabaseError::Storage(redb::StorageError::Corrupted(why))) => {
                     return Err(damaged_beyond_repair(&path, &why));
                 }
+                Err(redb::DatabaseError::DatabaseAlreadyOpen) => anyhow::bail!(
+                    "the store {} is open in another process (is another `arbiter serve` \
+                     running on this data directory?)",
+                    path.display()
+                ),
                 other => break other.with_context(|| format!("opening {}", path.display()))?,
             }
         };
