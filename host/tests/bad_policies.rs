@@ -54,12 +54,14 @@ fn cluster() -> ClusterState {
     s
 }
 
-/// A slot whose older generation is healthy `fifo` and whose active one misbehaves in `mode`.
+/// A slot whose older generation is healthy `fifo` and whose active one misbehaves in `mode`
+/// (compiled by `engine`; fifo always under the patient deadline, so that a preempted fifo
+/// round on a loaded machine is not a fault of the fallback).
 fn slot_with(engine: &PolicyEngine, mode: &str) -> (Arc<PolicySlot>, u64, u64) {
     let slot = Arc::new(PolicySlot::new("under-test"));
     let good = slot
         .swap(
-            engine
+            self::engine()
                 .compile(arbiter_policies::get("fifo").unwrap())
                 .unwrap(),
             None,
@@ -91,7 +93,7 @@ fn run_mode(mode: &str, rounds: usize) -> Vec<(Served, RoundFaults)> {
     let reference_slot = Arc::new(PolicySlot::new("reference"));
     reference_slot
         .swap(
-            engine
+            self::engine()
                 .compile(arbiter_policies::get("fifo").unwrap())
                 .unwrap(),
             None,

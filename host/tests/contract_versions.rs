@@ -5,8 +5,13 @@ use arbiter_host::runtime::{PolicyEngine, RuntimeConfig, SERVED_VERSIONS};
 use arbiter_host::state::{ClusterState, JobRequest, NodeRequest};
 use arbiter_policy_sdk::model::{Decision, Event, JobMetric, SharingRules, health};
 
+/// No policy here hangs: a deadline no stall of a loaded machine reaches.
 fn engine() -> PolicyEngine {
-    PolicyEngine::new(RuntimeConfig::default()).unwrap()
+    PolicyEngine::new(RuntimeConfig {
+        deadline: std::time::Duration::from_secs(30),
+        ..RuntimeConfig::default()
+    })
+    .unwrap()
 }
 
 fn placed_jobs(decisions: &[Decision]) -> Vec<u32> {

@@ -8,7 +8,12 @@ use std::time::{Duration, Instant};
 
 fn registry() -> Arc<Registry> {
     Arc::new(Registry::new(
-        PolicyEngine::new(RuntimeConfig::default()).unwrap(),
+        // No policy here hangs: a deadline no stall of a loaded machine reaches.
+        PolicyEngine::new(RuntimeConfig {
+            deadline: std::time::Duration::from_secs(30),
+            ..RuntimeConfig::default()
+        })
+        .unwrap(),
     ))
 }
 

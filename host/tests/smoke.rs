@@ -3,7 +3,11 @@ use arbiter_host::state::{ClusterState, JobRequest, NodeRequest};
 
 #[test]
 fn fifo_component_places_a_job() {
-    let engine = PolicyEngine::new(RuntimeConfig::default()).unwrap();
+    let engine = PolicyEngine::new(RuntimeConfig {
+        deadline: std::time::Duration::from_secs(30),
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
     let compiled = engine
         .compile(arbiter_policies::get("fifo").unwrap())
         .unwrap();

@@ -437,7 +437,7 @@ async fn a_port_in_use_fails_the_start_before_anything_is_written() {
         listen: taken.local_addr().unwrap(),
         data: data.clone(),
         metrics_listen: None,
-        plane: PlaneConfig::default(),
+        plane: patient_plane(),
     })
     .await;
     let Err(e) = refused else {
@@ -455,7 +455,7 @@ async fn ended_jobs_past_retention_leave_the_table_and_the_store() {
         nodes: default_pool(2, 8),
         default_duration: Duration::from_millis(50),
         keep_finished: 3,
-        ..PlaneConfig::default()
+        ..patient_plane()
     };
     let running = server_with(dir.path(), plane()).await;
     let token = running.new_admin_token.clone().unwrap();
@@ -510,7 +510,7 @@ async fn the_journal_rotates_within_its_cap_and_still_replays_exactly() {
             nodes: default_pool(2, 8),
             default_duration: Duration::from_millis(30),
             journal_limits: limits,
-            ..PlaneConfig::default()
+            ..patient_plane()
         },
     )
     .await;
@@ -1187,7 +1187,7 @@ async fn watch_swap_rollback_stats_drain_abort_hash_split_metrics_and_reflection
             round_interval: Duration::from_millis(20),
             nodes: default_pool(4, 8),
             default_duration: Duration::from_millis(100),
-            ..PlaneConfig::default()
+            ..patient_plane()
         },
     })
     .await
@@ -2012,7 +2012,7 @@ async fn opportunistic_work_runs_past_a_full_quota_when_sharing_is_on() {
                 max_shared_workers: 0,
                 host_spill: true,
             },
-            ..PlaneConfig::default()
+            ..patient_plane()
         },
     )
     .await;
@@ -2048,7 +2048,7 @@ async fn a_lost_store_is_refused_not_reinitialised() {
         listen: "127.0.0.1:0".parse().unwrap(),
         data: dir.path().to_path_buf(),
         metrics_listen: None,
-        plane: PlaneConfig::default(),
+        plane: patient_plane(),
     })
     .await
     .err()
@@ -2274,7 +2274,7 @@ async fn the_plane_runs_on_its_clock_hour_long_jobs_and_a_week_of_history() {
             nodes: default_pool(1, 8),
             keep_finished_for: Duration::from_secs(7 * 24 * 3600),
             clock: clock.clone(),
-            ..PlaneConfig::default()
+            ..patient_plane()
         },
     )
     .await;

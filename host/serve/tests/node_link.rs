@@ -3,10 +3,13 @@
 //! completion, loss after missed heartbeats, rescheduling, adoption after an
 //! agent restart, and stopping a duplicate.
 
+mod common;
+
 use arbiter_proto::v1;
 use arbiter_serve::clock::{Clock, ManualClock};
 use arbiter_serve::plane::PlaneConfig;
 use arbiter_serve::server::{Running, ServeConfig, start};
+use common::patient_plane;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
@@ -168,7 +171,7 @@ async fn agents_only_on(data: &std::path::Path, clock: std::sync::Arc<dyn Clock>
             heartbeat: Duration::from_millis(100),
             lost_after: Duration::from_millis(600),
             clock,
-            ..PlaneConfig::default()
+            ..patient_plane()
         },
     })
     .await
@@ -306,16 +309,29 @@ async fn agents_register_run_jobs_get_lost_and_are_adopted() {
     // A GPU its coordinator holds overlimit takes no new shared work; the node
     // stays open (contract 0.3's per-GPU health, MuxFlow's X10).
     a.heartbeat_with_health(3).await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
     // The GPU's health and the host's load reach the cluster view (contract
-    // 0.3: per-GPU health, node metrics), as the node list shows them.
-    let listed = v1::nodes_client::NodesClient::new(channel(&running).await)
-        .list(bearer(&token, v1::ListNodesRequest {}))
-        .await
-        .unwrap()
-        .into_inner()
-        .nodes;
-    let node_a = listed.iter().find(|n| n.name == "node-a").expect("node-a");
+    // 0.3: per-GPU health, node metrics), as the node list shows them once the
+    // heartbeat has gone through the plane (polled: however slowly it runs).
+    let mut nodes = v1::nodes_client::NodesClient::new(channel(&running).await);
+    let by = std::time::Instant::now() + Duration::from_secs(60);
+    let node_a = loop {
+        let listed = nodes
+            .list(bearer(&token, v1::ListNodesRequest {}))
+            .await
+            .unwrap()
+            .into_inner()
+            .nodes;
+        let node_a = listed
+            .into_iter()
+            .find(|n| n.name == "node-a")
+            .expect("node-a");
+        if node_a.gpu_health.first() == Some(&3) && node_a.host.is_some()
+            || std::time::Instant::now() > by
+        {
+            break node_a;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     assert_eq!(node_a.gpu_health.first(), Some(&3), "{node_a:?}");
     assert_eq!(
         node_a.state, "ready",
@@ -521,7 +537,7 @@ async fn the_node_token_opens_node_sessions_and_nothing_else() {
         plane: PlaneConfig {
             round_interval: Duration::from_millis(20),
             nodes: Vec::new(),
-            ..PlaneConfig::default()
+            ..patient_plane()
         },
     };
     let running = start(cfg()).await.unwrap();

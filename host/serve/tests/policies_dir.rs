@@ -8,7 +8,6 @@
 mod common;
 
 use arbiter_proto::v1;
-use arbiter_serve::plane::PlaneConfig;
 use arbiter_serve::server::{Running, ServeConfig, start};
 use common::*;
 use std::path::Path;
@@ -17,7 +16,7 @@ use std::time::Duration;
 async fn serve_watching(data: &Path, policies: &Path) -> Running {
     start(ServeConfig {
         policies_dir: Some(policies.to_path_buf()),
-        ..serve_config(data, PlaneConfig::default())
+        ..serve_config(data, patient_plane())
     })
     .await
     .unwrap()

@@ -155,7 +155,11 @@ impl LogAllowance {
 
     /// Takes `bytes` if that many are available.
     fn take(&mut self, bytes: u64) -> bool {
-        let now = Instant::now();
+        self.take_at(bytes, Instant::now())
+    }
+
+    /// [`Self::take`] at `now` (a test's clock).
+    fn take_at(&mut self, bytes: u64, now: Instant) -> bool {
         let earned = (now - self.refilled).as_secs_f64() * self.per_s as f64;
         if earned >= 1.0 {
             self.available = (self.available + earned as u64).min(self.burst);
@@ -702,14 +706,20 @@ mod tests {
     #[test]
     fn the_log_allowance_gives_a_burst_then_only_what_time_earns() {
         let mut allowance = LogAllowance::new(1_000, 10_000);
-        assert!(allowance.take(600));
-        assert!(!allowance.take(600), "the burst is spent");
-        assert!(allowance.take(400));
-        std::thread::sleep(Duration::from_millis(60));
-        // 60 ms at 10 kB/s earned about 600 bytes, never more than the burst.
-        assert!(allowance.take(500));
-        std::thread::sleep(Duration::from_millis(300));
-        assert!(!allowance.take(1_001), "refills stop at the burst");
-        assert!(allowance.take(1_000));
+        let t0 = allowance.refilled;
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        assert!(allowance.take_at(600, at(0)));
+        assert!(!allowance.take_at(600, at(0)), "the burst is spent");
+        assert!(allowance.take_at(400, at(0)));
+        // 60 ms at 10 kB/s earned 600 bytes.
+        assert!(!allowance.take_at(601, at(60)));
+        assert!(allowance.take_at(600, at(60)));
+        // A long pause refills to the burst, never past it.
+        assert!(
+            !allowance.take_at(1_001, at(10_000)),
+            "refills stop at the burst"
+        );
+        assert!(allowance.take_at(1_000, at(10_000)));
+        assert!(allowance.take(0), "the wall clock's take is the same rule");
     }
 }

@@ -120,27 +120,41 @@ mod tests {
 
     #[test]
     fn ticks_only_while_a_call_is_in_flight() {
+        // Polled with generous limits, never timed: on a loaded machine the ticker thread
+        // can be off the CPU for longer than any of these waits.
+        fn until(what: &str, mut done: impl FnMut() -> bool) {
+            let give_up = std::time::Instant::now() + Duration::from_secs(20);
+            while !done() {
+                assert!(std::time::Instant::now() < give_up, "{what}");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
         let engine = Engine::default();
         let ticker = Ticker::start(&engine, Duration::from_millis(1)).unwrap();
         std::thread::sleep(Duration::from_millis(30));
         assert_eq!(ticker.ticks(), 0, "ticked with no call in flight");
         {
             let _call = ticker.call();
-            std::thread::sleep(Duration::from_millis(30));
+            until("no 10 ticks during a call at a 1 ms tick", || {
+                ticker.ticks() >= 10
+            });
         }
-        let after = ticker.ticks();
-        assert!(after >= 10, "{after} ticks in a 30 ms call at a 1 ms tick");
-        // The ticker notices the end of the call within a tick or so.
-        std::thread::sleep(Duration::from_millis(20));
+        // The ticker notices the end of the call and parks: the count stops moving (one
+        // that kept ticking would never settle).
+        let mut last = ticker.ticks();
+        until("kept ticking after the call", || {
+            std::thread::sleep(Duration::from_millis(50));
+            let now = ticker.ticks();
+            std::mem::replace(&mut last, now) == now
+        });
         let settled = ticker.ticks();
-        std::thread::sleep(Duration::from_millis(30));
-        assert_eq!(ticker.ticks(), settled, "kept ticking after the call");
         // A second call wakes it again.
         {
             let _call = ticker.call();
-            std::thread::sleep(Duration::from_millis(30));
+            until("no ticks after a second call", || {
+                ticker.ticks() >= settled + 10
+            });
         }
-        assert!(ticker.ticks() >= settled + 10);
         ticker.stop();
     }
 }

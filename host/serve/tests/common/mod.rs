@@ -56,13 +56,23 @@ pub async fn client(running: &Running, token: Option<&str>) -> Client {
     }
 }
 
+/// The plane's defaults with a policy deadline no stall of a loaded machine reaches: a
+/// test's healthy policy then faults only when it is at fault (the default 250 ms deadline
+/// made a preempted round a fault, and a test asserting no faults flaky). Tests of hanging
+/// policies set their own deadline.
+pub fn patient_plane() -> PlaneConfig {
+    let mut plane = PlaneConfig::default();
+    plane.runtime.deadline = Duration::from_secs(30);
+    plane
+}
+
 pub async fn server(dir: &std::path::Path, nodes: u32, duration: Duration) -> Running {
     server_with(
         dir,
         PlaneConfig {
             nodes: default_pool(nodes, 8),
             default_duration: duration,
-            ..PlaneConfig::default()
+            ..patient_plane()
         },
     )
     .await
