@@ -13,6 +13,11 @@
 //! by design and grows ~100× from 1× to 10× — natively as in Wasm. The
 //! linearity target is judged on the host's own part; the whole round's
 //! growth is reported beside it.
+//!
+//! `-- --fuel` adds a third round to each pair, `best-fit` compiled by an
+//! engine that meters fuel (`arbiter serve --fuel`, `arbiter sim --fuel`), and
+//! a table of what metering costs: the metered round against the unmetered
+//! Wasm round of the same pairs, and the fuel one round consumed.
 
 mod common;
 
@@ -59,6 +64,10 @@ struct Point {
     host_ms: f64,
     placed: usize,
     rss_mib: f64,
+    /// The Wasm round with fuel metering (`--fuel`).
+    metered_ms: f64,
+    /// Fuel the metered round consumed.
+    fuel: u64,
 }
 
 fn main() {
@@ -73,16 +82,21 @@ fn main() {
     let native_only = std::env::args().any(|a| a == "--native-only");
     // Not made for `--native-only`: the engine reserves its pooling
     // allocator's address space up front, which valgrind refuses.
-    let compiled = (!native_only).then(|| {
+    let compile = |fuel: Option<u64>| {
         let engine = PolicyEngine::new(RuntimeConfig {
             deadline: Duration::from_secs(60),
+            fuel,
             ..common::runtime_config()
         })
         .expect("engine");
         engine
             .compile(arbiter_policies::get("best-fit").expect("best-fit bytes"))
             .expect("compile")
-    });
+    };
+    let compiled = (!native_only).then(|| compile(None));
+    // A budget no round comes near: the cost measured is the metering's.
+    let metered =
+        (!native_only && std::env::args().any(|a| a == "--fuel")).then(|| compile(Some(1 << 50)));
     let mut points = Vec::new();
     for &scale in &scales {
         let t = Instant::now();
@@ -92,6 +106,7 @@ fn main() {
             t.elapsed().as_secs_f64()
         );
         let (mut w, mut n, mut h) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut m, mut fuel) = (Vec::new(), 0);
         let mut placed = 0;
         let mut described = String::new();
         let mut rss_mib: f64 = 0.0;
@@ -107,6 +122,15 @@ fn main() {
                 // Live state and the Wasm mirror of the measured round.
                 rss_mib = rss_mib.max(rss_kib().0 as f64 / 1024.0);
                 drop((state, driver, r));
+            }
+            if let Some(metered) = &metered {
+                let (mut state, mut driver) = scenario.ready_round(wasm_driver(metered));
+                let t = Instant::now();
+                let r = measured_round(&mut driver, &mut state);
+                m.push(t.elapsed());
+                assert!(matches!(r.served, Served::Active(_)), "{:?}", r.faults);
+                assert_eq!(r.decisions.len(), placed, "same answer metered");
+                fuel = r.fuel.expect("a metering engine reports fuel");
             }
             let (mut state, mut driver) = scenario.ready_round(native_driver());
             described = describe(&state);
@@ -133,6 +157,12 @@ fn main() {
             host_ms: median_ms(&mut h),
             placed,
             rss_mib,
+            metered_ms: if m.is_empty() {
+                f64::NAN
+            } else {
+                median_ms(&mut m)
+            },
+            fuel,
         });
     }
     let (_, hwm) = rss_kib();
@@ -169,6 +199,23 @@ fn main() {
             host_growth,
             p.rss_mib
         );
+    }
+    if metered.is_some() {
+        println!();
+        println!("## fuel metering (the same pairs: a metered Wasm round beside each)");
+        println!();
+        println!("| scale | Wasm round | metered round | metered / Wasm | fuel per round |");
+        println!("|---|---|---|---|---|");
+        for p in &points {
+            println!(
+                "| {}× | {:.1} ms | {:.1} ms | {:.2}× | {:.1} M |",
+                p.scale,
+                p.wasm_ms,
+                p.metered_ms,
+                p.metered_ms / p.wasm_ms,
+                p.fuel as f64 / 1e6
+            );
+        }
     }
     let peak_mib = hwm as f64 / 1024.0;
     println!();
