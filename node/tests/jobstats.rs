@@ -44,10 +44,11 @@ fn reported_iterations_become_the_workloads_iteration_time() {
         std::thread::sleep(Duration::from_millis(100));
     }
     // 25 ms of sleep plus a launch and a clock read per iteration; a loaded CI machine
-    // oversleeps, never undersleeps.
-    assert!((25..=60).contains(&seen), "iteration time {seen} ms");
+    // oversleeps, never undersleeps, so the lower bound is exact and the upper one only
+    // catches a measurement off by an order of magnitude.
+    assert!((25..=250).contains(&seen), "iteration time {seen} ms");
     let window = node.take_stats().remove(&id).expect("sampled this window");
-    assert!((25..=60).contains(&window.iteration_ms), "{window:?}");
+    assert!((25..=250).contains(&window.iteration_ms), "{window:?}");
     assert!(window.min_memory_mib <= window.peak_memory_mib);
     assert!(node.take_stats().is_empty(), "each window is reported once");
     let _ = node

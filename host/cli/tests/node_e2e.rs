@@ -430,7 +430,7 @@ fn two_nodes_with(test: &str, serve_args: &[&str]) -> TwoNodes {
     let nvml_b = install_fake_nvml(&dir.join("node-b"), &nvml);
     let node_a = c.start_node("node-a", &nvml_a);
     let node_b = c.start_node("node-b", &nvml_b);
-    wait_until("both nodes ready", Duration::from_secs(10), || {
+    wait_until("both nodes ready", Duration::from_secs(60), || {
         c.node_state("node-a") == "ready" && c.node_state("node-b") == "ready"
     });
     TwoNodes {
@@ -546,7 +546,7 @@ fn agents_run_jobs_under_the_interposer_survive_loss_and_are_reconciled() {
     let mut record = Value::Null;
     wait_until(
         "the long job's workload record",
-        Duration::from_secs(10),
+        Duration::from_secs(60),
         || {
             record = c
                 .records(&first)
@@ -574,7 +574,7 @@ fn agents_run_jobs_under_the_interposer_survive_loss_and_are_reconciled() {
     first_proc.kill9();
     wait_until(
         "the killed node to be lost",
-        Duration::from_secs(15),
+        Duration::from_secs(60),
         || c.node_state(&first) == "lost",
     );
     wait_until("the long job to move", Duration::from_secs(30), || {
@@ -588,7 +588,7 @@ fn agents_run_jobs_under_the_interposer_survive_loss_and_are_reconciled() {
     );
     wait_until(
         "the rescheduled copy to start",
-        Duration::from_secs(10),
+        Duration::from_secs(60),
         || {
             c.records(second)
                 .iter()
@@ -603,12 +603,12 @@ fn agents_run_jobs_under_the_interposer_survive_loss_and_are_reconciled() {
     *first_proc = c.start_node(&first, &nvml_first);
     wait_until(
         "the restarted node to be ready",
-        Duration::from_secs(10),
+        Duration::from_secs(60),
         || c.node_state(&first) == "ready",
     );
     wait_until(
         "the duplicate to be stopped",
-        Duration::from_secs(20),
+        Duration::from_secs(60),
         || c.records(&first).is_empty(),
     );
     let j = c.job(long);
@@ -624,7 +624,7 @@ fn agents_run_jobs_under_the_interposer_survive_loss_and_are_reconciled() {
     c.cli(&["cancel", &long.to_string()]);
     wait_until(
         "the cancelled job's workload to go",
-        Duration::from_secs(20),
+        Duration::from_secs(60),
         || c.records(second).is_empty(),
     );
     drop(node_a);
@@ -848,7 +848,7 @@ fn one_resolved_launch_per_job_per_node() {
     c.cli(&["cancel", &long.to_string()]);
     wait_until(
         "the long job's workload to go",
-        Duration::from_secs(20),
+        Duration::from_secs(60),
         || c.records("node-b").is_empty(),
     );
 
@@ -1465,7 +1465,7 @@ fn antman_squeezes_opportunistic_work_for_a_guaranteed_arrival_and_upgrades_it_l
         &lib,
         &["--policy", "antman", "--host-spill-mib", "1024"],
     );
-    wait_until("node ready", Duration::from_secs(10), || {
+    wait_until("node ready", Duration::from_secs(60), || {
         c.node_state("node-a") == "ready"
     });
     for (tenant, quota) in [("research", "1"), ("prod", "1")] {

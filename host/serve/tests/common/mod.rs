@@ -123,7 +123,10 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    for _ in 0..500 {
+    // A minute: what is awaited may take a directory poll and a compile, which a loaded
+    // machine can stretch to many seconds. Passing tests return at the first success.
+    let give_up = std::time::Instant::now() + Duration::from_secs(60);
+    while std::time::Instant::now() < give_up {
         if f().await {
             return;
         }
