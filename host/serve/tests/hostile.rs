@@ -337,7 +337,17 @@ async fn every_refused_upload_says_what_the_component_is() {
 async fn a_tenants_policies_share_one_memory_budget() {
     let dir = tempfile::tempdir().unwrap();
     let budget = 6 << 20;
-    let running = hostile_server(dir.path(), budget).await;
+    // Nothing here hangs: a deadline no stall of a loaded machine reaches, so that a refusal
+    // is for memory and an accepted upload is never refused for time.
+    let running = hostile_server_with(
+        dir.path(),
+        PlaneConfig {
+            tenant_memory_bytes: budget,
+            ..PlaneConfig::default()
+        },
+        Duration::from_secs(30),
+    )
+    .await;
     let mut admin = client(&running, running.new_admin_token.as_deref()).await;
     let (a_token, b_token) = (
         add_tenant(&mut admin, "team-a", 0).await,
@@ -399,7 +409,8 @@ async fn a_tenants_compiled_code_has_a_budget() {
             tenant_code_bytes: one * 5 / 2,
             ..PlaneConfig::default()
         },
-        Duration::from_secs(1),
+        // Nothing here hangs (see above).
+        Duration::from_secs(30),
     )
     .await;
     let mut admin = client(&running, running.new_admin_token.as_deref()).await;
