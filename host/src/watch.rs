@@ -53,8 +53,9 @@ pub enum LoadError {
 }
 
 /// Where a policy directory's files load: the host core's [`Registry`] (the slot
-/// a component's manifest names), or a control plane that also stores what loads
-/// and names slots its own way (`arbiter serve --policies-dir`).
+/// a component's manifest names), a control plane that also stores what loads
+/// and names slots its own way (`arbiter serve --policies-dir`), or a node's
+/// coordinator slot (`arbiter node --policies-dir`).
 pub trait PolicyTarget: Send + Sync {
     /// Loads `wasm`, read from `file`, with `config` (`None`: the policy's
     /// default) as the active generation of a slot; returns the slot and the

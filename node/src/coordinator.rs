@@ -255,8 +255,9 @@ fn node_slot(settings: &CoordinatorConfig) -> Arc<PolicySlot> {
 }
 
 /// Loads `code` into `slot` as its active generation, refusing a policy without the role.
-/// Returns the policy's name.
-fn install(
+/// Returns the policy's name. (Also the node's watched directory's way in:
+/// [`crate::policies_dir`].)
+pub(crate) fn install(
     slot: &PolicySlot,
     code: PolicyCode,
     config: Option<&str>,
@@ -396,6 +397,13 @@ impl Coordinator {
         &self.config
     }
 
+    /// The node's policy slot: one generation at a time. Another thread may swap a policy
+    /// into it between two control periods (the node's watched directory,
+    /// [`crate::policies_dir::NodePolicies`]); the next step serves it.
+    pub fn slot(&self) -> Arc<PolicySlot> {
+        Arc::clone(self.driver.slot())
+    }
+
     pub fn stats(&self) -> &CoordinatorStats {
         &self.stats
     }
@@ -498,12 +506,19 @@ impl Coordinator {
         }
     }
 
-    /// Mirrors the generation's fault counters into the node's stats.
+    /// Mirrors the generation's fault counters into the node's stats, and its name: a
+    /// policy swapped into the slot from outside (the watched directory) is named from the
+    /// step that serves it.
     fn observe_generation(&mut self, fault: Option<&PolicyFault>) {
         let s = &mut self.stats;
-        if let Some(g) = self.driver.slot().active() {
+        let active = self.driver.slot().active();
+        if let Some(g) = &active {
             s.consecutive_faults = g.consecutive_faults();
             s.reinstantiations = self.replaced_reinstantiations + g.reinstantiations();
+        }
+        let name = active.as_ref().map(|g| g.manifest().name.as_str());
+        if self.policy.as_deref() != name {
+            self.policy = name.map(str::to_string);
         }
         if let Some(fault) = fault {
             s.faults += 1;

@@ -13,6 +13,8 @@
 //! * [`enforcer`] — the node-local policy data path: [`Node::view`](enforcer::Node::view)
 //!   builds the SDK's `NodeView`, [`Node::apply_actions`](enforcer::Node::apply_actions)
 //!   carries out `NodeAction`s;
+//! * [`policies_dir`] — the node's watched directory (`coordinator.wasm` hot-swapped into the
+//!   coordinator's slot through the host core's `PolicyDirectory`);
 //! * [`procfs`] — process identity (`/proc/<pid>/stat`) and signals.
 //! * [`hostload`] — host memory, swap-in rate and CPU use from `/proc` for the node view.
 //!
@@ -29,6 +31,7 @@ pub mod hostload;
 pub mod jobstats;
 pub mod mps;
 pub mod nvml;
+pub mod policies_dir;
 pub mod procfs;
 pub mod supervisor;
 

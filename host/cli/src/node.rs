@@ -2,13 +2,17 @@
 
 use crate::client::parse_duration;
 use anyhow::Context;
-use arbiter_node::coordinator::{Coordinator, CoordinatorConfig, DEFAULT_POLICY};
+use arbiter_host::registry::PolicySlot;
+use arbiter_host::runtime::PolicyEngine;
+use arbiter_host::watch::{LoadError, PolicyDirectory, PolicyTarget, WatchGuard};
+use arbiter_node::coordinator::{Coordinator, CoordinatorConfig, CoordinatorError, DEFAULT_POLICY};
 use arbiter_node::mps::{MpsConfig, MpsManager};
+use arbiter_node::policies_dir::{self, NodePolicies};
 use arbiter_node::supervisor::{Supervisor, SupervisorConfig};
 use arbiter_node::{AgentConfig, GpuBackend, Node, NodeConfig, NvmlBackend, SimBackend};
 use clap::Args;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -66,6 +70,12 @@ pub struct NodeArgs {
     /// Built-in node policy (`none`: only supervise).
     #[arg(long, default_value = DEFAULT_POLICY)]
     pub policy: String,
+    /// A directory watched for the node's own policy: a compiled `coordinator.wasm` dropped
+    /// into it (with its configuration in `coordinator.toml`, if any) replaces the running
+    /// coordinator policy from the next control period; removing it goes back to --policy.
+    /// What cannot load is said once and the running policy stays.
+    #[arg(long)]
+    pub policies_dir: Option<PathBuf>,
     /// SIGTERM → SIGKILL grace period on eviction.
     #[arg(long, value_parser = parse_duration, default_value = "10s")]
     pub grace: Duration,
@@ -118,6 +128,112 @@ fn parse_policy_deadline(s: &str) -> Result<Duration, String> {
     } else {
         Err(format!("`{s}` is not a policy deadline from 1ms to 1h"))
     }
+}
+
+/// The node's watched directory, saying on stdout what each file did: the operator who
+/// dropped a policy in sees it serve, or why it did not.
+struct Announced {
+    inner: NodePolicies,
+    slot: Arc<PolicySlot>,
+    node: String,
+}
+
+impl Announced {
+    fn say(&self, what: std::fmt::Arguments<'_>) {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "arbiter node {}: {what}", self.node);
+        let _ = out.flush();
+    }
+
+    fn serving(&self) -> String {
+        self.slot.active().map_or_else(
+            || "none (the fallback, which never acts)".to_string(),
+            |g| g.manifest().name.clone(),
+        )
+    }
+}
+
+impl PolicyTarget for Announced {
+    fn load(
+        &self,
+        file: &Path,
+        wasm: &[u8],
+        config: Option<String>,
+    ) -> Result<(String, u64), LoadError> {
+        let loaded = self.inner.load(file, wasm, config);
+        match &loaded {
+            Ok((_, generation)) => self.say(format_args!(
+                "policy {} (generation {generation}) from {}",
+                self.serving(),
+                file.display()
+            )),
+            Err(LoadError::File(e) | LoadError::NotNow(e)) => self.say(format_args!(
+                "not loaded: {}: {e:#} ({} serves)",
+                file.display(),
+                self.serving()
+            )),
+        }
+        loaded
+    }
+
+    fn unload(&self, slot: &str, generation: u64) -> anyhow::Result<()> {
+        self.inner.unload(slot, generation)?;
+        self.say(format_args!("policy removed; {} serves", self.serving()));
+        Ok(())
+    }
+}
+
+/// The node's coordinator (`None`: only supervise) and, with --policies-dir, the watch that
+/// swaps policies into it (it stops when dropped).
+fn node_policy(a: &NodeArgs) -> anyhow::Result<(Option<Coordinator>, Option<WatchGuard>)> {
+    let settings = CoordinatorConfig {
+        period: a.period,
+        deadline: a.policy_deadline,
+        ..CoordinatorConfig::default()
+    };
+    let engine = PolicyEngine::new(settings.runtime_config())
+        .context("creating the Wasm engine for node policies")?;
+    let builtin = if a.policy == "none" {
+        None
+    } else {
+        let wasm = arbiter_policies::get(&a.policy)
+            .ok_or_else(|| CoordinatorError::NoSuchBuiltin(a.policy.clone()))?;
+        let compiled = engine
+            .compile(wasm)
+            .map_err(|fault| CoordinatorError::Load {
+                name: a.policy.clone(),
+                fault,
+            })
+            .with_context(|| format!("node policy {}", a.policy))?;
+        Some(compiled)
+    };
+    let coordinator = match &builtin {
+        Some(compiled) => Some(
+            Coordinator::from_compiled(compiled.clone(), None, settings)
+                .with_context(|| format!("node policy {}", a.policy))?,
+        ),
+        // A watched directory needs a slot to load into; until a policy arrives its
+        // fallback never acts, as `--policy none` does.
+        None if a.policies_dir.is_some() => Some(Coordinator::fallback_only(settings)),
+        None => None,
+    };
+    let watched = match (&a.policies_dir, &coordinator) {
+        (Some(dir), Some(coordinator)) => {
+            let target = Announced {
+                inner: NodePolicies::new(coordinator, engine, builtin.map(|c| (c, None))),
+                slot: coordinator.slot(),
+                node: a.name.clone(),
+            };
+            let directory = Arc::new(PolicyDirectory::new(dir.clone(), Arc::new(target)));
+            Some(
+                directory
+                    .watch(policies_dir::POLL)
+                    .with_context(|| format!("watching {}", dir.display()))?,
+            )
+        }
+        _ => None,
+    };
+    Ok((coordinator, watched))
 }
 
 pub fn node(a: &NodeArgs) -> anyhow::Result<()> {
@@ -177,19 +293,7 @@ pub fn node(a: &NodeArgs) -> anyhow::Result<()> {
         None => None,
     };
     let node = Node::new(backend, mps, supervisor, NodeConfig::default());
-    let coordinator = if a.policy == "none" {
-        None
-    } else {
-        let settings = CoordinatorConfig {
-            period: a.period,
-            deadline: a.policy_deadline,
-            ..CoordinatorConfig::default()
-        };
-        Some(
-            Coordinator::builtin(&a.policy, None, settings)
-                .with_context(|| format!("node policy {}", a.policy))?,
-        )
-    };
+    let (coordinator, _watched) = node_policy(a)?;
     let name = a.name.clone();
     let mut cfg = AgentConfig::new(&a.server, token, &a.name);
     if let Some(path) = &a.ca_cert {

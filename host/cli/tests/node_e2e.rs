@@ -1549,3 +1549,53 @@ fn antman_squeezes_opportunistic_work_for_a_guaranteed_arrival_and_upgrades_it_l
     );
     assert_eq!(c.job(opp)["state"], "running", "upgraded, not restarted");
 }
+
+/// `arbiter node --policies-dir`: a `coordinator.wasm` dropped into the node's directory is
+/// its policy from the next period, one that cannot be a coordinator is refused with the reason
+/// and changes nothing, and removing the file goes back to what the node started with (here
+/// `--policy none`: the fallback). The agent says each on its stdout.
+#[test]
+fn a_policy_dropped_into_the_nodes_directory_serves_and_its_removal_restores_the_node() {
+    let fixtures = fixtures();
+    let nvml = fake_nvml_lib();
+    let dir = tmp_root().join(format!("cli-node-dir-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (_server, c) = control_plane(&dir, fixtures);
+    let lib = install_fake_nvml(&dir.join("node-a"), &nvml);
+    let policies = dir.join("node-a.d");
+    let node = c.start_node_with(
+        "node-a",
+        &lib,
+        &[
+            "--policy",
+            "none",
+            "--policies-dir",
+            &policies.display().to_string(),
+        ],
+    );
+    wait_until("node ready", Duration::from_secs(60), || {
+        c.node_state("node-a") == "ready"
+    });
+    let wasm = policies.join("coordinator.wasm");
+    let policy = |name: &str| arbiter_policies::get(name).expect("built-in");
+    std::fs::write(&wasm, policy("sysmonitor")).unwrap();
+    let loaded = node.wait_line("arbiter node node-a: policy ", Duration::from_secs(60));
+    assert!(loaded.starts_with("sysmonitor (generation "), "{loaded}");
+    std::fs::write(&wasm, policy("fifo")).unwrap();
+    let refused = node.wait_line("arbiter node node-a: not loaded: ", Duration::from_secs(60));
+    assert!(
+        refused.contains("does not declare the `coordinator` role")
+            && refused.ends_with("(sysmonitor serves)"),
+        "{refused}"
+    );
+    std::fs::remove_file(&wasm).unwrap();
+    let removed = node.wait_line(
+        "arbiter node node-a: policy removed; ",
+        Duration::from_secs(60),
+    );
+    assert!(removed.starts_with("none (the fallback"), "{removed}");
+    // The node stays in service throughout.
+    assert_eq!(c.node_state("node-a"), "ready");
+    let _ = std::fs::remove_dir_all(&dir);
+}
