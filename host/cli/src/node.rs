@@ -110,24 +110,24 @@ fn default_interposer() -> anyhow::Result<PathBuf> {
         .unwrap_or_else(|| PathBuf::from("libarbiter_interpose.so")))
 }
 
-/// A control period: each one asks the node policy under a deadline, so a zero period
-/// spun the policy into deadline faults, and one past an hour never acts.
-fn parse_period(s: &str) -> Result<Duration, String> {
-    let period = parse_duration(s)?;
-    if (Duration::from_millis(10)..=Duration::from_secs(3600)).contains(&period) {
-        Ok(period)
+/// A duration from `min` to an hour, or why not.
+fn duration_up_to_an_hour(s: &str, min: Duration, what: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if (min..=Duration::from_secs(3600)).contains(&d) {
+        Ok(d)
     } else {
-        Err(format!("`{s}` is not a control period from 10ms to 1h"))
+        Err(format!("`{s}` is not {what} from {min:?} to 1h"))
     }
 }
 
+/// A control period: each one asks the node policy under a deadline, so a zero period
+/// spun the policy into deadline faults, and one past an hour never acts.
+fn parse_period(s: &str) -> Result<Duration, String> {
+    duration_up_to_an_hour(s, Duration::from_millis(10), "a control period")
+}
+
 fn parse_policy_deadline(s: &str) -> Result<Duration, String> {
-    let deadline = parse_duration(s)?;
-    if (Duration::from_millis(1)..=Duration::from_secs(3600)).contains(&deadline) {
-        Ok(deadline)
-    } else {
-        Err(format!("`{s}` is not a policy deadline from 1ms to 1h"))
-    }
+    duration_up_to_an_hour(s, Duration::from_millis(1), "a policy deadline")
 }
 
 /// The node's watched directory, saying on stdout what each file did: the operator who
@@ -348,4 +348,28 @@ pub fn node(a: &NodeArgs) -> anyhow::Result<()> {
             .context("spawn the signal thread")?;
     }
     arbiter_node::run_agent(cfg, node, coordinator, stop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn periods_and_policy_deadlines_are_bounded_and_say_their_range() {
+        assert_eq!(parse_period("100ms"), Ok(Duration::from_millis(100)));
+        assert_eq!(parse_period("1h"), Ok(Duration::from_secs(3600)));
+        let zero = parse_period("0s").unwrap_err();
+        assert!(
+            zero.contains("not a control period from 10ms to 1h"),
+            "{zero}"
+        );
+        assert!(parse_period("2h").is_err());
+        assert_eq!(parse_policy_deadline("1ms"), Ok(Duration::from_millis(1)));
+        assert_eq!(parse_policy_deadline("10s"), Ok(Duration::from_secs(10)));
+        let zero = parse_policy_deadline("0ms").unwrap_err();
+        assert!(
+            zero.contains("not a policy deadline from 1ms to 1h"),
+            "{zero}"
+        );
+    }
 }
