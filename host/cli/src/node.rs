@@ -70,6 +70,9 @@ pub struct NodeArgs {
     /// Built-in node policy (`none`: only supervise).
     #[arg(long, default_value = DEFAULT_POLICY)]
     pub policy: String,
+    /// Configuration file (TOML) for --policy (default: the policy's own defaults).
+    #[arg(long)]
+    pub policy_config: Option<PathBuf>,
     /// A directory watched for the node's own policy: a compiled `coordinator.wasm` dropped
     /// into it (with its configuration in `coordinator.toml`, if any) replaces the running
     /// coordinator policy from the next control period; removing it goes back to --policy.
@@ -193,6 +196,13 @@ fn node_policy(a: &NodeArgs) -> anyhow::Result<(Option<Coordinator>, Option<Watc
     };
     let engine = PolicyEngine::new(settings.runtime_config())
         .context("creating the Wasm engine for node policies")?;
+    let config = match &a.policy_config {
+        Some(_) if a.policy == "none" => {
+            anyhow::bail!("--policy-config configures --policy, and --policy is none")
+        }
+        Some(path) => Some(arbiter_host::files::read_config(path)?),
+        None => None,
+    };
     let builtin = if a.policy == "none" {
         None
     } else {
@@ -209,7 +219,7 @@ fn node_policy(a: &NodeArgs) -> anyhow::Result<(Option<Coordinator>, Option<Watc
     };
     let coordinator = match &builtin {
         Some(compiled) => Some(
-            Coordinator::from_compiled(compiled.clone(), None, settings)
+            Coordinator::from_compiled(compiled.clone(), config.as_deref(), settings)
                 .with_context(|| format!("node policy {}", a.policy))?,
         ),
         // A watched directory needs a slot to load into; until a policy arrives its
@@ -220,7 +230,7 @@ fn node_policy(a: &NodeArgs) -> anyhow::Result<(Option<Coordinator>, Option<Watc
     let watched = match (&a.policies_dir, &coordinator) {
         (Some(dir), Some(coordinator)) => {
             let target = Announced {
-                inner: NodePolicies::new(coordinator, engine, builtin.map(|c| (c, None))),
+                inner: NodePolicies::new(coordinator, engine, builtin.map(|c| (c, config))),
                 slot: coordinator.slot(),
                 node: a.name.clone(),
             };

@@ -492,3 +492,39 @@ fn a_node_agent_the_plane_refuses_says_why_and_exits() {
         );
     }
 }
+
+/// `arbiter node --policy-config`: a configuration the node's policy refuses stops the agent
+/// before it starts, saying why (not a node running its policy's defaults instead), and one
+/// given to `--policy none` is refused as a contradiction.
+#[test]
+fn a_node_policy_configuration_the_policy_refuses_stops_the_agent_with_the_reason() {
+    let state = tempfile::tempdir().unwrap();
+    let config = state.path().join("sysmonitor.toml");
+    std::fs::write(&config, "unhealthy_share_cap = 0").unwrap();
+    let run = |policy: &str| {
+        // `timeout`: an agent that started would retry its link to the (absent) plane forever.
+        let out = Command::new("timeout")
+            .arg("120")
+            .arg(BIN)
+            .args(["node", "--server", "http://127.0.0.1:1", "--token", "t"])
+            .args(["--name", "n1", "--sim-gpus", "1", "--policy", policy])
+            .arg("--state-dir")
+            .arg(state.path().join("state"))
+            .arg("--policy-config")
+            .arg(&config)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let refused = run("sysmonitor");
+    assert!(
+        refused.contains("node policy sysmonitor") && refused.contains("unhealthy_share_cap"),
+        "{refused}"
+    );
+    let contradiction = run("none");
+    assert!(
+        contradiction.contains("--policy-config configures --policy, and --policy is none"),
+        "{contradiction}"
+    );
+}
