@@ -243,9 +243,11 @@ impl std::fmt::Debug for Coordinator {
     }
 }
 
-/// The node's policy slot: one generation at a time (a replaced policy is
-/// gone, not a fallback), retired after `fallback_after` consecutive faults
-/// or a fault rate the host's rule calls flapping.
+/// The node's policy slot: one generation serving, the one it replaced kept
+/// as its fallback (the host core's chain: an older generation, then the
+/// native [`HoldSteady`]), older ones unloaded. A generation is retired after
+/// `fallback_after` consecutive faults or a fault rate the host's rule calls
+/// flapping, and the slot rolls back to the one before it.
 fn node_slot(settings: &CoordinatorConfig) -> Arc<PolicySlot> {
     Arc::new(
         PolicySlot::new("coordinator")
@@ -255,13 +257,13 @@ fn node_slot(settings: &CoordinatorConfig) -> Arc<PolicySlot> {
 }
 
 /// Loads `code` into `slot` as its active generation, refusing a policy without the role.
-/// Returns the policy's name. (Also the node's watched directory's way in:
-/// [`crate::policies_dir`].)
+/// Returns the policy's name and the generation's id. (Also the node's watched directory's
+/// way in: [`crate::policies_dir`].)
 pub(crate) fn install(
     slot: &PolicySlot,
     code: PolicyCode,
     config: Option<&str>,
-) -> Result<String, CoordinatorError> {
+) -> Result<(String, u64), CoordinatorError> {
     let name = code.manifest().name.clone();
     if !code.has_role(Role::Coordinator) {
         return Err(CoordinatorError::NotACoordinator {
@@ -282,7 +284,7 @@ pub(crate) fn install(
             },
         })?;
     tracing::info!(policy = %name, digest = %generation.digest(), "coordinator policy loaded");
-    Ok(name)
+    Ok((name, generation.id))
 }
 
 impl Coordinator {
@@ -295,11 +297,12 @@ impl Coordinator {
         settings: CoordinatorConfig,
     ) -> Result<Coordinator, CoordinatorError> {
         let mut coordinator = Coordinator::fallback_only(settings);
-        coordinator.policy = Some(install(
+        let (name, _) = install(
             coordinator.driver.slot(),
             PolicyCode::from(compiled),
             config,
-        )?);
+        )?;
+        coordinator.policy = Some(name);
         Ok(coordinator)
     }
 
@@ -316,7 +319,7 @@ impl Coordinator {
             .slot()
             .active()
             .map_or(0, |g| g.reinstantiations());
-        let to = install(self.driver.slot(), PolicyCode::from(compiled), config)?;
+        let (to, _) = install(self.driver.slot(), PolicyCode::from(compiled), config)?;
         tracing::info!(from = self.policy_name().unwrap_or("-"), %to, "coordinator policy replaced");
         self.policy = Some(to);
         self.replaced_reinstantiations += replaced;
@@ -362,11 +365,12 @@ impl Coordinator {
         settings: CoordinatorConfig,
     ) -> Result<Coordinator, CoordinatorError> {
         let mut coordinator = Coordinator::fallback_only(settings);
-        coordinator.policy = Some(install(
+        let (name, _) = install(
             coordinator.driver.slot(),
             PolicyCode::Native(NativeCode::new(policy)),
             config,
-        )?);
+        )?;
+        coordinator.policy = Some(name);
         Ok(coordinator)
     }
 
@@ -397,7 +401,7 @@ impl Coordinator {
         &self.config
     }
 
-    /// The node's policy slot: one generation at a time. Another thread may swap a policy
+    /// The node's policy slot (see `node_slot`). Another thread may swap a policy
     /// into it between two control periods (the node's watched directory,
     /// [`crate::policies_dir::NodePolicies`]); the next step serves it.
     pub fn slot(&self) -> Arc<PolicySlot> {

@@ -11,7 +11,9 @@
 //! between two control periods — the slot is built for that, as the host's round loop is —
 //! and is compiled there, off the control loop. What cannot load (not a component, not a
 //! `coordinator`, a configuration it refuses, a file of another name) is said once and the
-//! running policy stays.
+//! running policy stays. A dropped policy that loads but keeps faulting is retired by the
+//! host core's rule, and the policy it replaced (kept by the slot as its fallback) serves
+//! again until the file changes.
 //!
 //! [`PolicyDirectory`]: arbiter_host::watch::PolicyDirectory
 
@@ -76,38 +78,38 @@ impl PolicyTarget for NodePolicies {
                 fault,
             })
         })?;
-        install(
+        let (_, generation) = install(
             &self.slot,
             PolicyCode::from(compiled),
             config.as_deref().filter(|c| !c.is_empty()),
         )
         .map_err(load_error)?;
-        let generation = self
-            .slot
-            .active_id()
-            .context("the slot has no active generation right after a load")
-            .map_err(LoadError::File)?;
         Ok((self.slot.name().to_string(), generation))
     }
 
-    fn unload(&self, _slot: &str, generation: u64) -> anyhow::Result<()> {
-        // Replaced since (the slot keeps one generation): nothing of the file is left.
-        if self.slot.active_id() != Some(generation) {
-            return Ok(());
-        }
-        match &self.initial {
-            Some((compiled, config)) => {
+    /// The file is gone: the slot goes back to exactly the node's own policy (a fresh
+    /// generation of it), or to nothing (the native fallback). Every other generation
+    /// leaves the slot — the one the file loaded, and the one it replaced, which the slot
+    /// kept as its fallback — so nothing the directory held serves any more.
+    fn unload(&self, _slot: &str, _generation: u64) -> anyhow::Result<()> {
+        let own = match &self.initial {
+            Some((compiled, config)) => Some(
                 install(
                     &self.slot,
                     PolicyCode::from(compiled.clone()),
                     config.as_deref(),
                 )
-                .context("restoring the node's own policy")?;
+                .context("restoring the node's own policy")?
+                .1,
+            ),
+            None => None,
+        };
+        for generation in self.slot.generations() {
+            if Some(generation.id) != own {
+                self.slot
+                    .unload(generation.id)
+                    .context("unloading the coordinator policy")?;
             }
-            None => self
-                .slot
-                .unload(generation)
-                .context("unloading the coordinator policy")?,
         }
         Ok(())
     }

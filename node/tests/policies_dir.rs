@@ -224,3 +224,114 @@ fn a_policy_dropped_while_the_control_loop_runs_is_served_without_a_fault() {
     assert_eq!(coordinator.policy_name(), Some("sysmonitor"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Every hostile component of the corpus dropped into a node's directory: refused with the
+/// sandbox's reason (the running policy untouched) or loaded and, when its coordinator calls
+/// fault, retired to the fallback within a few periods; removing it always brings the node's
+/// own policy back. (The corpus's hanging cases are the coordinator test's: each costs its
+/// deadline per call, and this node runs a patient one.)
+#[test]
+fn every_hostile_component_dropped_into_the_directory_leaves_the_node_in_service() {
+    use arbiter_hostile::{Expect, Role};
+    common::init_tracing();
+    let dir = common::test_dir("policies-dir-hostile");
+    let mut node = node(&dir);
+    let (mut coordinator, directory, policies) = watched(&dir, Some("sysmonitor"));
+    let slot = coordinator.slot();
+    let (wasm, toml) = (
+        policies.join(COORDINATOR_FILE),
+        policies.join("coordinator.toml"),
+    );
+    let cases: Vec<_> = arbiter_hostile::corpus()
+        .into_iter()
+        .filter(|c| !c.hangs)
+        .collect();
+    assert!(cases.len() >= 30, "{} cases", cases.len());
+    for case in &cases {
+        let name = &case.name;
+        let own = slot.active_id();
+        match &case.config {
+            Some(config) => std::fs::write(&toml, config).expect("write"),
+            None => {
+                let _ = std::fs::remove_file(&toml);
+            }
+        }
+        std::fs::write(&wasm, &case.wasm).expect("write");
+        let r = directory.reconcile();
+        match &case.expect {
+            Expect::Refused(why) => {
+                // For its own reason, or for memory: a node's sandbox is smaller than a
+                // control plane's (32 MiB), so memory can run out first.
+                let error = r.failed.first().map_or("", |(_, e)| e.as_str());
+                let for_memory = error.contains("memory cap")
+                    || error.contains("does not fit in pooling allocator");
+                assert!(
+                    r.loaded.is_empty()
+                        && r.failed.len() == 1
+                        && (error.contains(why) || for_memory),
+                    "{name}: {r:?}"
+                );
+                assert_eq!(slot.active_id(), own, "{name}");
+            }
+            Expect::Unusable(_) => {
+                assert!(r.loaded.is_empty() && r.failed.len() == 1, "{name}: {r:?}");
+                assert_eq!(slot.active_id(), own, "{name}");
+            }
+            // A component without the coordinator role is refused for that alone.
+            _ if !r.failed.is_empty() => {
+                assert!(
+                    r.loaded.is_empty()
+                        && r.failed[0]
+                            .1
+                            .contains("does not declare the `coordinator` role"),
+                    "{name}: {r:?}"
+                );
+                assert_eq!(slot.active_id(), own, "{name}");
+            }
+            expect => {
+                assert_eq!(r.loaded.len(), 1, "{name}: {r:?}");
+                // The corpus's misbehaving modes act in every role's call, the node's
+                // `tick` too: a case that faults there is retired within a few periods
+                // and the policy it replaced serves again.
+                let mut faulted = false;
+                for _ in 0..40 {
+                    if slot.active_id() == own {
+                        break;
+                    }
+                    let r = coordinator.step(&mut node);
+                    if r.fault.is_some() {
+                        faulted = true;
+                        assert!(r.outcomes.is_empty(), "{name}: applied {:?}", r.outcomes);
+                    }
+                }
+                let coordinator_faults = matches!(
+                    expect,
+                    Expect::Faults {
+                        role: Role::Coordinator,
+                        ..
+                    } | Expect::Flaps {
+                        role: Role::Coordinator
+                    }
+                );
+                assert!(faulted || !coordinator_faults, "{name}: never faulted");
+                if faulted {
+                    assert_eq!(slot.active_id(), own, "{name}: not retired in 40 periods");
+                    let r = coordinator.step(&mut node);
+                    assert!(
+                        r.served == Served::Policy && r.fault.is_none(),
+                        "{name}: {r:?}"
+                    );
+                    assert_eq!(coordinator.policy_name(), Some("sysmonitor"), "{name}");
+                }
+            }
+        }
+        // Removed: the node's own policy serves again, whatever the dropped one did.
+        std::fs::remove_file(&wasm).expect("rm");
+        let _ = std::fs::remove_file(&toml);
+        directory.reconcile();
+        let r = coordinator.step(&mut node);
+        assert_eq!(r.served, Served::Policy, "{name}: {:?}", r.fault);
+        assert_eq!(coordinator.policy_name(), Some("sysmonitor"), "{name}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

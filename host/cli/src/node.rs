@@ -258,6 +258,9 @@ pub fn node(a: &NodeArgs) -> anyhow::Result<()> {
             .with_context(|| format!("--env {kv}: expected KEY=VALUE"))?;
         env.push((k.to_string(), v.to_string()));
     }
+    // First: a policy that cannot load stops the agent before it starts anything (MPS
+    // daemons, adopted workloads).
+    let (coordinator, _watched) = node_policy(a)?;
     let backend: Arc<dyn GpuBackend> = match a.sim_gpus {
         Some(n) => Arc::new(SimBackend::new(n, a.sim_gpu_memory_mib << 20)),
         None => Arc::new(
@@ -303,7 +306,6 @@ pub fn node(a: &NodeArgs) -> anyhow::Result<()> {
         None => None,
     };
     let node = Node::new(backend, mps, supervisor, NodeConfig::default());
-    let (coordinator, _watched) = node_policy(a)?;
     let name = a.name.clone();
     let mut cfg = AgentConfig::new(&a.server, token, &a.name);
     if let Some(path) = &a.ca_cert {
