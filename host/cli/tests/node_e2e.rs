@@ -1578,11 +1578,17 @@ fn a_policy_dropped_into_the_nodes_directory_serves_and_its_removal_restores_the
         c.node_state("node-a") == "ready"
     });
     let wasm = policies.join("coordinator.wasm");
-    let policy = |name: &str| arbiter_policies::get(name).expect("built-in");
-    std::fs::write(&wasm, policy("sysmonitor")).unwrap();
+    // Staged and renamed into place, as an operator should: the watcher never reads a
+    // half-written component (whose refusal would be said first).
+    let drop_in = |name: &str| {
+        let staged = policies.join("coordinator.part");
+        std::fs::write(&staged, arbiter_policies::get(name).expect("built-in")).unwrap();
+        std::fs::rename(&staged, &wasm).unwrap();
+    };
+    drop_in("sysmonitor");
     let loaded = node.wait_line("arbiter node node-a: policy ", Duration::from_secs(60));
     assert!(loaded.starts_with("sysmonitor (generation "), "{loaded}");
-    std::fs::write(&wasm, policy("fifo")).unwrap();
+    drop_in("fifo");
     let refused = node.wait_line("arbiter node node-a: not loaded: ", Duration::from_secs(60));
     assert!(
         refused.contains("does not declare the `coordinator` role")
