@@ -226,3 +226,26 @@ fn kill_9_and_restart_loses_nothing_and_resumes() {
         "{report}"
     );
 }
+
+#[test]
+fn a_second_control_plane_on_the_same_data_directory_is_refused_naming_the_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let first = common::serve(&data, "127.0.0.1:0");
+    let second = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--no-metrics", "--data"])
+        .arg(&data)
+        .output()
+        .expect("run arbiter serve");
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success(), "{stderr}");
+    let expected = format!("is open in another process, pid {} (", first.pid());
+    assert!(stderr.contains(&expected), "{stderr}");
+    // The first one serves on, and once it is gone (kill -9: the kernel drops its
+    // lock) the data directory opens again.
+    let token = std::fs::read_to_string(data.join("admin.token")).unwrap();
+    assert!(jobs(&first, token.trim()).is_empty());
+    drop(first);
+    let again = common::serve(&data, "127.0.0.1:0");
+    assert!(jobs(&again, token.trim()).is_empty());
+}

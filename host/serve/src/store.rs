@@ -9,7 +9,7 @@
 
 use anyhow::Context;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
@@ -60,14 +60,110 @@ impl Contents {
 /// The database file.
 pub struct Store {
     db: Arc<ClosedSafely>,
-    path: std::path::PathBuf,
+    path: PathBuf,
 }
 
 /// The open database, closed without a panic escaping: redb commits when it
 /// closes, and on a damaged file that commit can panic inside `Drop`.
 struct ClosedSafely {
     db: Option<Database>,
-    path: std::path::PathBuf,
+    path: PathBuf,
+    /// Held until the database has closed (see [`StoreLock`]).
+    _lock: StoreLock,
+}
+
+/// Store files this process has open. A writer thread of an earlier [`Store`]
+/// may still be closing one (a commit and an fsync, slow on a loaded disk)
+/// when the plane reopens it; that is worth waiting for, where another process
+/// holding the file is an error to say at once.
+static OPEN_HERE: std::sync::Mutex<std::collections::BTreeSet<PathBuf>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// The claim on a store file: an OS lock on `arbiter.redb.lock` beside it (so
+/// a second process is refused at once, naming the one that holds it) and an
+/// entry in [`OPEN_HERE`]. Both are released when it drops, after the database
+/// has closed.
+struct StoreLock {
+    path: PathBuf,
+    _file: std::fs::File,
+}
+
+impl StoreLock {
+    /// How long an earlier store of this process may take to close.
+    const PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
+
+    fn take(path: &Path) -> anyhow::Result<StoreLock> {
+        let give_up = std::time::Instant::now() + Self::PATIENCE;
+        loop {
+            let mut open = OPEN_HERE.lock().unwrap_or_else(|e| e.into_inner());
+            if !open.contains(path) {
+                let lock = Self::lock_file(path)?;
+                open.insert(path.to_path_buf());
+                return Ok(lock);
+            }
+            drop(open);
+            if std::time::Instant::now() >= give_up {
+                anyhow::bail!(
+                    "the store {} is still open in this process after {:?} (an earlier \
+                     control plane's writer has not finished closing it)",
+                    path.display(),
+                    Self::PATIENCE
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    fn lock_file(path: &Path) -> anyhow::Result<StoreLock> {
+        let lock_path = path.with_extension("redb.lock");
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&lock_path)
+            .with_context(|| format!("opening {}", lock_path.display()))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut holder = String::new();
+                let _ = std::io::Read::read_to_string(&mut file, &mut holder);
+                let holder = holder.trim();
+                let holder = if holder.is_empty() || holder.len() > 20 {
+                    String::new()
+                } else {
+                    format!(", pid {holder}")
+                };
+                anyhow::bail!(
+                    "the store {} is open in another process{holder} (is another \
+                     `arbiter serve` running on this data directory?)",
+                    path.display()
+                );
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("locking {}", lock_path.display()));
+            }
+        }
+        // Who holds it, for the next one refused.
+        file.set_len(0)
+            .and_then(|()| {
+                std::io::Write::write_all(&mut file, std::process::id().to_string().as_bytes())
+            })
+            .with_context(|| format!("writing {}", lock_path.display()))?;
+        Ok(StoreLock {
+            path: path.to_path_buf(),
+            _file: file,
+        })
+    }
+}
+
+impl Drop for StoreLock {
+    fn drop(&mut self) {
+        OPEN_HERE
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.path);
+    }
 }
 
 impl std::ops::Deref for ClosedSafely {
@@ -122,32 +218,21 @@ impl Store {
     pub fn open(dir: &Path) -> anyhow::Result<Store> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let path = dir.join("arbiter.redb");
-        // A writer thread of an earlier `Store` in this process may still be
-        // closing the file (a commit and an fsync, slow on a loaded disk); give
-        // it time before calling it an error. (Another process holding it — a
-        // second `arbiter serve` on this data directory — is refused after as long.)
-        let give_up = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        let db = loop {
-            match damage_refused(&path, || Database::create(&path))? {
-                Err(redb::DatabaseError::DatabaseAlreadyOpen)
-                    if std::time::Instant::now() < give_up =>
-                {
-                    std::thread::sleep(std::time::Duration::from_millis(20));
-                }
-                Err(redb::DatabaseError::Storage(redb::StorageError::Corrupted(why))) => {
-                    return Err(damaged_beyond_repair(&path, &why));
-                }
-                Err(redb::DatabaseError::DatabaseAlreadyOpen) => anyhow::bail!(
-                    "the store {} is open in another process (is another `arbiter serve` \
-                     running on this data directory?)",
-                    path.display()
-                ),
-                other => break other.with_context(|| format!("opening {}", path.display()))?,
+        let lock = StoreLock::take(&path)?;
+        let db = match damage_refused(&path, || Database::create(&path))? {
+            Err(redb::DatabaseError::Storage(redb::StorageError::Corrupted(why))) => {
+                return Err(damaged_beyond_repair(&path, &why));
             }
+            // Held by something that does not take the lock file (not a control plane).
+            Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
+                anyhow::bail!("the store {} is open in another process", path.display())
+            }
+            other => other.with_context(|| format!("opening {}", path.display()))?,
         };
         let db = ClosedSafely {
             db: Some(db),
             path: path.clone(),
+            _lock: lock,
         };
         // Create the tables so that readers never meet a missing one.
         damage_refused(&path, || {
@@ -336,9 +421,50 @@ mod tests {
         Ok(())
     }
 
+    #[test]
+    fn a_store_another_holder_has_locked_is_refused_at_once_naming_it() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let lock = dir.path().join("arbiter.redb.lock");
+        std::fs::write(&lock, "4242")?;
+        // A lock of another open file description conflicts as another process's does.
+        let held = std::fs::File::open(&lock)?;
+        held.try_lock()?;
+        let error = match Store::open(dir.path()) {
+            Ok(_) => anyhow::bail!("a locked store opened"),
+            Err(e) => format!("{e:#}"),
+        };
+        assert!(
+            error.contains("is open in another process, pid 4242 (is another `arbiter serve`"),
+            "{error}"
+        );
+        drop(held);
+        let store = Store::open(dir.path())?;
+        assert_eq!(
+            std::fs::read_to_string(&lock)?,
+            std::process::id().to_string()
+        );
+        drop(store);
+        Ok(())
+    }
+
+    #[test]
+    fn reopening_in_this_process_waits_for_the_earlier_store_to_close() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let first = Store::open(dir.path())?;
+        let path = dir.path().to_path_buf();
+        let second = std::thread::spawn(move || Store::open(&path).map(drop));
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(!second.is_finished(), "opened beside an open store");
+        drop(first);
+        second
+            .join()
+            .map_err(|_| anyhow::anyhow!("the opener panicked"))??;
+        Ok(())
+    }
+
     /// A store holding one durable write, closed: its writer thread finished and
     /// the file released, so that nothing writes to it after the test damages it.
-    fn closed_store_with_a_write(dir: &Path) -> anyhow::Result<std::path::PathBuf> {
+    fn closed_store_with_a_write(dir: &Path) -> anyhow::Result<PathBuf> {
         {
             let store = Store::open(dir)?;
             store
