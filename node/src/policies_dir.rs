@@ -54,6 +54,12 @@ impl NodePolicies {
             initial,
         }
     }
+
+    /// The name of the policy the slot serves now, or `None` when only its native
+    /// fallback (which never acts) is left.
+    pub fn serving(&self) -> Option<String> {
+        self.slot.active().map(|g| g.manifest().name.clone())
+    }
 }
 
 fn load_error(e: CoordinatorError) -> LoadError {

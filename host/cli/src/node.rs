@@ -2,7 +2,6 @@
 
 use crate::client::parse_duration;
 use anyhow::Context;
-use arbiter_host::registry::PolicySlot;
 use arbiter_host::runtime::PolicyEngine;
 use arbiter_host::watch::{LoadError, PolicyDirectory, PolicyTarget, WatchGuard};
 use arbiter_node::coordinator::{Coordinator, CoordinatorConfig, CoordinatorError, DEFAULT_POLICY};
@@ -137,7 +136,6 @@ fn parse_policy_deadline(s: &str) -> Result<Duration, String> {
 /// dropped a policy in sees it serve, or why it did not.
 struct Announced {
     inner: NodePolicies,
-    slot: Arc<PolicySlot>,
     node: String,
 }
 
@@ -149,10 +147,9 @@ impl Announced {
     }
 
     fn serving(&self) -> String {
-        self.slot.active().map_or_else(
-            || "none (the fallback, which never acts)".to_string(),
-            |g| g.manifest().name.clone(),
-        )
+        self.inner
+            .serving()
+            .unwrap_or_else(|| "none (the fallback, which never acts)".to_string())
     }
 }
 
@@ -231,7 +228,6 @@ fn node_policy(a: &NodeArgs) -> anyhow::Result<(Option<Coordinator>, Option<Watc
         (Some(dir), Some(coordinator)) => {
             let target = Announced {
                 inner: NodePolicies::new(coordinator, engine, builtin.map(|c| (c, config))),
-                slot: coordinator.slot(),
                 node: a.name.clone(),
             };
             let directory = Arc::new(PolicyDirectory::new(dir.clone(), Arc::new(target)));
