@@ -43,12 +43,16 @@ fn main() {
         "policy", "bytes", "funcs", "code B", "check", "compile", "ratio"
     );
     let (mut max_functions, mut max_code) = (0u64, 0u64);
+    let (mut max_branches, mut max_calls, mut max_total) = (0u64, 0u64, 0u64);
     let (mut total_check, mut total_compile) = (Duration::ZERO, Duration::ZERO);
     for name in arbiter_policies::names() {
         let wasm = arbiter_policies::get(name).expect("built-in");
         let stats = inspect_component(wasm).expect("inspects").code;
         max_functions = max_functions.max(stats.functions);
         max_code = max_code.max(stats.code_bytes);
+        max_branches = max_branches.max(stats.largest_function_branches);
+        max_calls = max_calls.max(stats.largest_function_calls);
+        max_total = max_total.max(stats.branches);
         let check = time(21, || {
             let inspection = inspect_component(wasm).expect("inspects");
             limits.check(inspection.size_bytes, &inspection.code)
@@ -76,6 +80,18 @@ fn main() {
         limits.max_functions as f64 / max_functions as f64,
         limits.max_code_bytes,
         limits.max_code_bytes as f64 / max_code as f64,
+    );
+    println!(
+        "headroom in one function: {max_branches} control-flow edges (limit {}, {:.0}×), {max_calls} calls (limit {}, {:.0}×)",
+        limits.max_function_branches,
+        limits.max_function_branches as f64 / max_branches as f64,
+        limits.max_function_calls,
+        limits.max_function_calls as f64 / max_calls as f64,
+    );
+    println!(
+        "headroom over all functions: {max_total} control-flow edges (limit {}, {:.0}×)",
+        limits.max_branches,
+        limits.max_branches as f64 / max_total as f64,
     );
     println!("refusing compile bombs (time from bytes to the refusal):");
     for case in arbiter_hostile::corpus() {

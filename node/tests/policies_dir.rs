@@ -263,8 +263,7 @@ fn every_hostile_component_dropped_into_the_directory_leaves_the_node_in_service
                 // For its own reason, or for memory: a node's sandbox is smaller than a
                 // control plane's (32 MiB), so memory can run out first.
                 let error = r.failed.first().map_or("", |(_, e)| e.as_str());
-                let for_memory = error.contains("memory cap")
-                    || error.contains("does not fit in pooling allocator");
+                let for_memory = error.contains("memory cap");
                 assert!(
                     r.loaded.is_empty()
                         && r.failed.len() == 1

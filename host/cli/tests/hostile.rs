@@ -143,7 +143,8 @@ fn compile_bombs_are_refused_under_a_tight_memory_limit() {
         let ok = if healthy {
             out.status.success()
         } else {
-            out.status.code() == Some(1) && stdout.contains("refused before compiling")
+            out.status.code() == Some(1)
+                && matches!(case.expect, Expect::Refused(why) if stdout.contains(why))
         };
         if !ok {
             failures.push(format!(

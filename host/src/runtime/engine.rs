@@ -502,12 +502,29 @@ impl PolicyEngine {
 
     /// Checks, compiles, links and describes a policy component.
     pub fn compile(&self, wasm: &[u8]) -> Result<CompiledPolicy, PolicyFault> {
+        let refused = |e| PolicyFault::Abi(format!("refused before compiling: {e}"));
+        self.inner
+            .config
+            .compile_limits
+            .check_size(wasm.len())
+            .map_err(refused)?;
         let inspection = inspect_component(wasm).map_err(|e| PolicyFault::Abi(e.to_string()))?;
         self.inner
             .config
             .compile_limits
             .check(inspection.size_bytes, &inspection.code)
-            .map_err(|e| PolicyFault::Abi(format!("refused before compiling: {e}")))?;
+            .map_err(refused)?;
+        // The pooling allocator would refuse it at every instantiation, in its own words;
+        // say it once, in the sandbox's, before compiling anything.
+        let memory_cap = self.inner.config.memory_limit as u64;
+        if inspection.code.largest_memory_minimum > memory_cap {
+            return Err(PolicyFault::Abi(format!(
+                "refused before compiling: a core module declares a linear memory of {} bytes \
+                 at start, over the sandbox's memory cap of {memory_cap} bytes, so it could \
+                 never be instantiated",
+                inspection.code.largest_memory_minimum
+            )));
+        }
         for (name, class) in &inspection.imports {
             let allowed = match class {
                 ImportClass::Host | ImportClass::InertWasi | ImportClass::FixedSeed => true,

@@ -38,6 +38,11 @@ pub struct Inspection {
 pub struct CodeStats {
     /// Core modules, at any depth.
     pub modules: usize,
+    /// Nested components, at any depth, and how deep they nest (0: none). Validating
+    /// them costs memory for each (a million empty ones, 10 MB in the file, took the
+    /// host past 24 GiB).
+    pub components: u64,
+    pub component_depth: u64,
     /// Defined core functions, over all modules.
     pub functions: u64,
     /// Bytes of function bodies, over all modules.
@@ -46,9 +51,21 @@ pub struct CodeStats {
     pub largest_body: u64,
     /// Declared locals, over all functions.
     pub locals: u64,
+    /// The most control-flow edges in one function ([`control_flow`]): Cranelift's time
+    /// grows faster than linearly with them, so a body within the byte limit made of
+    /// nothing else compiles for minutes.
+    pub largest_function_branches: u64,
+    /// Control-flow edges over all functions.
+    pub branches: u64,
+    /// The most calls in one function: each keeps compile-time metadata (a body of
+    /// nothing but calls compiles in over a GiB).
+    pub largest_function_calls: u64,
     /// Defined linear memories and tables, over all modules.
     pub memories: u64,
     pub tables: u64,
+    /// The largest size, in bytes, any one defined linear memory starts at (its declared
+    /// minimum): instantiating its module needs at least this much memory at once.
+    pub largest_memory_minimum: u64,
     /// Bytes of data segments.
     pub data_bytes: u64,
     /// Component-level definitions (types, aliases, canonical functions,
@@ -66,7 +83,12 @@ pub struct CodeStats {
 pub struct CompileLimits {
     pub max_bytes: usize,
     pub max_modules: usize,
+    pub max_components: u64,
+    pub max_component_depth: u64,
     pub max_functions: u64,
+    pub max_function_branches: u64,
+    pub max_branches: u64,
+    pub max_function_calls: u64,
     pub max_code_bytes: u64,
     pub max_body_bytes: u64,
     pub max_locals: u64,
@@ -81,7 +103,12 @@ impl Default for CompileLimits {
         CompileLimits {
             max_bytes: 16 << 20,
             max_modules: 16,
+            max_components: 64,
+            max_component_depth: 8,
             max_functions: 20_000,
+            max_function_branches: 50_000,
+            max_branches: 500_000,
+            max_function_calls: 50_000,
             max_code_bytes: 8 << 20,
             max_body_bytes: 1 << 20,
             max_locals: 1 << 20,
@@ -93,30 +120,59 @@ impl Default for CompileLimits {
     }
 }
 
+/// The refusal of a count over its limit.
+fn over(what: &str, have: u64, max: u64) -> Result<(), String> {
+    if have > max {
+        Err(format!(
+            "{what}: {have}, the limit is {max} (compile limits bound the time and memory one upload can cost)"
+        ))
+    } else {
+        Ok(())
+    }
+}
+
 impl CompileLimits {
-    /// The first limit `stats` (of a file of `size` bytes) exceeds, as a
-    /// sentence for the operator.
-    pub fn check(&self, size: usize, stats: &CodeStats) -> Result<(), String> {
-        let over = |what: &str, have: u64, max: u64| -> Result<(), String> {
-            if have > max {
-                Err(format!(
-                    "{what}: {have}, the limit is {max} (compile limits bound the time and memory one upload can cost)"
-                ))
-            } else {
-                Ok(())
-            }
-        };
+    /// The size limit alone: checked before the file is read at all, since reading it
+    /// (inspection reads every operator) costs time in proportion to its size.
+    pub fn check_size(&self, size: usize) -> Result<(), String> {
         over(
             "component size in bytes",
             size as u64,
             self.max_bytes as u64,
-        )?;
+        )
+    }
+
+    /// The first limit `stats` (of a file of `size` bytes) exceeds, as a
+    /// sentence for the operator.
+    pub fn check(&self, size: usize, stats: &CodeStats) -> Result<(), String> {
+        self.check_size(size)?;
         over(
             "core modules",
             stats.modules as u64,
             self.max_modules as u64,
         )?;
+        over("nested components", stats.components, self.max_components)?;
+        over(
+            "levels of nested components",
+            stats.component_depth,
+            self.max_component_depth,
+        )?;
         over("functions", stats.functions, self.max_functions)?;
+        over(
+            "control-flow edges in one function",
+            stats.largest_function_branches,
+            self.max_function_branches,
+        )?;
+        over(
+            "control-flow edges in all functions",
+            stats.branches,
+            self.max_branches,
+        )?;
+        over(
+            "calls in one function",
+            stats.largest_function_calls,
+            self.max_function_calls,
+        )?;
         over(
             "bytes of function bodies",
             stats.code_bytes,
@@ -197,6 +253,43 @@ pub fn classify_import(name: &str) -> ImportClass {
     ImportClass::Unknown
 }
 
+/// A function body's control-flow edges and calls: every operator that starts, ends or
+/// leaves a block (a `br_table` counts each target) and every call. Read without
+/// compiling, a linear pass over the operators.
+fn control_flow(body: &wasmparser::FunctionBody<'_>) -> wasmparser::Result<(u64, u64)> {
+    use wasmparser::Operator as Op;
+    let (mut branches, mut calls) = (0u64, 0u64);
+    let mut operators = body.get_operators_reader()?;
+    while !operators.eof() {
+        match operators.read()? {
+            Op::Block { .. }
+            | Op::Loop { .. }
+            | Op::If { .. }
+            | Op::Else
+            | Op::Br { .. }
+            | Op::BrIf { .. }
+            | Op::BrOnNull { .. }
+            | Op::BrOnNonNull { .. }
+            | Op::BrOnCast { .. }
+            | Op::BrOnCastFail { .. }
+            | Op::TryTable { .. }
+            | Op::Try { .. }
+            | Op::Catch { .. }
+            | Op::CatchAll
+            | Op::Delegate { .. } => branches += 1,
+            Op::BrTable { targets } => branches += u64::from(targets.len()) + 1,
+            Op::Call { .. }
+            | Op::CallIndirect { .. }
+            | Op::CallRef { .. }
+            | Op::ReturnCall { .. }
+            | Op::ReturnCallIndirect { .. }
+            | Op::ReturnCallRef { .. } => calls += 1,
+            _ => {}
+        }
+    }
+    Ok((branches, calls))
+}
+
 /// Reads a file's top-level imports and exports without compiling it.
 pub fn inspect_component(bytes: &[u8]) -> Result<Inspection, InspectError> {
     if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
@@ -210,8 +303,11 @@ pub fn inspect_component(bytes: &[u8]) -> Result<Inspection, InspectError> {
     };
     let malformed = |e: wasmparser::BinaryReaderError| InspectError::Malformed(e.to_string());
     let code = &mut inspection.code;
-    let mut depth = 0usize;
+    // What each enclosing section is: `true` a component, `false` a core module.
+    let mut nesting: Vec<bool> = Vec::new();
+    let mut component_depth = 0u64;
     for payload in Parser::new(0).parse_all(bytes) {
+        let depth = nesting.len();
         let payload = payload.map_err(malformed)?;
         match payload {
             Payload::Version {
@@ -222,19 +318,38 @@ pub fn inspect_component(bytes: &[u8]) -> Result<Inspection, InspectError> {
             }
             Payload::ModuleSection { .. } => {
                 code.modules += 1;
-                depth += 1;
+                nesting.push(false);
             }
-            Payload::ComponentSection { .. } => depth += 1,
-            Payload::End(_) => depth = depth.saturating_sub(1),
+            Payload::ComponentSection { .. } => {
+                code.components += 1;
+                nesting.push(true);
+                component_depth += 1;
+                code.component_depth = code.component_depth.max(component_depth);
+            }
+            Payload::End(_) => component_depth -= u64::from(nesting.pop() == Some(true)),
             Payload::FunctionSection(reader) => code.functions += u64::from(reader.count()),
             Payload::CodeSectionStart { size, .. } => code.code_bytes += u64::from(size),
             Payload::CodeSectionEntry(body) => {
-                code.largest_body = code.largest_body.max(body.range().len() as u64);
+                let range = body.range();
+                code.largest_body = code.largest_body.max(range.end - range.start);
                 for local in body.get_locals_reader().map_err(malformed)? {
                     code.locals += u64::from(local.map_err(malformed)?.0);
                 }
+                let (branches, calls) = control_flow(&body).map_err(malformed)?;
+                code.largest_function_branches = code.largest_function_branches.max(branches);
+                code.branches += branches;
+                code.largest_function_calls = code.largest_function_calls.max(calls);
             }
-            Payload::MemorySection(reader) => code.memories += u64::from(reader.count()),
+            Payload::MemorySection(reader) => {
+                code.memories += u64::from(reader.count());
+                for memory in reader {
+                    let memory = memory.map_err(malformed)?;
+                    let page = 1u64 << memory.page_size_log2.unwrap_or(16).min(16);
+                    code.largest_memory_minimum = code
+                        .largest_memory_minimum
+                        .max(memory.initial.saturating_mul(page));
+                }
+            }
             Payload::TableSection(reader) => code.tables += u64::from(reader.count()),
             Payload::DataSection(reader) => {
                 for data in reader {
@@ -242,7 +357,14 @@ pub fn inspect_component(bytes: &[u8]) -> Result<Inspection, InspectError> {
                 }
             }
             Payload::ComponentTypeSection(reader) => {
-                code.component_items += u64::from(reader.count())
+                code.component_items += u64::from(reader.count());
+                // Reading each type here bounds how deeply component and instance types
+                // nest (wasmparser stops at 100 levels); the validator wasmtime runs reads
+                // them recursively without a bound, and 100,000 levels (300 KB) overflowed
+                // the host's stack.
+                for ty in reader {
+                    ty.map_err(malformed)?;
+                }
             }
             Payload::CoreTypeSection(reader) => code.component_items += u64::from(reader.count()),
             Payload::ComponentAliasSection(reader) => {
