@@ -44,6 +44,7 @@ fn main() {
     );
     let (mut max_functions, mut max_code) = (0u64, 0u64);
     let (mut max_branches, mut max_calls, mut max_total) = (0u64, 0u64, 0u64);
+    let mut max_elements = 0u64;
     let (mut total_check, mut total_compile) = (Duration::ZERO, Duration::ZERO);
     for name in arbiter_policies::names() {
         let wasm = arbiter_policies::get(name).expect("built-in");
@@ -53,6 +54,7 @@ fn main() {
         max_branches = max_branches.max(stats.largest_function_branches);
         max_calls = max_calls.max(stats.largest_function_calls);
         max_total = max_total.max(stats.branches);
+        max_elements = max_elements.max(stats.element_items);
         let check = time(21, || {
             let inspection = inspect_component(wasm).expect("inspects");
             limits.check(inspection.size_bytes, &inspection.code)
@@ -92,6 +94,11 @@ fn main() {
         "headroom over all functions: {max_total} control-flow edges (limit {}, {:.0}×)",
         limits.max_branches,
         limits.max_branches as f64 / max_total as f64,
+    );
+    println!(
+        "headroom in element segments: {max_elements} items (limit {}, {:.0}×)",
+        limits.max_element_items,
+        limits.max_element_items as f64 / max_elements as f64,
     );
     println!("refusing compile bombs (time from bytes to the refusal):");
     for case in arbiter_hostile::corpus() {

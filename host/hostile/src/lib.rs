@@ -8,7 +8,7 @@
 //!
 //! - **compile bombs** and **resource bombs** are encoded here with
 //!   `wasm-encoder`/`wat` — a module of 250k functions, one 2 MiB body, one
-//!   function of 60k blocks or calls, eleven of 49k blocks, components nested 10k deep or 10k wide,
+//!   function of 60k blocks or calls, eleven of 49k blocks, an element segment of 200k items, components nested 10k deep or 10k wide,
 //!   a component type nested 100k deep, a data bomb, memories and tables
 //!   beyond the instance budget appended to a real policy, a start function
 //!   that never returns, an import of a host function that does not exist;
@@ -305,6 +305,26 @@ fn functions_repeating(count: u32, instruction: &[u8], times: usize) -> Vec<u8> 
     component_of(&module)
 }
 
+/// One function and a passive element segment of `items` references to it.
+fn element_bomb(items: usize) -> Vec<u8> {
+    let mut module = Module::new();
+    let mut types = TypeSection::new();
+    types.ty().function([], []);
+    module.section(&types);
+    let mut functions = FunctionSection::new();
+    functions.function(0);
+    module.section(&functions);
+    let mut elements = wasm_encoder::ElementSection::new();
+    elements.passive(wasm_encoder::Elements::Functions(vec![0; items].into()));
+    module.section(&elements);
+    let mut body = Function::new([]);
+    body.instructions().end();
+    let mut code = CodeSection::new();
+    code.function(&body);
+    module.section(&code);
+    component_of(&module)
+}
+
 /// The section id of a nested component, in a component.
 const COMPONENT_SECTION: u8 = 4;
 /// The section id of component type definitions.
@@ -445,6 +465,12 @@ fn compile_bombs() -> Vec<Case> {
         Case::new(
             "bomb-branches-spread",
             functions_repeating(11, &[0x02, 0x40, 0x0b], 49_000),
+            Expect::Refused(refused),
+        ),
+        // 200 KB (without the limit, a million items took 15 s and 2.3 GiB to compile).
+        Case::new(
+            "bomb-elements",
+            element_bomb(200_000),
             Expect::Refused(refused),
         ),
         Case::new(
