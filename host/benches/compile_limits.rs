@@ -96,7 +96,7 @@ fn main() {
         limits.max_branches as f64 / max_total as f64,
     );
     println!(
-        "headroom in element segments: {max_elements} items (limit {}, {:.0}×)",
+        "headroom in element segments: {max_elements} segments and items (limit {}, {:.0}×)",
         limits.max_element_items,
         limits.max_element_items as f64 / max_elements as f64,
     );

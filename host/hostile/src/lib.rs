@@ -305,8 +305,8 @@ fn functions_repeating(count: u32, instruction: &[u8], times: usize) -> Vec<u8> 
     component_of(&module)
 }
 
-/// One function and a passive element segment of `items` references to it.
-fn element_bomb(items: usize) -> Vec<u8> {
+/// One function and `segments` passive element segments of `items` references to it.
+fn element_bomb(segments: usize, items: usize) -> Vec<u8> {
     let mut module = Module::new();
     let mut types = TypeSection::new();
     types.ty().function([], []);
@@ -315,7 +315,9 @@ fn element_bomb(items: usize) -> Vec<u8> {
     functions.function(0);
     module.section(&functions);
     let mut elements = wasm_encoder::ElementSection::new();
-    elements.passive(wasm_encoder::Elements::Functions(vec![0; items].into()));
+    for _ in 0..segments {
+        elements.passive(wasm_encoder::Elements::Functions(vec![0; items].into()));
+    }
     module.section(&elements);
     let mut body = Function::new([]);
     body.instructions().end();
@@ -470,7 +472,13 @@ fn compile_bombs() -> Vec<Case> {
         // 200 KB (without the limit, a million items took 15 s and 2.3 GiB to compile).
         Case::new(
             "bomb-elements",
-            element_bomb(200_000),
+            element_bomb(1, 200_000),
+            Expect::Refused(refused),
+        ),
+        // 300 KB of empty segments (100,000 of them took 1.1 s and 280 MiB).
+        Case::new(
+            "bomb-element-segments",
+            element_bomb(99_999, 0),
             Expect::Refused(refused),
         ),
         Case::new(
