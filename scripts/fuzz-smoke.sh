@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 seconds=${FUZZ_SECONDS:-15}
 profile=(--dev)
 if [ "${FUZZ_RELEASE:-0}" = 1 ]; then profile=(); fi
-targets=(decisions traces journal grpc_requests)
+targets=(decisions traces journal grpc_requests inspect)
 if [ $# -gt 0 ]; then targets=("$@"); fi
 
 if ! cargo fuzz --version >/dev/null 2>&1; then

@@ -76,30 +76,36 @@ fn main() {
         "all built-ins: check {total_check:.2?}, compile {total_compile:.2?}: the limits add {:.2}% to compiling them",
         100.0 * total_check.as_secs_f64() / total_compile.as_secs_f64()
     );
-    println!(
-        "headroom: the largest built-in has {max_functions} functions (limit {}, {:.0}×) and {max_code} code bytes (limit {}, {:.0}×)",
-        limits.max_functions,
-        limits.max_functions as f64 / max_functions as f64,
-        limits.max_code_bytes,
-        limits.max_code_bytes as f64 / max_code as f64,
-    );
-    println!(
-        "headroom in one function: {max_branches} control-flow edges (limit {}, {:.0}×), {max_calls} calls (limit {}, {:.0}×)",
-        limits.max_function_branches,
-        limits.max_function_branches as f64 / max_branches as f64,
-        limits.max_function_calls,
-        limits.max_function_calls as f64 / max_calls as f64,
-    );
-    println!(
-        "headroom over all functions: {max_total} control-flow edges (limit {}, {:.0}×)",
-        limits.max_branches,
-        limits.max_branches as f64 / max_total as f64,
-    );
-    println!(
-        "headroom in element segments: {max_elements} segments and items (limit {}, {:.0}×)",
-        limits.max_element_items,
-        limits.max_element_items as f64 / max_elements as f64,
-    );
+    println!("headroom of the default limits over the largest built-in:");
+    for (what, largest, limit) in [
+        ("functions", max_functions, limits.max_functions),
+        ("code bytes", max_code, limits.max_code_bytes),
+        (
+            "control-flow edges in one function",
+            max_branches,
+            limits.max_function_branches,
+        ),
+        (
+            "calls in one function",
+            max_calls,
+            limits.max_function_calls,
+        ),
+        (
+            "control-flow edges in all functions",
+            max_total,
+            limits.max_branches,
+        ),
+        (
+            "element segments and items",
+            max_elements,
+            limits.max_element_items,
+        ),
+    ] {
+        println!(
+            "  {what:<36} {largest:>9} (limit {limit}, {:.0}×)",
+            limit as f64 / largest as f64
+        );
+    }
     println!("refusing compile bombs (time from bytes to the refusal):");
     for case in arbiter_hostile::corpus() {
         if !case.name.starts_with("bomb-") {
